@@ -1,0 +1,25 @@
+"""Error hierarchy: every message says what is wrong and how to fix it."""
+
+
+class PipiError(Exception):
+    """Base class of every error pipi raises on purpose."""
+
+
+class ConfigError(PipiError):
+    """A configuration value is invalid."""
+
+
+class DataError(PipiError):
+    """Input data (a release, a manifest, a staged folder) is malformed."""
+
+
+class UnknownCellError(ConfigError):
+    """A cell name is not in the cell table."""
+
+
+class TrackingError(PipiError):
+    """The MLflow tracking server or registry cannot be used."""
+
+
+class NotBuiltYetError(PipiError):
+    """An entry point whose issue has not landed yet."""
