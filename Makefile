@@ -1,0 +1,41 @@
+# Quick start:  make demo   (train the `pi` cell on synthetic data, local SQLite MLflow store)
+#               make test   (install everything the tests need, then run them)
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.pipi-installed
+PYTEST_ARGS ?=
+
+.PHONY: install demo test test-fast system-deps ui bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	# torch/torchvision must be a matching pair: `===` skips a local +cpu torch wheel that
+	# cannot load the registry's torchvision (README, "Install").
+	$(BIN)/pip install --quiet 'torch===2.13.0' 'torchvision==0.28.0'
+	$(BIN)/pip install --quiet -e '.[test]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	MLFLOW_DISABLE_TELEMETRY=true $(BIN)/mlflow run . -e train --env-manager local \
+		-P cell=pi -P profile=demo
+
+system-deps:
+	bash scripts/system-deps.sh
+
+test: $(STAMP) system-deps
+	MLFLOW_DISABLE_TELEMETRY=true $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	MLFLOW_DISABLE_TELEMETRY=true $(BIN)/python -m pytest -m 'not slow' $(PYTEST_ARGS)
+
+ui: $(STAMP)
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --port 5000
+
+bench: $(STAMP)
+	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .pipi mlruns mlflow.db

@@ -1,0 +1,150 @@
+"""Click commands: the ``pipi`` console script and the MLproject entry points.
+
+Each command only parses its options and delegates to a function of ``pipi``; the
+``entrypoints/<name>.py`` scripts that MLproject calls run the command of the same name
+from ``ENTRY_POINTS``.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+from pipi.errors import NotBuiltYetError, PipiError
+
+
+class _Command(click.Command):
+    """Turns PipiError into one clear line and a non-zero exit, not a traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except PipiError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+
+
+def _setup_logging(verbose: bool = False) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    for noisy in ("alembic", "urllib3", "matplotlib", "PIL"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+@click.group()
+@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+def main(verbose: bool) -> None:
+    """pipi: training-time optical priors for capsule endoscopy, on MLflow."""
+    _setup_logging(verbose)
+
+
+# --------------------------------------------------------------------------- synthesize
+@main.group()
+def synthesize() -> None:
+    """Write synthetic releases in the real on-disk formats."""
+
+
+_preset = click.option("--preset", type=click.Choice(["tiny", "demo"]), default="tiny",
+                       show_default=True)
+_synth_opts = [
+    click.option("--out", type=click.Path(path_type=Path), required=True),
+    _preset,
+    click.option("--videos", type=int, default=None, help="Override the preset's video count."),
+    click.option("--frames-per-video", type=int, default=None),
+    click.option("--size", type=int, default=None, help="Frame side in pixels."),
+    click.option("--seed", type=int, default=0, show_default=True),
+]
+
+
+def _with(opts):
+    def deco(f):
+        for o in reversed(opts):
+            f = o(f)
+        return f
+    return deco
+
+
+@synthesize.command("kvasir", cls=_Command)
+@_with(_synth_opts)
+def synthesize_kvasir_cmd(out, preset, videos, frames_per_video, size, seed):
+    """A Kvasir-Capsule-format release (labelled_images/ + metadata.csv)."""
+    from pipi.data.synthetic import synthesize_kvasir
+
+    synthesize_kvasir(out, preset=preset, videos=videos, frames_per_video=frames_per_video,
+                      size=size, seed=seed)
+    click.echo(f"wrote {out}")
+
+
+@synthesize.command("galar", cls=_Command)
+@_with(_synth_opts)
+def synthesize_galar_cmd(out, preset, videos, frames_per_video, size, seed):
+    """A Galar-format release (metadata.csv, Labels/, Frames/)."""
+    from pipi.data.synthetic import synthesize_galar
+
+    synthesize_galar(out, preset=preset, videos=videos, frames_per_video=frames_per_video,
+                     size=size, seed=seed)
+    click.echo(f"wrote {out}")
+
+
+# --------------------------------------------------------------------------- stage
+@main.group()
+def stage() -> None:
+    """Stage a release into the patient-disjoint layout pipi trains on."""
+
+
+@stage.command("kvasir", cls=_Command)
+@click.option("--images", type=click.Path(path_type=Path), required=True,
+              help="labelled_images folder or labelled_images.zip.")
+@click.option("--metadata", type=click.Path(path_type=Path), required=True)
+@click.option("--out", type=click.Path(path_type=Path), required=True)
+@click.option("--split-manifest", type=click.Path(path_type=Path), default=None,
+              help="JSON with video_to_split: reproduce a split exactly.")
+@click.option("--seed", type=int, default=42, show_default=True)
+@click.option("--link", type=click.Choice(["hardlink", "symlink", "copy"]), default="hardlink",
+              show_default=True)
+@click.option("--no-mlflow", is_flag=True, help="Do not log a stage run.")
+def stage_kvasir_cmd(images, metadata, out, split_manifest, seed, link, no_mlflow):
+    """Stage Kvasir-Capsule: split, layout, frame index, manifest, count table."""
+    from pipi import staging, tracking
+
+    if not no_mlflow:
+        tracking.configure()
+    staging.run_stage(images=images, metadata=metadata, out=out, split_manifest=split_manifest,
+                      seed=seed, link=link, log_run=not no_mlflow)
+
+
+@click.command("stage", cls=_Command)
+@click.option("--source", default="synthetic", show_default=True,
+              help="'synthetic', 'synthetic-tiny', or a labelled_images folder/zip.")
+@click.option("--metadata", default="", help="metadata.csv (default: beside the images).")
+@click.option("--out", default="", help="Output folder (default under .pipi/data for synthetic).")
+@click.option("--split-manifest", default="", help="JSON with video_to_split.")
+@click.option("--seed", type=int, default=42, show_default=True)
+@click.option("--link", type=click.Choice(["hardlink", "symlink", "copy"]), default="hardlink")
+def stage_entry(source, metadata, out, split_manifest, seed, link):
+    """MLproject `stage`: synthesize-then-stage, or stage a real release."""
+    from pipi import staging, tracking
+
+    _setup_logging()
+    tracking.configure()
+    staging.stage_source(source, metadata=metadata or None, out=out or None,
+                         split_manifest=Path(split_manifest) if split_manifest else None,
+                         seed=seed, link=link)
+
+
+# --------------------------------------------------------------------------- not built yet
+def _not_built(name: str, issue: str):
+    @click.command(name, cls=_Command, context_settings={"ignore_unknown_options": True})
+    @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+    def cmd(args):
+        raise NotBuiltYetError(f"entry point '{name}' is not built yet ({issue})")
+    cmd.help = f"Not built yet ({issue})."
+    return cmd
+
+
+ENTRY_POINTS: dict[str, click.Command] = {"stage": stage_entry}

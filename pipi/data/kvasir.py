@@ -1,0 +1,420 @@
+"""Stage a Kvasir-Capsule release into a patient-disjoint train/val/test layout.
+
+Input: the real release (``labelled_images`` class folders, or ``labelled_images.zip`` with
+class folders or one ``.tar.gz`` per class inside) and its ``metadata.csv``. Output, under
+``OUT``::
+
+    OUT/{train,val,test}/<Canonical class>/<video_id>_<frame>.jpg
+    OUT/frames.parquet   one row per (frame, class); see FRAME_COLUMNS
+    OUT/manifest.json    video_to_split, counts, content_sha256, data_digest
+    OUT/counts.md        the per-class, per-split table (paper Table 1 shape)
+
+Everything is written into a temporary directory beside ``OUT`` and renamed into place at
+the end, so a failure leaves nothing half-written.
+
+Hashes (recomputable by anyone, see ``split_sha256`` and ``data_digest``):
+
+* ``content_sha256`` = SHA-256 of the UTF-8 bytes of
+  ``json.dumps(video_to_split, sort_keys=True, separators=(",", ":"))``: the split
+  assignment alone.
+* ``data_digest`` = SHA-256 of the UTF-8 lines ``"<relpath>\\t<class>\\t<sha256 of file>\\n"``
+  over the sorted frame index, prefixed by the line ``"split:<content_sha256>\\n"``: changes
+  whenever the split, the labels or any image byte changes. Caches and run pairing key on it.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import logging
+import math
+import os
+import shutil
+import tarfile
+import tempfile
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from PIL import Image
+from tqdm.auto import tqdm
+
+from pipi.classes import CLASSES, canonical, class_index, is_known, slug
+from pipi.errors import DataError
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+SPLITS = ("train", "val", "test")
+REQUIRED_COLUMNS = ("filename", "video_id", "frame_number", "finding_class")
+FRAME_COLUMNS = (
+    "path", "filename", "class", "class_index", "video_id", "frame_number", "split", "multilabel",
+)
+#: A class seen in fewer videos than this cannot appear in train, val and test alike; the
+#: videos holding it are pinned to train (the paper's rule for its three single-video classes).
+MIN_VIDEOS_FOR_EVAL = 3
+#: Seeded re-draws tried to find a split where every evaluable class has val and test positives.
+SPLIT_ATTEMPTS = 2000
+
+
+@dataclass(frozen=True)
+class StageResult:
+    out: Path
+    manifest: dict
+    frames: pd.DataFrame
+    counts: pd.DataFrame
+
+    @property
+    def data_digest(self) -> str:
+        return self.manifest["data_digest"]
+
+
+# --------------------------------------------------------------------------- hashes
+def split_sha256(video_to_split: dict[str, str]) -> str:
+    """SHA-256 of the canonical JSON of a {video_id: split} assignment."""
+    blob = json.dumps(video_to_split, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def compute_data_digest(content_sha256: str, rows: list[tuple[str, str, str]]) -> str:
+    """Digest of split + (relpath, class, file sha256) rows; see the module docstring."""
+    h = hashlib.sha256(f"split:{content_sha256}\n".encode())
+    for relpath, cls, fsha in sorted(rows):
+        h.update(f"{relpath}\t{cls}\t{fsha}\n".encode())
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------- metadata
+def read_metadata(path: Path) -> pd.DataFrame:
+    """Read metadata.csv (delimiter sniffed) into unique (filename, class) rows.
+
+    Returns columns filename, video_id, frame_number, class, row (1-based CSV line).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: metadata file not found")
+    text = path.read_text(encoding="utf-8-sig", errors="replace")
+    first = text.splitlines()[0] if text.strip() else ""
+    try:
+        delim = csv.Sniffer().sniff(first, delimiters=";,\t").delimiter
+    except csv.Error:
+        delim = ";"
+    reader = csv.DictReader(io.StringIO(text), delimiter=delim)
+    cols = [c.strip() for c in (reader.fieldnames or [])]
+    missing = [c for c in REQUIRED_COLUMNS if c not in cols]
+    if missing:
+        raise DataError(
+            f"{path}: missing column(s) {missing}; found {cols} (delimiter {delim!r}). "
+            "Expected the Kvasir-Capsule header "
+            "filename;video_id;frame_number;finding_category;finding_class;x1;...;y4"
+        )
+    records = []
+    for lineno, raw in enumerate(reader, start=2):
+        row = {k.strip(): (v or "").strip() for k, v in raw.items() if k is not None}
+        if not any(row.values()):
+            continue
+        cls = row["finding_class"]
+        if not is_known(cls):
+            raise DataError(
+                f"{path}, line {lineno}: unknown class {cls!r}. Known classes: {list(CLASSES)}"
+            )
+        fname, vid = row["filename"], row["video_id"]
+        if not fname or not vid:
+            raise DataError(f"{path}, line {lineno}: empty filename or video_id")
+        try:
+            frame = int(float(row["frame_number"]))
+        except ValueError:
+            raise DataError(
+                f"{path}, line {lineno}: frame_number {row['frame_number']!r} is not an integer"
+            ) from None
+        records.append((fname, vid, frame, canonical(cls), lineno))
+    if not records:
+        raise DataError(f"{path}: no data rows")
+    df = pd.DataFrame(records, columns=["filename", "video_id", "frame_number", "class", "row"])
+    df = df.drop_duplicates(subset=["filename", "class"], keep="first").reset_index(drop=True)
+    return df
+
+
+# --------------------------------------------------------------------------- images
+def _extract_archive(src: Path, dest: Path) -> Path:
+    """Extract a release zip (and any per-class .tar.gz inside it) under ``dest``."""
+    try:
+        with zipfile.ZipFile(src) as zf:
+            zf.extractall(dest)
+    except zipfile.BadZipFile as exc:
+        raise DataError(f"{src}: not a readable zip archive ({exc})") from None
+    for tgz in list(dest.rglob("*.tar.gz")) + list(dest.rglob("*.tgz")):
+        try:
+            with tarfile.open(tgz) as tf:
+                tf.extractall(tgz.parent, filter="data")
+        except tarfile.TarError as exc:
+            raise DataError(f"{src}: member {tgz.name} is not a readable tar.gz ({exc})") from None
+        tgz.unlink()
+    return dest
+
+
+def index_image_folders(root: Path) -> dict[tuple[str, str], Path]:
+    """Map (canonical class, filename) -> image path for every class-named folder under root."""
+    found: dict[tuple[str, str], Path] = {}
+    for dirpath, _dirnames, filenames in os.walk(root):
+        name = os.path.basename(dirpath)
+        if not is_known(name):
+            continue
+        cls = canonical(name)
+        for f in filenames:
+            if f.lower().endswith((".jpg", ".jpeg", ".png")):
+                found.setdefault((cls, f), Path(dirpath) / f)
+    return found
+
+
+def _check_image(path: Path) -> str:
+    """Fully decode an image (catches truncated/corrupt JPEGs) and return its SHA-256."""
+    data = path.read_bytes()
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            im.load()
+    except Exception as exc:  # PIL raises many types for corrupt data
+        raise DataError(f"{path}: unreadable or corrupt image ({exc})") from None
+    return hashlib.sha256(data).hexdigest()
+
+
+# --------------------------------------------------------------------------- split
+def load_split_manifest(path: Path) -> dict[str, str]:
+    """Read a split manifest (``video_to_split``), checking its stated hash if present."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DataError(f"{path}: cannot read split manifest ({exc})") from None
+    v2s = doc.get("video_to_split") if isinstance(doc, dict) else None
+    if not isinstance(v2s, dict) or not v2s:
+        raise DataError(f"{path}: no 'video_to_split' mapping of video id -> train|val|test")
+    bad = {v: s for v, s in v2s.items() if s not in SPLITS}
+    if bad:
+        raise DataError(f"{path}: split values must be train|val|test, got {bad}")
+    stated = doc.get("content_sha256")
+    if stated:
+        actual = split_sha256(v2s)
+        if not actual.startswith(str(stated).lower()):
+            raise DataError(
+                f"{path}: stated content_sha256 {stated} does not match its video_to_split "
+                f"(computed {actual}); the manifest was edited or truncated"
+            )
+    return {str(k): str(v) for k, v in v2s.items()}
+
+
+def _split_sizes(n: int) -> tuple[int, int, int]:
+    n_train = math.floor(0.70 * n)
+    n_val = round(0.15 * n)
+    return n_train, n_val, n - n_train - n_val
+
+
+def random_video_split(meta: pd.DataFrame, *, seed: int) -> dict[str, str]:
+    """Seeded patient-disjoint 70/15/15 video split.
+
+    Rule: videos holding a class that lives in fewer than ``MIN_VIDEOS_FOR_EVAL`` videos are
+    pinned to train (such classes cannot reach val and test, as in the paper). The other
+    videos are shuffled with ``seed`` and cut so that the totals are floor(0.70 N) train,
+    round(0.15 N) val and the rest test (43 videos -> 30/6/7). Up to ``SPLIT_ATTEMPTS``
+    seeded re-shuffles are tried to find one where every remaining class has positives in
+    both val and test; failing that, the one covering most (class, split) pairs is kept.
+    """
+    videos = sorted(meta["video_id"].unique())
+    vids_per_class = meta.groupby("class")["video_id"].agg(lambda s: set(s))
+    rare = {c for c, vs in vids_per_class.items() if len(vs) < MIN_VIDEOS_FOR_EVAL}
+    pinned = sorted(set().union(*(vids_per_class[c] for c in rare))) if rare else []
+    free = [v for v in videos if v not in pinned]
+    n_train, n_val, n_test = _split_sizes(len(videos))
+    n_train_free = max(0, n_train - len(pinned))
+    if n_val + n_test > len(free):
+        raise DataError(
+            f"only {len(free)} videos are free to split after pinning {len(pinned)} "
+            f"rare-class videos to train; need {n_val + n_test} for val and test"
+        )
+    evaluable = sorted(set(vids_per_class.index) - rare)
+    classes_of = meta.groupby("video_id")["class"].agg(lambda s: set(s))
+    rng = np.random.default_rng(seed)
+    best, best_cov = None, -1
+    for _ in range(SPLIT_ATTEMPTS):
+        order = list(rng.permutation(free))
+        val, test = order[n_train_free:n_train_free + n_val], order[n_train_free + n_val:]
+        cov = sum(
+            any(c in classes_of[v] for v in part) for c in evaluable for part in (val, test)
+        )
+        if cov > best_cov:
+            best_cov, best = cov, (order[:n_train_free], val, test)
+        if cov == 2 * len(evaluable):
+            break
+    if best_cov < 2 * len(evaluable):
+        log.warning("no split among %d draws puts every evaluable class in val and test", SPLIT_ATTEMPTS)
+    train, val, test = best
+    out = {v: "train" for v in pinned + train}
+    out.update({v: "val" for v in val})
+    out.update({v: "test" for v in test})
+    return dict(sorted(out.items()))
+
+
+def _check_manifest_covers(v2s: dict[str, str], videos: set[str], source: str) -> None:
+    unknown = sorted(set(v2s) - videos)
+    if unknown:
+        raise DataError(f"{source}: names video(s) not in the metadata: {unknown}")
+    missing = sorted(videos - set(v2s))
+    if missing:
+        raise DataError(f"{source}: leaves out video(s) present in the metadata: {missing}")
+
+
+# --------------------------------------------------------------------------- counts
+def count_table(frames: pd.DataFrame) -> pd.DataFrame:
+    """Per-class, per-split frame counts (a multilabel frame counts once per class)."""
+    t = (
+        frames.groupby(["class", "split"]).size().unstack("split")
+        .reindex(index=list(CLASSES), columns=list(SPLITS)).fillna(0).astype(int)
+    )
+    t.loc["Total"] = t.sum()
+    t.index.name = "Class"
+    return t
+
+
+def format_count_table(counts: pd.DataFrame) -> str:
+    """Markdown table in the shape of the paper's Table 1 (Class | Train | Val | Test)."""
+    lines = ["| Class | Train | Val | Test |", "|---|---:|---:|---:|"]
+    for cls, row in counts.iterrows():
+        name = f"**{cls}**" if cls == "Total" else cls
+        lines.append(f"| {name} | {row['train']:,} | {row['val']:,} | {row['test']:,} |")
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- staging
+def _place(src: Path, dst: Path, link: str) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if link == "hardlink":
+        try:
+            os.link(src, dst)
+            return
+        except OSError:  # cross-device: fall back to a copy
+            pass
+    elif link == "symlink":
+        os.symlink(src.resolve(), dst)
+        return
+    shutil.copy2(src, dst)
+
+
+def stage_kvasir(
+    images: Path,
+    metadata: Path,
+    out: Path,
+    *,
+    split_manifest: Path | None = None,
+    seed: int = 42,
+    link: str = "hardlink",
+    workers: int = 4,
+    progress: bool = True,
+) -> StageResult:
+    """Stage a Kvasir-Capsule release; see the module docstring for the layout."""
+    images, metadata, out = Path(images), Path(metadata), Path(out)
+    if link not in ("hardlink", "symlink", "copy"):
+        raise DataError(f"link must be hardlink, symlink or copy, got {link!r}")
+    if out.exists() and any(out.iterdir()):
+        raise DataError(f"{out}: output folder exists and is not empty; choose a new --out")
+    if not images.exists():
+        raise DataError(f"{images}: image folder or zip not found")
+    meta = read_metadata(metadata)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=out.parent))
+    try:
+        src_root = images
+        if images.is_file():
+            src_root = _extract_archive(images, tmp / "_source")
+            if link == "symlink":
+                link = "hardlink"  # the extracted copy is temporary
+        found = index_image_folders(src_root)
+
+        # Every (frame, class) row must have its image in that class's folder.
+        paths = []
+        for r in meta.itertuples(index=False):
+            p = found.get((r[3], r.filename))
+            if p is None:
+                folder = [k for k in found if k[1] == r.filename]
+                where = f" (found only under class folder(s) {[k[0] for k in folder]})" if folder else ""
+                raise DataError(
+                    f"{metadata}, line {r.row}: listed image {r.filename!r} of class "
+                    f"{r[3]!r} is missing from {images}{where}"
+                )
+            paths.append(p)
+        meta["src"] = paths
+
+        videos = set(meta["video_id"])
+        if split_manifest is not None:
+            v2s = load_split_manifest(split_manifest)
+            _check_manifest_covers(v2s, videos, str(split_manifest))
+        else:
+            v2s = random_video_split(meta, seed=seed)
+        content = split_sha256(v2s)
+
+        n_per_file = meta.groupby("filename")["class"].transform("size")
+        meta["multilabel"] = n_per_file > 1
+        meta["split"] = meta["video_id"].map(v2s)
+        meta["path"] = [f"{s}/{c}/{f}" for s, c, f in zip(meta["split"], meta["class"], meta["filename"])]
+        meta["class_index"] = [class_index(c) for c in meta["class"]]
+
+        unique_src = list(dict.fromkeys(meta["src"]))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            shas = dict(zip(unique_src, tqdm(
+                pool.map(_check_image, unique_src), total=len(unique_src),
+                desc="verify images", unit="img", disable=not progress,
+            )))
+        stage_dir = tmp / "staged"
+        for r in tqdm(meta.itertuples(index=False), total=len(meta), desc="stage",
+                      unit="img", disable=not progress):
+            _place(r.src, stage_dir / r.path, link)
+
+        frames = (
+            meta.sort_values(["split", "class_index", "video_id", "frame_number"])
+            .reset_index(drop=True)[list(FRAME_COLUMNS)]
+        )
+        frames["frame_number"] = frames["frame_number"].astype("int64")
+        counts = count_table(frames)
+        digest = compute_data_digest(
+            content, [(p, c, shas[s]) for p, c, s in zip(meta["path"], meta["class"], meta["src"])]
+        )
+        manifest = {
+            "schema_version": SCHEMA_VERSION,
+            "dataset": "kvasir-capsule",
+            "video_to_split": v2s,
+            "content_sha256": content,
+            "data_digest": digest,
+            "split_source": str(split_manifest) if split_manifest else f"random(seed={seed})",
+            "seed": seed,
+            "classes": list(CLASSES),
+            "counts": {s: {c: int(counts.loc[c, s]) for c in CLASSES} for s in SPLITS},
+            "videos": {s: sorted(v for v, x in v2s.items() if x == s) for s in SPLITS},
+            "n_frames": {s: int(counts.loc["Total", s]) for s in SPLITS},
+            "multilabel_frames": sorted(meta.loc[meta["multilabel"], "filename"].unique().tolist()),
+        }
+        frames.to_parquet(stage_dir / "frames.parquet", index=False)
+        (stage_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        (stage_dir / "counts.md").write_text(format_count_table(counts))
+        counts.to_csv(stage_dir / "counts.csv")
+        if out.exists():
+            out.rmdir()
+        os.replace(stage_dir, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return StageResult(out=out, manifest=manifest, frames=frames, counts=counts)
+
+
+def load_staged(root: Path) -> tuple[pd.DataFrame, dict]:
+    """Read a staged folder's frame index and manifest, with clear errors."""
+    root = Path(root)
+    idx, man = root / "frames.parquet", root / "manifest.json"
+    if not idx.is_file() or not man.is_file():
+        raise DataError(
+            f"{root}: not a staged dataset (frames.parquet and manifest.json expected); "
+            "run `pipi stage kvasir ...` or `mlflow run . -e stage` first"
+        )
+    return pd.read_parquet(idx), json.loads(man.read_text())
