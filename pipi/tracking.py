@@ -201,3 +201,84 @@ def active_run_id() -> str:
 
 def client() -> MlflowClient:
     return MlflowClient()
+
+
+# --------------------------------------------------------------------------- training runs
+class RunTracker:
+    """What a training loop needs from MLflow: per-epoch metrics and a resumable checkpoint."""
+
+    def __init__(self, workdir: Path):
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+
+    def log_metrics(self, metrics: Mapping[str, float], *, step: int | None = None) -> None:
+        log_metrics(metrics, step=step)
+
+    def log_checkpoint(self, state: dict) -> None:
+        import torch
+
+        path = self.workdir / "last.pt"
+        torch.save(state, path)
+        mlflow.log_artifact(str(path), "checkpoints")
+
+
+def download_artifact(run_id: str, path: str, dst: Path | None = None) -> Path:
+    """Download one artifact (file or folder) of a run; clear error when missing."""
+    try:
+        return Path(mlflow.artifacts.download_artifacts(
+            run_id=run_id, artifact_path=path, dst_path=str(dst) if dst else None))
+    except Exception as exc:  # MlflowException, OSError
+        raise TrackingError(f"run {run_id}: cannot download artifact {path!r} ({exc})") from None
+
+
+def get_run(run_id: str):
+    try:
+        return mlflow.get_run(run_id)
+    except Exception as exc:
+        raise TrackingError(f"run {run_id!r} not found on {mlflow.get_tracking_uri()} ({exc})") from None
+
+
+def log_pyfunc_model(*, python_model, artifacts: dict[str, str], input_example,
+                     registered_model_name: str | None, signature_output) -> Any:
+    """Log (and register) a pyfunc model with signature and input example."""
+    import numpy as np
+    from mlflow.models import infer_signature
+
+    signature = infer_signature(input_example, signature_output, params={"strip_prior": False})
+    reqs = [
+        f"torch=={_version('torch')}", f"torchvision=={_version('torchvision')}",
+        f"mlflow=={_version('mlflow')}", f"numpy=={np.__version__}", f"pandas=={_version('pandas')}",
+        f"pillow=={_version('pillow')}",
+    ]
+    code = str(Path(__file__).resolve().parent)
+    return mlflow.pyfunc.log_model(
+        name="model", python_model=python_model, artifacts=artifacts, signature=signature,
+        input_example=input_example, pip_requirements=reqs, code_paths=[code],
+        registered_model_name=registered_model_name,
+    )
+
+
+def _version(dist: str) -> str:
+    from importlib.metadata import version
+
+    return version(dist).split("+")[0]
+
+
+def tag_model_version(name: str, version: str, tags: Mapping[str, Any], *,
+                      alias: str | None = None) -> None:
+    c = MlflowClient()
+    for k, v in tags.items():
+        c.set_model_version_tag(name, version, k, str(v))
+    if alias:
+        c.set_registered_model_alias(name, alias, version)
+
+
+def registered_version_of(model_info, name: str) -> str | None:
+    """The registry version created for a logged model (MLflow 3 LoggedModel aware)."""
+    v = getattr(model_info, "registered_model_version", None)
+    if v is not None:
+        return str(v)
+    c = MlflowClient()
+    versions = c.search_model_versions(f"name='{name}'", order_by=["version_number DESC"],
+                                       max_results=1)
+    return str(versions[0].version) if versions else None

@@ -1,0 +1,306 @@
+"""Per-frame training: one ``run_cell`` for every per-frame cell (a, pi, pblood_only,
+phi_only, distill), following the paper's recipe and the run contract.
+
+Loss: class-weighted cross-entropy with inverse-frequency weights
+``w_c = N / (K * n_c)`` where ``n_c`` is the number of training rows of class c, N their sum
+and K the number of classes present in train (absent classes get weight 0). Model selection:
+best validation macro-AUC over the evaluable classes, early stopping with ``patience``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import math
+import random
+import tempfile
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from pipi.cells import TrainConfig
+from pipi.classes import CLASSES, NUM_CLASSES
+from pipi.data.cache import AugmentConfig, augment, batches, build_cache, normalize, to_float
+from pipi.data.kvasir import load_staged
+from pipi.errors import PipiError
+from pipi.models import DistillClassifier, FrameClassifier, build_backbone
+from pipi.prior import prior_channels
+from pipi.stats.auc import macro_auc, per_class_auc
+
+log = logging.getLogger(__name__)
+
+
+class TrainingDiverged(PipiError):
+    """The loss became NaN or infinite."""
+
+
+# --------------------------------------------------------------------------- setup
+def seed_everything(seed: int) -> torch.Generator:
+    """Seed python, numpy and torch; deterministic kernels. Returns the data generator."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    return torch.Generator().manual_seed(seed)
+
+
+def evaluable_classes(frames: pd.DataFrame) -> list[int]:
+    """Classes with positives in both val and test: the headline macro-AUC's classes."""
+    have = [set(frames.loc[frames["split"] == s, "class_index"]) for s in ("val", "test")]
+    return sorted(have[0] & have[1])
+
+
+def class_weights(labels: np.ndarray) -> torch.Tensor:
+    counts = np.bincount(labels, minlength=NUM_CLASSES).astype(np.float64)
+    present = counts > 0
+    w = np.zeros(NUM_CLASSES)
+    w[present] = counts.sum() / (present.sum() * counts[present])
+    return torch.tensor(w, dtype=torch.float32)
+
+
+def build_frame_model(cfg: TrainConfig) -> torch.nn.Module:
+    cell = cfg.cell_config
+    weights = None if cfg.weights in ("none", "", None) else cfg.weights
+    backbone = build_backbone(cfg.backbone, weights=weights, in_channels=cell.input_channels,
+                              prior_init=cfg.prior_init)
+    cls = DistillClassifier if cell.distill else FrameClassifier
+    return cls(backbone, NUM_CLASSES)
+
+
+@dataclass
+class FrameInputs:
+    """Turns uint8 batches into model inputs for a cell: augment, prior, normalise, zero."""
+
+    cfg: TrainConfig
+
+    def __call__(self, x01: torch.Tensor, *, train: bool, gen: torch.Generator | None = None,
+                 strip_prior: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        cfg, cell = self.cfg, self.cfg.cell_config
+        if train:
+            jit = cfg.jitter
+            x01 = augment(x01, AugmentConfig(cfg.hflip, cfg.rotation_deg, *jit), gen)
+        need_prior = cell.input_channels == 5 or cell.distill
+        prior = None
+        if need_prior:
+            # The prior is computed after augmentation, on the un-normalised image (paper).
+            prior = prior_channels(
+                x01, alpha=cfg.alpha, lambda_eff=cfg.lambda_eff or None,
+                hb_index=cfg.hb_index, second_channel=cfg.second_channel,
+            )
+        x = normalize(x01)
+        if cell.input_channels == 5:
+            p = torch.zeros_like(prior) if strip_prior else prior.clone()
+            for ch in cell.zero_channels:
+                p[:, ch - 3] = 0
+            x = torch.cat([x, p], dim=1)
+        return x, (prior[:, :1] if prior is not None else None)
+
+
+# --------------------------------------------------------------------------- loops
+def train_one_epoch(model, images, labels, inputs: FrameInputs, optimizer, weights, *, cfg,
+                    gen, device, epoch: int, progress: bool = True) -> float:
+    model.train()
+    total, n = 0.0, 0
+    idx_batches = batches(len(labels), cfg.batch_size, gen=gen, max_batches=cfg.max_batches)
+    for bi, idx in enumerate(tqdm(idx_batches, desc=f"epoch {epoch}", unit="batch",
+                                  leave=False, disable=not progress)):
+        x01 = to_float(images, idx, device)
+        y = torch.from_numpy(labels[idx]).to(device)
+        x, p_blood = inputs(x01, train=True, gen=gen)
+        if cfg.cell_config.distill:
+            from pipi.models import distill_loss
+
+            logits, aux = model(x)
+            loss = distill_loss(logits, y, aux, p_blood, class_weights=weights,
+                                lam=cfg.distill_lambda)
+        else:
+            loss = F.cross_entropy(model(x), y, weight=weights)
+        if not torch.isfinite(loss):
+            raise TrainingDiverged(f"loss is {loss.item()} at epoch {epoch}, batch {bi}")
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        total += loss.item() * len(idx)
+        n += len(idx)
+    return total / max(n, 1)
+
+
+@torch.no_grad()
+def predict_probs(model, images, inputs: FrameInputs, *, device, batch_size: int = 128,
+                  strip_prior: bool = False) -> np.ndarray:
+    """Softmax probabilities ``[N, 14]`` for every row of a uint8 image array."""
+    model.eval()
+    deploy = getattr(model, "deploy_mode", None)
+    if deploy is not None:
+        model.deploy_mode = True
+    out = []
+    try:
+        for idx in batches(len(images), batch_size):
+            x, _ = inputs(to_float(images, idx, device), train=False, strip_prior=strip_prior)
+            out.append(torch.softmax(model(x).float(), dim=1).cpu().numpy())
+    finally:
+        if deploy is not None:
+            model.deploy_mode = deploy
+    return np.concatenate(out) if out else np.zeros((0, NUM_CLASSES), np.float32)
+
+
+# --------------------------------------------------------------------------- predictions
+PREDICTIONS_VERSION = 1
+PROB_COLUMNS = tuple(f"prob_{i:02d}" for i in range(NUM_CLASSES))
+
+
+def predictions_frame(frames: pd.DataFrame, probs: np.ndarray) -> pd.DataFrame:
+    """The versioned predictions table (README, "Run contract")."""
+    df = pd.DataFrame({
+        "path": frames["path"].to_numpy(),
+        "video_id": frames["video_id"].to_numpy(),
+        "frame_number": frames["frame_number"].to_numpy(np.int64),
+        "label": frames["class_index"].to_numpy(np.int64),
+        "label_name": frames["class"].to_numpy(),
+    })
+    for i, col in enumerate(PROB_COLUMNS):
+        df[col] = probs[:, i].astype(np.float32)
+    return df
+
+
+def predictions_schema() -> dict:
+    return {"format": "pipi.predictions", "version": PREDICTIONS_VERSION,
+            "classes": list(CLASSES), "prob_columns": list(PROB_COLUMNS),
+            "columns": ["path", "video_id", "frame_number", "label", "label_name",
+                        *PROB_COLUMNS]}
+
+
+def split_metrics(df: pd.DataFrame, classes: list[int], prefix: str) -> dict[str, float]:
+    y = df["label"].to_numpy()
+    probs = df[list(PROB_COLUMNS)].to_numpy(np.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a class absent from a smoke-sized split is NaN
+        per_class = per_class_auc(y, probs, classes=classes)
+        out = {f"{prefix}/macro_auc": macro_auc(y, probs, classes=classes)}
+    for k, auc in zip(classes, per_class):
+        if np.isfinite(auc):
+            out[f"{prefix}/auc/{CLASSES[k]}"] = float(auc)
+    out[f"{prefix}/accuracy"] = float((probs.argmax(1) == y).mean())
+    return out
+
+
+# --------------------------------------------------------------------------- the run
+@dataclass(frozen=True)
+class TrainResult:
+    run_id: str
+    test_macro_auc: float
+    val_macro_auc: float
+    best_epoch: int
+    model_uri: str | None
+    registered: str | None
+
+
+def _checkpoint(model, optimizer, scheduler, epoch, best, history, gen, cfg) -> dict:
+    return {
+        "config": asdict(cfg), "epoch": epoch, "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+        "best": best, "history": history, "gen_state": gen.get_state(),
+        "torch_rng": torch.get_rng_state(),
+    }
+
+
+def run_frame_cell(cfg: TrainConfig, *, data: Path, resume_state: dict | None = None,
+                   tracker=None, device: str | None = None, progress: bool = True,
+                   cache_dir: Path | None = None) -> dict:
+    """Train and evaluate a per-frame cell. Returns predictions, metrics and the model.
+
+    ``tracker`` (``pipi.tracking`` functions or a test double with ``log_metrics``,
+    ``log_checkpoint``) receives per-epoch metrics and the resumable checkpoint.
+    """
+    from pipi.staging import pipi_home
+
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    frames, manifest = load_staged(data)
+    digest = manifest["data_digest"]
+    cache = build_cache(data, frames, size=cfg.image_size, digest=digest,
+                        cache_dir=cache_dir or pipi_home() / "cache", progress=progress)
+    split_idx = {s: np.flatnonzero(frames["split"].to_numpy() == s) for s in ("train", "val", "test")}
+    images = {s: cache[i] if len(i) else cache[:0] for s, i in split_idx.items()}
+    labels = {s: frames["class_index"].to_numpy(np.int64)[i] for s, i in split_idx.items()}
+    classes = evaluable_classes(frames)
+
+    gen = seed_everything(cfg.seed)
+    model = build_frame_model(cfg).to(dev)
+    inputs = FrameInputs(cfg)
+    weights = class_weights(labels["train"]).to(dev)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg.epochs)
+    best = {"auc": -math.inf, "epoch": -1, "state": None, "bad_epochs": 0}
+    history: list[dict] = []
+    start = 0
+    if resume_state is not None:
+        model.load_state_dict(resume_state["model"])
+        optimizer.load_state_dict(resume_state["optimizer"])
+        scheduler.load_state_dict(resume_state["scheduler"])
+        best, history = resume_state["best"], resume_state["history"]
+        gen.set_state(resume_state["gen_state"])
+        torch.set_rng_state(resume_state["torch_rng"])
+        start = resume_state["epoch"] + 1
+        log.info("resuming at epoch %d", start)
+
+    val_df = frames.iloc[split_idx["val"]]
+    for epoch in range(start, cfg.epochs):
+        if best["bad_epochs"] >= cfg.patience:
+            break
+        lr = optimizer.param_groups[0]["lr"]
+        loss = train_one_epoch(model, images["train"], labels["train"], inputs, optimizer,
+                               weights, cfg=cfg, gen=gen, device=dev, epoch=epoch,
+                               progress=progress)
+        scheduler.step()
+        vp = predictions_frame(val_df, predict_probs(model, images["val"], inputs, device=dev))
+        vauc = split_metrics(vp, classes, "val")["val/macro_auc"]
+        history.append({"epoch": epoch, "loss": loss, "val_macro_auc": vauc, "lr": lr})
+        log.info("epoch %d  loss %.4f  val macro-AUC %.4f  lr %.2e", epoch, loss, vauc, lr)
+        if vauc > best["auc"] or best["state"] is None:
+            best = {"auc": vauc, "epoch": epoch, "bad_epochs": 0,
+                    "state": copy.deepcopy(model.state_dict())}
+        else:
+            best["bad_epochs"] += 1
+        if tracker is not None:
+            tracker.log_metrics({"train/loss": loss, "val/macro_auc": vauc, "train/lr": lr},
+                                step=epoch)
+            tracker.log_checkpoint(_checkpoint(model, optimizer, scheduler, epoch, best,
+                                               history, gen, cfg))
+
+    model.load_state_dict(best["state"])
+    preds = {}
+    for s in ("val", "test"):
+        preds[s] = predictions_frame(frames.iloc[split_idx[s]],
+                                     predict_probs(model, images[s], inputs, device=dev))
+    metrics = {**split_metrics(preds["val"], classes, "val"),
+               **split_metrics(preds["test"], classes, "test"),
+               "best_epoch": best["epoch"]}
+    return {"model": model.cpu(), "predictions": preds, "metrics": metrics,
+            "classes": classes, "history": history, "manifest": manifest, "frames": frames}
+
+
+def write_predictions(preds: dict[str, pd.DataFrame], folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, df in preds.items():
+        df.to_parquet(folder / f"{split}.parquet", index=False)
+    (folder / "schema.json").write_text(json.dumps(predictions_schema(), indent=2))
+    return folder
+
+
+def read_predictions(folder: Path, split: str = "test") -> pd.DataFrame:
+    """Read one split of a predictions artifact folder, checking its schema version."""
+    schema = json.loads((Path(folder) / "schema.json").read_text())
+    if schema.get("format") != "pipi.predictions" or schema.get("version") != PREDICTIONS_VERSION:
+        raise PipiError(f"{folder}: unsupported predictions format {schema}")
+    return pd.read_parquet(Path(folder) / f"{split}.parquet")
+
+
+def tmpdir() -> Path:
+    return Path(tempfile.mkdtemp(prefix="pipi-run-"))
