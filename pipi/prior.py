@@ -1,0 +1,533 @@
+"""Analytic optical prior: hemoglobin probability map ``P_blood`` and radial fluence ``Phi``.
+
+Implements the paper's section "Analytic prior" (``sec:prior``) in pure torch, batched, on any
+device, with no I/O:
+
+* ``H = R / (R + G + B)`` per pixel (the published code's ``R / (G + B)`` behind
+  ``hb_index="code"``);
+* ``H_norm``: ``H`` clipped per image to its 1st and 99th percentiles (linear interpolation,
+  bit-identical to ``torch.quantile(..., interpolation="linear")``) and min-max rescaled to
+  ``[0, 1]`` with those two bounds;
+* ``P_blood = sigmoid(alpha * (H_norm - 0.5)) * Phi``;
+* ``Phi(r) = exp(-r / lambda_eff)``, ``r`` the Euclidean distance in pixels from the image centre,
+  ``lambda_eff = 0.25 x`` the image diagonal (the published code's ``log(G/B) * Phi`` second
+  channel behind ``second_channel="log_gb_phi"``).
+
+Conventions (not fixed by the paper, chosen here and tested):
+
+* Pixel ``(i, j)`` sits at ``(i, j)``; the centre is ``((H - 1) / 2, (W - 1) / 2)`` and the
+  diagonal is measured between the centres of opposite corner pixels,
+  ``sqrt((H - 1)**2 + (W - 1)**2)``. The corner pixels are then exactly ``2 * lambda_eff`` from
+  the centre, so ``Phi = 1`` at the centre (odd sizes) and ``Phi = e**-2 = 0.1353`` in the
+  corners. At 224 x 224 this gives ``lambda_eff = 78.8`` px (the paper's "about 79"; ``0.25 x
+  224 sqrt 2 = 79.2`` would measure the diagonal between outer pixel edges).
+* Division is made safe by clamping denominators to at least ``EPS = 1e-6``: ``R / max(S, EPS)``
+  (a black pixel has ``H = 0``), and ``log(max(G, EPS) / max(B, EPS))``. Every pixel whose
+  denominator is at least ``EPS`` gets the exact formula.
+* A flat ``H`` (99th minus 1st percentile at most ``EPS``, e.g. a constant or grey image, where
+  ``R / (R + G + B)`` differs from 1/3 only by rounding) has no contrast to rescale, and
+  rescaling would only amplify rounding noise; it gets the neutral ``H_norm = 0.5`` everywhere,
+  so ``P_blood = Phi / 2``.
+
+The module also computes the C1 summary features of a ``P_blood`` map (``c1_features``): the
+8 global scalars of the C1_8 cells and the 13-dimensional C1_13 form with 5 connected-component
+topology features.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from scipy import ndimage
+
+from pipi.errors import ConfigError
+
+__all__ = [
+    "C1_8_NAMES",
+    "C1_13_NAMES",
+    "EPS",
+    "PriorConfig",
+    "c1_features",
+    "exact_quantile",
+    "fluence_map",
+    "prior_channels",
+]
+
+#: Lower bound on every denominator (and on both arguments of ``log(G / B)``); also the largest
+#: percentile span of ``H`` treated as flat.
+EPS = 1e-6
+
+#: Names of the 8 C1 summary scalars, in ``c1_features`` column order.
+C1_8_NAMES: tuple[str, ...] = (
+    "mean",
+    "max",
+    "top1pct_mean",
+    "top5pct_mean",
+    "center_max",
+    "center_top1pct_mean",
+    "frac_gt_0.5",
+    "frac_gt_0.7",
+)
+
+#: Names of the 13 C1 features (the 8 scalars, then 5 blob-topology features of P_blood > 0.5).
+C1_13_NAMES: tuple[str, ...] = C1_8_NAMES + (
+    "blob_count",
+    "largest_blob_area_frac",
+    "largest_blob_center_dist",
+    "largest_blob_log_aspect",
+    "blob_size_entropy",
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Configuration
+# --------------------------------------------------------------------------------------------
+
+
+def _hb_paper(x: torch.Tensor) -> torch.Tensor:
+    """``R / (R + G + B)`` of ``(B, 3, H, W)``, denominator clamped to ``EPS``."""
+    return x[:, 0] / x.sum(1).clamp_min_(EPS)
+
+
+def _hb_code(x: torch.Tensor) -> torch.Tensor:
+    """``R / (G + B)`` (published code), denominator clamped to ``EPS``."""
+    return x[:, 0] / x[:, 1:].sum(1).clamp_min_(EPS)
+
+
+#: Hemoglobin index variants: name -> f(x) for ``x`` ``(B, 3, H, W)``, returning ``(B, H, W)``.
+HB_INDICES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "paper": _hb_paper,
+    "code": _hb_code,
+}
+
+#: Second-channel variants: ``Phi`` (paper) or ``log(G / B) * Phi`` (published code).
+SECOND_CHANNELS: tuple[str, ...] = ("phi", "log_gb_phi")
+
+
+@dataclass(frozen=True)
+class PriorConfig:
+    """Options of the analytic prior; ``prior_channels(x, **asdict(cfg))`` applies them.
+
+    Parameters
+    ----------
+    alpha : float
+        Steepness of the logistic; the published code's default (the paper calibrates it on a
+        validation subset).
+    lambda_eff : float or None
+        Attenuation length of ``Phi`` in pixels; ``None`` means ``0.25 x`` the image diagonal.
+    clip : tuple of float
+        Per-image percentile bounds of ``H`` as fractions (paper: 1 % and 99 %).
+    hb_index : {"paper", "code"}
+        ``R / (R + G + B)`` (paper) or ``R / (G + B)`` (published code).
+    second_channel : {"phi", "log_gb_phi"}
+        ``Phi`` (paper) or ``log(G / B) * Phi`` (published code).
+    """
+
+    alpha: float = 4.0  # published code's default steepness
+    lambda_eff: float | None = None  # None: 0.25 x diagonal (paper)
+    clip: tuple[float, float] = (0.01, 0.99)  # paper: suppress specular outliers
+    hb_index: str = "paper"  # paper formula; "code" = published R/(G+B)
+    second_channel: str = "phi"  # paper channel; "log_gb_phi" = published code
+
+    def __post_init__(self) -> None:
+        alpha = self.alpha
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
+            raise ConfigError(f"alpha must be a real number > 0, got {alpha!r}")
+        if not (math.isfinite(alpha) and alpha > 0):
+            raise ConfigError(f"alpha must be finite and > 0, got {alpha!r}")
+        lam = self.lambda_eff
+        if lam is not None:
+            if isinstance(lam, bool) or not isinstance(lam, (int, float)):
+                raise ConfigError(f"lambda_eff must be None or a number > 0, got {lam!r}")
+            if not (math.isfinite(lam) and lam > 0):
+                raise ConfigError(
+                    f"lambda_eff must be finite and > 0 (pixels), got {lam!r}; "
+                    "pass None for 0.25 x the image diagonal"
+                )
+        clip = self.clip
+        try:
+            lo, hi = (float(c) for c in clip)
+        except (TypeError, ValueError):
+            raise ConfigError(
+                f"clip must be a pair of fractions (lo, hi), e.g. (0.01, 0.99); got {clip!r}"
+            ) from None
+        if not (0.0 <= lo < hi <= 1.0):
+            raise ConfigError(
+                f"clip must satisfy 0 <= lo < hi <= 1 (fractions, not percents); got {clip!r}"
+            )
+        object.__setattr__(self, "clip", (lo, hi))
+        if self.hb_index not in HB_INDICES:
+            raise ConfigError(
+                f"Unknown hb_index {self.hb_index!r}. Available: {sorted(HB_INDICES)}"
+            )
+        if self.second_channel not in SECOND_CHANNELS:
+            raise ConfigError(
+                f"Unknown second_channel {self.second_channel!r}. "
+                f"Available: {list(SECOND_CHANNELS)}"
+            )
+
+
+# --------------------------------------------------------------------------------------------
+# Exact selection-based quantile
+# --------------------------------------------------------------------------------------------
+
+
+def _ranks(q: float, n: int, dtype: torch.dtype) -> tuple[int, int, torch.Tensor]:
+    """Indices below/above and weight of quantile ``q`` of ``n`` values, as torch computes them."""
+    # torch.quantile evaluates ``q * (n - 1)`` in the input dtype; do the same so that the
+    # interpolation weight (and hence the result) is bit-identical.
+    rank = torch.tensor(q, dtype=dtype) * (n - 1)
+    below = int(torch.floor(rank).item())
+    above = int(torch.ceil(rank).item())
+    weight = rank - below
+    return below, above, weight
+
+
+def exact_quantile(values: torch.Tensor, q: float) -> torch.Tensor:
+    """Row-wise linear-interpolation quantile by selection instead of a full sort.
+
+    Equal (bit for bit on float32/float64) to
+    ``torch.quantile(values, q, dim=-1, interpolation="linear")`` for finite input, but reads only
+    the two neighbouring order statistics, found with ``torch.topk`` from whichever end of the
+    distribution is nearer; falls back to a sort when ``q`` is near the median.
+
+    Parameters
+    ----------
+    values : Tensor
+        ``(B, N)`` floating-point, finite.
+    q : float
+        Quantile in ``[0, 1]``.
+
+    Returns
+    -------
+    Tensor
+        ``(B,)``, dtype and device of ``values``.
+    """
+    if values.ndim != 2 or values.shape[1] < 1:
+        raise ValueError(f"values must have shape (B, N) with N >= 1, got {tuple(values.shape)}")
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"q must be in [0, 1], got {q!r}")
+    n = values.shape[1]
+    below, above, weight = _ranks(q, n, values.dtype)
+    k_low = above + 1  # smallest k values contain order statistics `below` and `above`
+    k_high = n - below  # largest k values contain them too
+    if min(k_low, k_high) > max(64, n // 8):
+        # Near the median selection loses to sorting.
+        srt = torch.sort(values, dim=-1).values
+        v_below, v_above = srt[:, below], srt[:, above]
+    elif k_low <= k_high:
+        sel = torch.topk(values, k_low, dim=-1, largest=False, sorted=True).values
+        v_below, v_above = sel[:, below], sel[:, above]
+    else:
+        sel = torch.topk(values, k_high, dim=-1, largest=True, sorted=True).values
+        v_below, v_above = sel[:, n - 1 - below], sel[:, n - 1 - above]
+    return torch.lerp(v_below, v_above, weight.to(values.device))
+
+
+# --------------------------------------------------------------------------------------------
+# Prior channels
+# --------------------------------------------------------------------------------------------
+
+
+def _default_lambda(h: int, w: int) -> float:
+    """0.25 x the diagonal between the centres of opposite corner pixels."""
+    return 0.25 * math.hypot(h - 1, w - 1)
+
+
+@functools.lru_cache(maxsize=32)
+def _fluence_cached(
+    h: int, w: int, lam: float | None, device: torch.device, dtype: torch.dtype
+) -> torch.Tensor:
+    """``Phi`` as an ``(H, W)`` tensor, computed in float64 then cast; cached, do not modify."""
+    if lam is None:
+        lam = _default_lambda(h, w)
+    ys = torch.arange(h, dtype=torch.float64) - (h - 1) / 2.0
+    xs = torch.arange(w, dtype=torch.float64) - (w - 1) / 2.0
+    r = torch.sqrt(ys[:, None] ** 2 + xs[None, :] ** 2)  # (H, W)
+    if lam == 0.0:  # only a 1 x 1 image: r = 0 everywhere, Phi = 1
+        phi = torch.ones_like(r)
+    else:
+        phi = torch.exp(-r / lam)
+    return phi.to(device=device, dtype=dtype)
+
+
+def fluence_map(
+    height: int,
+    width: int,
+    *,
+    lambda_eff: float | None = None,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """Radial fluence ``Phi(r) = exp(-r / lambda_eff)`` as a fresh ``(height, width)`` tensor.
+
+    Parameters
+    ----------
+    height, width : int
+        Image size in pixels (>= 1).
+    lambda_eff : float or None
+        Attenuation length in pixels; ``None`` gives ``0.25 x sqrt((H-1)**2 + (W-1)**2)`` so that
+        the corner pixels get exactly ``e**-2``. A 1 x 1 image gets ``Phi = 1``.
+    device, dtype
+        Where and how the map is returned.
+
+    Returns
+    -------
+    Tensor
+        ``(height, width)``.
+    """
+    if height < 1 or width < 1:
+        raise ValueError(f"height and width must be >= 1, got {height} x {width}")
+    PriorConfig(lambda_eff=lambda_eff)  # validates lambda_eff
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+    lam = None if lambda_eff is None else float(lambda_eff)
+    return _fluence_cached(int(height), int(width), lam, dev, dtype).clone()
+
+
+def _check_rgb(rgb01: torch.Tensor) -> None:
+    """Reject anything but finite float ``(B, 3, H, W)`` in ``[0, 1]``."""
+    if not isinstance(rgb01, torch.Tensor):
+        raise TypeError(f"rgb01 must be a torch.Tensor, got {type(rgb01).__name__}")
+    if not rgb01.is_floating_point():
+        raise ValueError(
+            f"rgb01 must be a floating-point tensor scaled to [0, 1], got dtype {rgb01.dtype}; "
+            "convert uint8 images with x.float() / 255"
+        )
+    if rgb01.ndim != 4 or rgb01.shape[1] != 3:
+        raise ValueError(
+            f"rgb01 must have shape (B, 3, H, W) or (3, H, W), got {tuple(rgb01.shape)}"
+        )
+    if rgb01.numel() == 0:
+        raise ValueError(f"rgb01 is empty, shape {tuple(rgb01.shape)}")
+    lo, hi = torch.aminmax(rgb01)
+    lo, hi = float(lo), float(hi)
+    if not (lo >= 0.0 and hi <= 1.0):  # also false for NaN
+        raise ValueError(
+            f"rgb01 values must be finite and in [0, 1], got min {lo} and max {hi}; "
+            "scale images to [0, 1] before normalising for the backbone"
+        )
+
+
+def prior_channels(
+    rgb01: torch.Tensor,
+    *,
+    alpha: float = 4.0,
+    lambda_eff: float | None = None,
+    clip: tuple[float, float] = (0.01, 0.99),
+    hb_index: str = "paper",
+    second_channel: str = "phi",
+) -> torch.Tensor:
+    """The two analytic prior channels ``(P_blood, Phi)`` of a batch of RGB frames.
+
+    Parameters
+    ----------
+    rgb01 : Tensor
+        ``(B, 3, H, W)`` or ``(3, H, W)``, floating point, values in ``[0, 1]``, any device.
+    alpha : float
+        Steepness of the logistic in ``P_blood``.
+    lambda_eff : float or None
+        Attenuation length of ``Phi`` in pixels; ``None``: 0.25 x the image diagonal.
+    clip : tuple of float
+        Per-image percentile bounds (fractions) of the hemoglobin index.
+    hb_index : {"paper", "code"}
+        ``R / (R + G + B)`` or the published code's ``R / (G + B)``.
+    second_channel : {"phi", "log_gb_phi"}
+        Channel 1: ``Phi`` or the published code's ``log(G / B) * Phi``.
+
+    Returns
+    -------
+    Tensor
+        ``(B, 2, H, W)`` (``(2, H, W)`` for a single image), dtype and device of ``rgb01``.
+        Channel 0 is ``P_blood = sigmoid(alpha * (H_norm - 0.5)) * Phi`` in ``[0, 1]``; channel 1
+        is ``Phi`` (or ``log(G/B) * Phi``).
+
+    Raises
+    ------
+    ConfigError
+        An option is invalid.
+    ValueError
+        ``rgb01`` has the wrong shape, is not floating point, or has values outside ``[0, 1]``.
+
+    Examples
+    --------
+    >>> x = torch.rand(2, 3, 224, 224, generator=torch.Generator().manual_seed(0))
+    >>> p = prior_channels(x)
+    >>> tuple(p.shape)
+    (2, 2, 224, 224)
+    >>> round(float(p[0, 1, 0, 0]), 4)  # Phi in a corner: e**-2
+    0.1353
+    """
+    cfg = PriorConfig(
+        alpha=alpha,
+        lambda_eff=lambda_eff,
+        clip=clip,
+        hb_index=hb_index,
+        second_channel=second_channel,
+    )
+    single = isinstance(rgb01, torch.Tensor) and rgb01.ndim == 3
+    x = rgb01.unsqueeze(0) if single else rgb01
+    _check_rgb(x)
+    out_dtype = x.dtype
+    if x.dtype in (torch.float16, torch.bfloat16):  # selection and exp are done in float32
+        x = x.float()
+    bsz, _, h, w = x.shape
+    n = h * w
+    hb = HB_INDICES[cfg.hb_index](x)  # (B, H, W), fresh tensor
+
+    flat = hb.reshape(bsz, n)  # a copy only for non-contiguous (e.g. channels_last) input
+    q_lo, q_hi = cfg.clip
+    lo = exact_quantile(flat, q_lo)  # (B,)
+    hi = exact_quantile(flat, q_hi)  # (B,)
+    span = hi - lo
+    is_flat = span <= EPS  # no contrast: rescaling would amplify rounding noise
+    scale = cfg.alpha / torch.where(is_flat, torch.ones_like(span), span)  # (B,)
+    lo3 = lo.view(bsz, 1, 1)
+    # P_blood = sigmoid(alpha * ((clamp(H, lo, hi) - lo) / span - 0.5)) * Phi, in place on `hb`.
+    hb.clamp_(min=lo3, max=hi.view(bsz, 1, 1))
+    hb.sub_(lo3).mul_(scale.view(bsz, 1, 1)).sub_(0.5 * cfg.alpha)
+    if bool(is_flat.any()):
+        # Flat H: neutral H_norm = 0.5, i.e. a logistic argument of 0.
+        hb.masked_fill_(is_flat.view(bsz, 1, 1), 0.0)
+    phi = _fluence_cached(h, w, cfg.lambda_eff, x.device, x.dtype)  # (H, W), shared
+    hb.sigmoid_().mul_(phi)
+
+    out = torch.empty((bsz, 2, h, w), dtype=out_dtype, device=x.device)
+    out[:, 0] = hb
+    if cfg.second_channel == "phi":
+        out[:, 1] = phi
+    else:
+        green, blue = x[:, 1], x[:, 2]
+        out[:, 1] = torch.log(green.clamp_min(EPS) / blue.clamp_min(EPS)).mul_(phi)
+    return out[0] if single else out
+
+
+# --------------------------------------------------------------------------------------------
+# C1 summary features
+# --------------------------------------------------------------------------------------------
+
+
+def _top_count(n: int, percent: int) -> int:
+    """``max(1, ceil(n * percent / 100))`` in exact integer arithmetic."""
+    return max(1, -(-n * percent // 100))
+
+
+def _center_crop(h: int, w: int) -> tuple[slice, slice]:
+    """Centred crop of half the height and width: ``max(1, H // 2)`` rows from ``(H - hc) // 2``."""
+    hc, wc = max(1, h // 2), max(1, w // 2)
+    top, left = (h - hc) // 2, (w - wc) // 2
+    return slice(top, top + hc), slice(left, left + wc)
+
+
+def _topology(mask: np.ndarray) -> tuple[float, float, float, float, float]:
+    """The 5 blob features of one boolean ``(H, W)`` mask (see ``c1_features``)."""
+    h, w = mask.shape
+    labels, count = ndimage.label(mask, structure=np.ones((3, 3), dtype=bool))
+    if count == 0:
+        return 0.0, 0.0, 0.0, 0.0, 0.0
+    areas = np.bincount(labels.ravel(), minlength=count + 1)[1:].astype(np.float64)
+    big = int(np.argmax(areas)) + 1  # first (raster-order) label among equal largest areas
+    ys, xs = np.nonzero(labels == big)
+    area_frac = areas[big - 1] / (h * w)
+    half_diag = 0.5 * math.hypot(h - 1, w - 1)
+    dist = math.hypot(ys.mean() - (h - 1) / 2.0, xs.mean() - (w - 1) / 2.0)
+    dist = dist / half_diag if half_diag > 0 else 0.0
+    bw = xs.max() - xs.min() + 1
+    bh = ys.max() - ys.min() + 1
+    log_aspect = math.log((bw + 1) / (bh + 1))
+    if count > 1:
+        p = areas / areas.sum()
+        entropy = float(-(p * np.log(p)).sum())
+    else:
+        entropy = 0.0
+    return float(count), float(area_frac), float(dist), float(log_aspect), entropy
+
+
+def c1_features(p_blood: torch.Tensor, *, form: int = 8) -> torch.Tensor:
+    """Global summary features of ``P_blood`` maps (the C1_8 and C1_13 parameterisations).
+
+    The 8 scalars (``C1_8_NAMES``), per map of ``n = H * W`` pixels:
+
+    0. mean; 1. max;
+    2. mean of the top 1 % of pixels; 3. mean of the top 5 %: "top p %" is the
+       ``k = max(1, ceil(p * n / 100))`` largest values (ties are values, so the choice among
+       equal pixels does not matter);
+    4. max and 5. top-1 % mean over the central region, the centred crop of
+       ``hc = max(1, H // 2)`` rows starting at row ``(H - hc) // 2`` and likewise for columns
+       (rows/cols 56:168 at 224 x 224), ``k`` counted on the crop's pixels;
+    6. fraction of pixels ``> 0.5``; 7. fraction ``> 0.7`` (strict).
+
+    ``form=13`` appends 5 topology features (``C1_13_NAMES``) of the connected components of
+    the mask ``P_blood > 0.5`` under 8-connectivity (diagonal neighbours connect):
+
+    8. blob count;
+    9. largest blob's area / ``n``;
+    10. distance of the largest blob's centroid (mean pixel coordinate) from the image centre
+        ``((H-1)/2, (W-1)/2)``, divided by the half-diagonal ``sqrt((H-1)**2 + (W-1)**2) / 2``
+        (0 for a 1 x 1 map);
+    11. ``log((w + 1) / (h + 1))`` of the largest blob's bounding box, ``w`` and ``h`` its width
+        and height in pixels (``max - min + 1``);
+    12. Shannon entropy (natural log) of the blob areas divided by their sum; 0 with <= 1 blob.
+
+    With no blob all five are 0. Among blobs of equal largest area the one whose first pixel
+    comes first in raster order is taken. Connected components are labelled on the CPU with
+    ``scipy.ndimage.label``; everything else stays on the input's device.
+
+    Parameters
+    ----------
+    p_blood : Tensor
+        ``(B, H, W)`` or ``(B, 1, H, W)``, floating point, values in ``[0, 1]``.
+    form : {8, 13}
+        Number of features.
+
+    Returns
+    -------
+    Tensor
+        ``(B, form)``, dtype and device of ``p_blood``, columns as ``C1_8_NAMES`` /
+        ``C1_13_NAMES``.
+    """
+    if isinstance(form, bool) or form not in (8, 13):
+        raise ConfigError(f"form must be 8 or 13, got {form!r}")
+    if not isinstance(p_blood, torch.Tensor):
+        raise TypeError(f"p_blood must be a torch.Tensor, got {type(p_blood).__name__}")
+    if not p_blood.is_floating_point():
+        raise ValueError(f"p_blood must be floating point, got dtype {p_blood.dtype}")
+    if p_blood.ndim == 4 and p_blood.shape[1] == 1:
+        p_blood = p_blood[:, 0]
+    if p_blood.ndim != 3 or p_blood.numel() == 0:
+        raise ValueError(
+            f"p_blood must have shape (B, H, W) or (B, 1, H, W), non-empty; "
+            f"got {tuple(p_blood.shape)}"
+        )
+    lo, hi = (float(v) for v in torch.aminmax(p_blood))
+    if not (lo >= 0.0 and hi <= 1.0):
+        raise ValueError(f"p_blood values must be finite and in [0, 1], got min {lo} max {hi}")
+
+    bsz, h, w = p_blood.shape
+    n = h * w
+    flat = p_blood.reshape(bsz, n)
+    rows, cols = _center_crop(h, w)
+    center = p_blood[:, rows, cols].reshape(bsz, -1)
+    top5 = torch.topk(flat, _top_count(n, 5), dim=-1).values  # sorted, descending
+    k1 = _top_count(n, 1)  # <= the top-5 count, so a prefix of it
+    feats = [
+        flat.mean(-1),
+        top5[:, 0],
+        top5[:, :k1].mean(-1),
+        top5.mean(-1),
+        center.amax(-1),
+        torch.topk(center, _top_count(center.shape[1], 1), dim=-1).values.mean(-1),
+        (flat > 0.5).sum(-1).to(flat.dtype) / n,
+        (flat > 0.7).sum(-1).to(flat.dtype) / n,
+    ]
+    out = torch.stack(feats, dim=1)  # (B, 8)
+    if form == 13:
+        masks = (flat > 0.5).view(bsz, h, w).cpu().numpy()
+        topo = np.array([_topology(m) for m in masks], dtype=np.float64)  # (B, 5)
+        topo_t = torch.as_tensor(topo, device=out.device).to(out.dtype)
+        out = torch.cat([out, topo_t], dim=1)
+    return out
