@@ -1,0 +1,99 @@
+"""Statistics for comparing arms: DeLong, bootstrap, permutation, paired tests, corrections,
+calibration and operating points.
+
+numpy/scipy only, no I/O. Data first, options keyword-only, ``rng`` explicit; tests and
+intervals return frozen results with ``statistic``, ``pvalue`` and ``confidence_interval``
+(a :class:`ConfidenceInterval`). Sign convention everywhere: delta = new - reference and
+z > 0 when the new arm is better. Degenerate input gives NaN and a
+:class:`DegenerateDataWarning`.
+"""
+
+from pipi.stats._results import (
+    AUCConfidenceResult,
+    BootstrapResult,
+    CalibrationResult,
+    ConfidenceInterval,
+    DegenerateDataWarning,
+    DeLongMacroResult,
+    DeLongResult,
+    DeltaBootstrapResult,
+    McNemarResult,
+    OperatingPoint,
+    OperatingPointsResult,
+    SignFlipResult,
+    StoufferResult,
+    WilcoxonResult,
+)
+from pipi.stats.auc import macro_auc, per_class_auc
+from pipi.stats.bootstrap import (
+    METHODS,
+    UNITS,
+    bca_constants,
+    bootstrap_ci,
+    macro_auc_delta_bootstrap,
+)
+from pipi.stats.calibration import brier_score, expected_calibration_error
+from pipi.stats.combine import stouffer_combine
+from pipi.stats.delong import delong_ci, delong_macro_test, delong_test
+from pipi.stats.multiple import (
+    ADJUST_METHODS,
+    AdjustedFamily,
+    Family,
+    adjust_families,
+    adjust_pvalues,
+    significance_marker,
+)
+from pipi.stats.operating import (
+    average_precision,
+    fpr_at_sensitivity,
+    operating_points,
+    roc_points,
+    sensitivity_at_fpr,
+)
+from pipi.stats.permutation import sign_flip_test
+from pipi.stats.tests_paired import MCNEMAR_EXACT_BELOW, mcnemar_test, paired_wilcoxon
+
+__all__ = [
+    "ADJUST_METHODS",
+    "MCNEMAR_EXACT_BELOW",
+    "METHODS",
+    "UNITS",
+    "AUCConfidenceResult",
+    "AdjustedFamily",
+    "BootstrapResult",
+    "CalibrationResult",
+    "ConfidenceInterval",
+    "DeLongMacroResult",
+    "DeLongResult",
+    "DegenerateDataWarning",
+    "DeltaBootstrapResult",
+    "Family",
+    "McNemarResult",
+    "OperatingPoint",
+    "OperatingPointsResult",
+    "SignFlipResult",
+    "StoufferResult",
+    "WilcoxonResult",
+    "adjust_families",
+    "adjust_pvalues",
+    "average_precision",
+    "bca_constants",
+    "bootstrap_ci",
+    "brier_score",
+    "delong_ci",
+    "delong_macro_test",
+    "delong_test",
+    "expected_calibration_error",
+    "fpr_at_sensitivity",
+    "macro_auc",
+    "macro_auc_delta_bootstrap",
+    "mcnemar_test",
+    "operating_points",
+    "paired_wilcoxon",
+    "per_class_auc",
+    "roc_points",
+    "sensitivity_at_fpr",
+    "sign_flip_test",
+    "significance_marker",
+    "stouffer_combine",
+]
