@@ -19,17 +19,17 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
-	MLFLOW_DISABLE_TELEMETRY=true $(BIN)/mlflow run . -e train --env-manager local \
+	PATH=$(CURDIR)/$(BIN):$$PATH MLFLOW_DISABLE_TELEMETRY=true mlflow run . -e train --env-manager local \
 		-P cell=pi -P profile=demo
 
 system-deps:
 	bash scripts/system-deps.sh
 
 test: $(STAMP) system-deps
-	MLFLOW_DISABLE_TELEMETRY=true $(BIN)/python -m pytest $(PYTEST_ARGS)
+	PATH=$(CURDIR)/$(BIN):$$PATH MLFLOW_DISABLE_TELEMETRY=true $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
-	MLFLOW_DISABLE_TELEMETRY=true $(BIN)/python -m pytest -m 'not slow' $(PYTEST_ARGS)
+	PATH=$(CURDIR)/$(BIN):$$PATH MLFLOW_DISABLE_TELEMETRY=true $(BIN)/python -m pytest -m 'not slow' $(PYTEST_ARGS)
 
 ui: $(STAMP)
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --port 5000
