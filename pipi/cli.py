@@ -150,7 +150,7 @@ def stage_entry(source, metadata, out, split_manifest, seed, link):
 @click.option("--weights", default="imagenet", show_default=True,
               help="imagenet, none, or a state_dict file.")
 @click.option("--epochs", type=int, default=0, help="Override the profile's epochs (0: keep).")
-@click.option("--image-size", type=int, default=0, help="Override the image size (0: keep).")
+@click.option("--image-size", "--image_size", type=int, default=0, help="Override the image size (0: keep).")
 @click.option("--alpha", type=float, default=4.0, show_default=True, help="Prior steepness.")
 @click.option("--lambda-eff", type=float, default=0.0,
               help="Prior attenuation length in px (0: 0.25 x diagonal).")
@@ -200,20 +200,69 @@ def _pending(name: str, issue: str, *options):
 
 
 _run_ids = click.option("--run-ids", default="", help="Comma-separated MLflow run ids.")
-ablate = _pending(
-    "ablate", "issue: sequence-aware cells and ablate",
-    click.option("--study", default="eight_cell"), click.option("--seeds", default="41,42"),
-    click.option("--backbones", default="efficientnet_b0"), click.option("--cells", default=""),
-    click.option("--profile", default="demo"), click.option("--executor", default="local"),
-    click.option("--data", default="synthetic"))
+@click.command("ablate", cls=_Command)
+@click.option("--study", default="eight_cell", show_default=True,
+              help="eight_cell, per_frame, cross_backbone, channel_train or channel_infer.")
+@click.option("--seeds", default="41,42", show_default=True, help="Comma-separated seeds.")
+@click.option("--backbones", default="efficientnet_b0", show_default=True,
+              help="Comma-separated backbones (cross_backbone: all three unless changed).")
+@click.option("--cells", default="", help="Comma-separated cells (default: the study's).")
+@click.option("--profile", type=click.Choice(["paper", "demo", "smoke"]), default="demo",
+              show_default=True)
+@click.option("--executor", type=click.Choice(["local", "slurm"]), default="local",
+              show_default=True, help="slurm: one job-array task per child (PIPI_SLURM_*).")
+@click.option("--data", default="synthetic", show_default=True,
+              help="A staged folder, or 'synthetic' (the demo release, staged if needed).")
+def ablate(study, seeds, backbones, cells, profile, executor, data):
+    """Sweep cells x seeds x backbones as nested runs; idempotent (README, "ablate").
+
+    Backbone weights come from PIPI_WEIGHTS (imagenet, none or a state_dict file;
+    default imagenet).
+    """
+    import os
+
+    from pipi import runner, tracking
+    from pipi.ablate import run_ablation
+
+    _setup_logging()
+    tracking.configure()
+    weights = runner.check_weights(os.environ.get("PIPI_WEIGHTS", "imagenet"))
+    result = run_ablation(study=study, seeds=seeds, backbones=backbones, cells=cells,
+                          profile=profile, executor=executor, data=data, weights=weights)
+    click.echo(result.table)
+    click.echo(tracking.ui_hint(result.parent_run_id))
+    if result.failed:
+        click.echo(f"error: {len(result.failed)} child run(s) failed twice (see the table)",
+                   err=True)
+        sys.exit(1)
+
+
 transplant = _pending("transplant", "transplant issue", _run_ids)
 galar = _pending("galar", "cross-vendor issue", click.option("--data", default="synthetic"),
                  _run_ids)
 calibrate = _pending("calibrate", "Optuna calibration issue", click.option("--n-trials", default=20),
                      click.option("--storage", default=""))
 robustness = _pending("robustness", "robustness issue", _run_ids)
-aggregate = _pending("aggregate", "issue: aggregate", click.option("--experiment", default="pipi"),
-                     click.option("--filter", "filter_", default=""), click.option("--out", default=""))
+
+
+@click.command("aggregate", cls=_Command)
+@click.option("--experiment", default="pipi", show_default=True,
+              help="MLflow experiment whose runs are aggregated (the aggregate run goes there).")
+@click.option("--filter", "filter_", default="",
+              help="MLflow search filter, e.g. \"tags.`pipi.backbone` = 'resnet18'\".")
+@click.option("--out", default="", help="Also write a local copy of everything logged here.")
+def aggregate(experiment, filter_, out):
+    """Paper tables, cross-seed statistics, figures and a dashboard from per-frame predictions."""
+    from pipi import aggregate as agg
+    from pipi import tracking
+
+    _setup_logging()
+    tracking.configure()
+    res = agg.run_aggregate(experiment=experiment, filter_string=filter_,
+                            out=Path(out) if out else None)
+    click.echo(res.summary)
+
+
 promote = _pending("promote", "promotion issue", click.option("--model", default=""),
                    click.option("--version", default=""), click.option("--alias", default="champion"))
 

@@ -83,7 +83,7 @@ def train(cfg: TrainConfig, *, data: str | None = None, resume: str | None = Non
                                tags=tags) as run:
             run_id = run.info.run_id
             if not resume:
-                tracking.log_params({**run_params(cfg), "data": str(root)})
+                tracking.log_params({**run_params(cfg), "data_dir": str(root)})
                 tracking.log_dict(asdict(cfg), "config.json")
                 import pandas as pd
 
@@ -93,6 +93,8 @@ def train(cfg: TrainConfig, *, data: str | None = None, resume: str | None = Non
             out = run_frame_cell(cfg, data=root, resume_state=resume_state,
                                  tracker=tracking.RunTracker(work / "ckpt"), progress=progress)
             m = {k: v for k, v in out["metrics"].items() if isinstance(v, float) and math.isfinite(v)}
+            # val/macro_auc is the per-epoch series; the selected checkpoint's value gets its own name
+            m["val/best_macro_auc"] = m.pop("val/macro_auc", float("nan"))
             tracking.log_metrics(m)
             tracking.set_tags({"pipi.evaluable_classes": json.dumps([CLASSES[k] for k in out["classes"]]),
                                "pipi.best_epoch": out["metrics"]["best_epoch"]})

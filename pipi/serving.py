@@ -1,7 +1,7 @@
 """The registered model: an MLflow pyfunc that takes plain RGB images.
 
-Input: a uint8 ``H x W x 3`` array, a batch ``B x H x W x 3``, or a list of arrays of any
-sizes. Each image is resized to the training size exactly as the training cache was (PIL
+Input: a batch ``B x H x W x 3`` of uint8 RGB images (one image: ``img[None]``), or an object
+array of ``H x W x 3`` images of different sizes (a ragged batch). Each image is resized to the training size exactly as the training cache was (PIL
 bilinear), 5-channel models compute the analytic prior inside, ``distill`` runs in deploy
 mode (no auxiliary decoder). Output: a DataFrame with one probability column per class and
 ``predicted_class``. The ``strip_prior`` parameter feeds zeros for the prior channels of a
@@ -28,6 +28,8 @@ def _as_images(model_input) -> list[np.ndarray]:
     if isinstance(model_input, dict):
         model_input = next(iter(model_input.values()))
     if isinstance(model_input, np.ndarray):
+        if model_input.dtype == object and model_input.ndim == 1:  # ragged batch
+            return [np.asarray(x) for x in model_input]
         if model_input.ndim == 3:
             return [model_input]
         if model_input.ndim == 4:

@@ -139,7 +139,8 @@ def pipi_run(
     """Start (or resume, or attach to ``mlflow run``'s) run; mark it FAILED with a reason on error."""
     if not nested and run_id is None:
         _set_experiment(experiment)
-    all_tags = {TAG_ENTRY_POINT: entry_point, TAG_CODE_VERSION: code_version(), **(tags or {})}
+    all_tags = {TAG_ENTRY_POINT: entry_point, TAG_CODE_VERSION: code_version(),
+                **{k: str(v) for k, v in (tags or {}).items()}}  # REST needs strings
     run = mlflow.start_run(run_id=run_id, run_name=run_name, nested=nested, tags=all_tags)
     try:
         yield run
@@ -244,7 +245,15 @@ def log_pyfunc_model(*, python_model, artifacts: dict[str, str], input_example,
     import numpy as np
     from mlflow.models import infer_signature
 
-    signature = infer_signature(input_example, signature_output, params={"strip_prior": False})
+    from mlflow.models import ModelSignature
+    from mlflow.types import Schema, TensorSpec
+
+    inferred = infer_signature(input_example, signature_output, params={"strip_prior": False})
+    # any image size: B x H x W x 3 uint8 (ragged batches as an object array of H x W x 3)
+    signature = ModelSignature(
+        inputs=Schema([TensorSpec(np.dtype(np.uint8), (-1, -1, -1, 3))]),
+        outputs=inferred.outputs, params=inferred.params,
+    )
     reqs = [
         f"torch=={_version('torch')}", f"torchvision=={_version('torchvision')}",
         f"mlflow=={_version('mlflow')}", f"numpy=={np.__version__}", f"pandas=={_version('pandas')}",
@@ -282,3 +291,206 @@ def registered_version_of(model_info, name: str) -> str | None:
     versions = c.search_model_versions(f"name='{name}'", order_by=["version_number DESC"],
                                        max_results=1)
     return str(versions[0].version) if versions else None
+
+
+# --------------------------------------------------------------------------- run lookup (sweeps)
+TAG_STUDY = "pipi.study"
+TAG_VARIANT = "pipi.variant"
+TAG_C3_RUN = "pipi.c3_run_id"
+
+
+def _quote(value: Any) -> str:
+    return "'" + str(value).replace("'", "\\'") + "'"
+
+
+def find_finished_runs(tags: Mapping[str, Any], *, experiment_ids: list[str] | None = None,
+                       max_results: int = 1000) -> list:
+    """FINISHED runs (newest first) whose tags equal ``tags``; all experiments by default."""
+    clauses = [f"tags.`{k}` = {_quote(v)}" for k, v in tags.items()]
+    clauses.append("attributes.status = 'FINISHED'")
+    kw = {"experiment_ids": experiment_ids} if experiment_ids else {"search_all_experiments": True}
+    return mlflow.search_runs(filter_string=" and ".join(clauses), order_by=["start_time DESC"],
+                              max_results=max_results, output_format="list", **kw)
+
+
+def find_finished_run(config_hash_value: str, **tags: Any):
+    """The newest FINISHED run with this ``pipi.config_hash`` (and extra tags), or None."""
+    runs = find_finished_runs({TAG_CONFIG_HASH: config_hash_value, **tags}, max_results=1)
+    return runs[0] if runs else None
+
+
+def child_runs(parent_run_id: str) -> list:
+    """Every run whose ``mlflow.parentRunId`` is ``parent_run_id`` (oldest first)."""
+    parent = get_run(parent_run_id)
+    return mlflow.search_runs(
+        experiment_ids=[parent.info.experiment_id], output_format="list",
+        filter_string=f"tags.mlflow.parentRunId = {_quote(parent_run_id)}",
+        order_by=["start_time ASC"], max_results=50000)
+
+
+def create_child_run(parent_run_id: str, *, run_name: str, tags: Mapping[str, Any]) -> str:
+    """Create (not start) a run nested under ``parent_run_id``, for a process elsewhere to fill."""
+    parent = get_run(parent_run_id)
+    all_tags = {"mlflow.parentRunId": parent_run_id, "mlflow.runName": run_name,
+                **{k: str(v) for k, v in tags.items()}}
+    run = MlflowClient().create_run(parent.info.experiment_id, tags=all_tags, run_name=run_name)
+    return run.info.run_id
+
+
+def set_run_tags(run_id: str, tags: Mapping[str, Any]) -> None:
+    c = MlflowClient()
+    for k, v in tags.items():
+        c.set_tag(run_id, k, str(v))
+
+
+def terminate_run(run_id: str, status: str, reason: str | None = None) -> None:
+    """End a run that no process holds any more (FAILED with a reason, or KILLED)."""
+    c = MlflowClient()
+    if reason:
+        c.set_tag(run_id, TAG_FAILURE, reason[:4900])
+    c.set_terminated(run_id, status)
+
+
+def log_artifact_to_run(run_id: str, path: Path, artifact_path: str | None = None) -> None:
+    """Attach a file to a run that is not the active one (e.g. a finished base run)."""
+    MlflowClient().log_artifact(run_id, str(path), artifact_path)
+
+
+def run_model_uri(run_id: str, name: str = "model") -> str:
+    """``models:/<model id>`` of the model called ``name`` that the run logged."""
+    run = get_run(run_id)
+    outputs = getattr(run, "outputs", None)
+    ids = [o.model_id for o in (outputs.model_outputs if outputs else [])]
+    for mid in ids:
+        m = mlflow.get_logged_model(mid)
+        if m.name == name:
+            return f"models:/{mid}"
+    raise TrackingError(f"run {run_id} logged no model named {name!r}")
+
+
+def download_model_files(run_id: str, dst: Path, name: str = "model") -> Path:
+    """Download the files of a run's logged model (MLmodel, artifacts/...) into ``dst``."""
+    uri = run_model_uri(run_id, name)
+    try:
+        return Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(dst)))
+    except Exception as exc:
+        raise TrackingError(f"run {run_id}: cannot download model {uri} ({exc})") from None
+
+
+def active_experiment_id() -> str | None:
+    run = mlflow.active_run()
+    return run.info.experiment_id if run else None
+
+
+def current_tracking_uri() -> str:
+    """The tracking URI in use (to hand to worker processes)."""
+    return mlflow.get_tracking_uri()
+
+
+# --------------------------------------------------------------------------- aggregate reads
+#: Columns of :func:`load_runs` (tags of the run contract, flattened).
+RUN_COLUMNS = ("run_id", "experiment_id", "run_name", "status", "start_time", "entry_point",
+               "cell", "backbone", "seed", "data_digest", "dataset", "study", "variant",
+               "base_run_id", "parent_run_id", "evaluable_classes", "code_version",
+               "test_macro_auc")
+
+
+def experiment_id(experiment: str) -> str:
+    """Id of an experiment given its name (or id); TrackingError listing the names if unknown."""
+    c = MlflowClient()
+    exp = c.get_experiment_by_name(experiment)
+    if exp is None and str(experiment).isdigit():
+        with contextlib.suppress(Exception):
+            exp = c.get_experiment(str(experiment))
+    if exp is None:
+        names = sorted(e.name for e in c.search_experiments())
+        raise TrackingError(f"experiment {experiment!r} not found on {mlflow.get_tracking_uri()}; "
+                            f"available: {names}")
+    return exp.experiment_id
+
+
+def load_runs(experiment: str, filter_string: str = "", *, page_size: int = 1000):
+    """Every run of ``experiment`` matching ``filter_string``, one row per run (all pages).
+
+    The single MLflow query of ``aggregate``: pages through ``MlflowClient.search_runs``
+    with page tokens until the last page. Columns: :data:`RUN_COLUMNS`.
+    """
+    import pandas as pd
+
+    eid = experiment_id(experiment)
+    c, rows, token = MlflowClient(), [], None
+    while True:
+        try:
+            page = c.search_runs([eid], filter_string=filter_string or "", max_results=page_size,
+                                 order_by=["attributes.start_time ASC"], page_token=token)
+        except Exception as exc:  # MlflowException: a bad filter string
+            raise TrackingError(f"cannot search runs of {experiment!r} with filter "
+                                f"{filter_string!r}: {exc}") from None
+        for r in page:
+            t = r.data.tags
+            seed = t.get(TAG_SEED)
+            rows.append({
+                "run_id": r.info.run_id, "experiment_id": r.info.experiment_id,
+                "run_name": r.info.run_name, "status": r.info.status,
+                "start_time": r.info.start_time, "entry_point": t.get(TAG_ENTRY_POINT, ""),
+                "cell": t.get(TAG_CELL, ""), "backbone": t.get(TAG_BACKBONE, ""),
+                "seed": int(seed) if seed not in (None, "") and seed.lstrip("-").isdigit() else None,
+                "data_digest": t.get(TAG_DATA_DIGEST, ""), "dataset": t.get(TAG_DATASET, ""),
+                "study": t.get(TAG_STUDY, ""), "variant": t.get(TAG_VARIANT, ""),
+                "base_run_id": t.get(TAG_BASE_RUN, ""),
+                "parent_run_id": t.get("mlflow.parentRunId", ""),
+                "evaluable_classes": t.get("pipi.evaluable_classes", ""),
+                "code_version": t.get(TAG_CODE_VERSION, ""),
+                "test_macro_auc": r.data.metrics.get("test/macro_auc", float("nan")),
+            })
+        token = page.token
+        if not token:
+            break
+    df = pd.DataFrame(rows, columns=list(RUN_COLUMNS))
+    df["seed"] = df["seed"].astype("Int64")
+    return df
+
+
+def has_artifact(run_id: str, path: str) -> bool:
+    """Whether a run has an artifact (file or non-empty folder) at ``path``."""
+    parent, _, name = path.rstrip("/").rpartition("/")
+    try:
+        listed = MlflowClient().list_artifacts(run_id, parent or None)
+    except Exception as exc:
+        raise TrackingError(f"run {run_id}: cannot list artifacts ({exc})") from None
+    return any(f.path.rstrip("/").rpartition("/")[2] == name for f in listed)
+
+
+def download_predictions(run_id: str, cache_dir: Path) -> Path:
+    """The run's ``predictions/`` artifact folder, downloaded once into ``cache_dir/<run_id>``.
+
+    A run's artifacts do not change once it has FINISHED, so the run id is the cache key;
+    the folder is moved into place only when complete.
+    """
+    import shutil
+    import tempfile
+
+    final = Path(cache_dir) / run_id / "predictions"
+    if (final / "schema.json").is_file():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".download-", dir=final.parent))
+    try:
+        got = download_artifact(run_id, "predictions", tmp)
+        if not (got / "schema.json").is_file():
+            raise TrackingError(f"run {run_id}: predictions/ artifact has no schema.json")
+        with contextlib.suppress(FileExistsError, OSError):
+            os.replace(got, final)  # another process may have finished first
+        if not (final / "schema.json").is_file():
+            raise TrackingError(f"run {run_id}: could not place predictions in {final}")
+        return final
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_url(run_id: str, experiment_id_: str, uri: str | None = None) -> str | None:
+    """``<uri>/#/experiments/<exp>/runs/<run_id>`` when the tracking URI is http(s), else None."""
+    uri = uri or mlflow.get_tracking_uri()
+    if not uri.startswith(("http://", "https://")):
+        return None
+    return f"{uri.rstrip('/')}/#/experiments/{experiment_id_}/runs/{run_id}"
