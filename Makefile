@@ -20,7 +20,7 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH MLFLOW_DISABLE_TELEMETRY=true mlflow run . -e train --env-manager local \
-		-P cell=pi -P profile=demo
+		-P cell=pi -P profile=demo -P weights=none
 
 system-deps:
 	bash scripts/system-deps.sh

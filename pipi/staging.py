@@ -70,9 +70,6 @@ def run_stage(
     table = format_count_table(result.counts)
     print(table, flush=True)
     if log_run:
-        import mlflow
-
-        nested = nested and mlflow.active_run() is not None
         with tracking.pipi_run(
             entry_point="stage", experiment=experiment, nested=nested,
             run_name=f"stage-{dataset}",

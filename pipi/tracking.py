@@ -137,10 +137,17 @@ def pipi_run(
     run_id: str | None = None,
 ) -> Iterator[mlflow.ActiveRun]:
     """Start (or resume, or attach to ``mlflow run``'s) run; mark it FAILED with a reason on error."""
-    if not nested and run_id is None:
-        _set_experiment(experiment)
     all_tags = {TAG_ENTRY_POINT: entry_point, TAG_CODE_VERSION: code_version(),
                 **{k: str(v) for k, v in (tags or {}).items()}}  # REST needs strings
+    if nested and mlflow.active_run() is None:
+        nested = False
+        if os.environ.get("MLFLOW_RUN_ID") and run_id is None:
+            # Inside `mlflow run` but before its run is active here: a side run (e.g. staging
+            # the default data) must not take over the project's run id.
+            exp_id = mlflow.get_run(os.environ["MLFLOW_RUN_ID"]).info.experiment_id
+            run_id = MlflowClient().create_run(exp_id, tags=all_tags, run_name=run_name).info.run_id
+    if not nested and run_id is None:
+        _set_experiment(experiment)
     run = mlflow.start_run(run_id=run_id, run_name=run_name, nested=nested, tags=all_tags)
     try:
         yield run
