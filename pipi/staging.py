@@ -79,9 +79,11 @@ def run_stage(
                 tracking.TAG_SPLIT_SHA: result.manifest["content_sha256"],
             },
         ) as run:
+            # prefixed: `mlflow run -e stage` already logs its own raw parameters
             tracking.log_params({
-                "images": images, "metadata": metadata, "out": out, "seed": seed,
-                "split_manifest": split_manifest or "", "link": link,
+                "stage.images": images, "stage.metadata": metadata, "stage.out": out,
+                "stage.seed": seed, "stage.split_manifest": split_manifest or "",
+                "stage.link": link,
             })
             tracking.log_metrics({f"frames_{s}": n for s, n in result.manifest["n_frames"].items()})
             tracking.log_artifact(out / "manifest.json")
