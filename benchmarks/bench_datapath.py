@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torchvision import datasets, transforms
 
-from pipi.data.cache import AugmentConfig, augment, batches, build_cache, normalize, to_float
+from pipi.data.cache import AugmentConfig, augment, batches, build_cache, to_float
 from pipi.data.kvasir import load_staged
 
 
@@ -29,7 +29,8 @@ def pipi_fps(cache, n, bs, gen) -> float:
     t = time.perf_counter()
     seen = 0
     for idx in batches(n, bs, gen=gen):
-        x = normalize(augment(to_float(cache, idx, torch.device("cpu")), AugmentConfig(), gen))
+        x = augment(to_float(cache, idx, torch.device("cpu"), scale01=False), AugmentConfig(), gen,
+                    scale=255.0, normalized=True)
         seen += x.shape[0]
     return seen / (time.perf_counter() - t)
 

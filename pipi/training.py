@@ -81,12 +81,19 @@ class FrameInputs:
     cfg: TrainConfig
 
     def __call__(self, x01: torch.Tensor, *, train: bool, gen: torch.Generator | None = None,
-                 strip_prior: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                 strip_prior: bool = False, scale: float = 1.0
+                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``x01``: float ``[B, 3, H, W]`` with values in [0, scale] (scale 255: raw uint8 values)."""
         cfg, cell = self.cfg, self.cfg.cell_config
-        if train:
-            jit = cfg.jitter
-            x01 = augment(x01, AugmentConfig(cfg.hflip, cfg.rotation_deg, *jit), gen)
         need_prior = cell.input_channels == 5 or cell.distill
+        aug = AugmentConfig(cfg.hflip, cfg.rotation_deg, *cfg.jitter)
+        if train and not need_prior:
+            # RGB-only: augmentation and normalisation in one fused pass
+            return augment(x01, aug, gen, scale=scale, normalized=True), None
+        if train:
+            x01 = augment(x01, aug, gen, scale=scale)
+        elif scale != 1.0:
+            x01 = x01 / scale
         prior = None
         if need_prior:
             # The prior is computed after augmentation, on the un-normalised image (paper).
@@ -111,9 +118,9 @@ def train_one_epoch(model, images, labels, inputs: FrameInputs, optimizer, weigh
     idx_batches = batches(len(labels), cfg.batch_size, gen=gen, max_batches=cfg.max_batches)
     for bi, idx in enumerate(tqdm(idx_batches, desc=f"epoch {epoch}", unit="batch",
                                   leave=False, disable=not progress)):
-        x01 = to_float(images, idx, device)
+        x255 = to_float(images, idx, device, scale01=False)
         y = torch.from_numpy(labels[idx]).to(device)
-        x, p_blood = inputs(x01, train=True, gen=gen)
+        x, p_blood = inputs(x255, train=True, gen=gen, scale=255.0)
         if cfg.cell_config.distill:
             from pipi.models import distill_loss
 

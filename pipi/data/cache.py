@@ -90,45 +90,72 @@ class AugmentConfig:
     saturation: float = 0.1
 
 
-def _gray(x: torch.Tensor) -> torch.Tensor:
-    # ITU-R 601 luma, as torchvision's rgb_to_grayscale: (B, 1, H, W)
-    return (0.299 * x[:, 0:1] + 0.587 * x[:, 1:2] + 0.114 * x[:, 2:3])
+_LUMA = (0.299, 0.587, 0.114)  # ITU-R 601, as torchvision's rgb_to_grayscale
 
 
-def augment(x01: torch.Tensor, cfg: AugmentConfig, gen: torch.Generator) -> torch.Tensor:
-    """Batched train augmentation on float ``[B, 3, H, W]`` in [0, 1].
+def _affine_grid(theta: torch.Tensor, h: int, w: int) -> torch.Tensor:
+    """``F.affine_grid(theta, [B, C, h, w], align_corners=False)`` by broadcasting.
 
-    Per sample: horizontal flip, rotation about the centre (bilinear, zero fill), then colour
-    jitter (brightness, contrast, saturation) with factors drawn per sample. Random numbers
-    come from ``gen`` (on the CPU), so a seed fixes the whole pipeline.
+    Same values; about 10x faster on CPU than the generic batched matmul over a base grid.
     """
-    b = x01.shape[0]
-    dev = x01.device
-    u = torch.rand(b, 5, generator=gen).to(dev, x01.dtype)
-    if cfg.hflip > 0:
-        flip = (u[:, 0] < cfg.hflip).view(b, 1, 1, 1)
-        x01 = torch.where(flip, x01.flip(-1), x01)
-    if cfg.rotation_deg > 0:
+    xs = (torch.arange(w, device=theta.device, dtype=theta.dtype) * 2 + 1) / w - 1  # (W,)
+    ys = (torch.arange(h, device=theta.device, dtype=theta.dtype) * 2 + 1) / h - 1  # (H,)
+    t = theta.view(-1, 2, 3, 1, 1)
+    gx = t[:, 0, 0] * xs + t[:, 0, 1] * ys.view(h, 1) + t[:, 0, 2]  # (B, H, W)
+    gy = t[:, 1, 0] * xs + t[:, 1, 1] * ys.view(h, 1) + t[:, 1, 2]
+    return torch.stack([gx, gy], dim=-1)
+
+
+def augment(x: torch.Tensor, cfg: AugmentConfig, gen: torch.Generator, *,
+            scale: float = 1.0, normalized: bool = False) -> torch.Tensor:
+    """Batched train augmentation of float ``[B, 3, H, W]`` images with values in [0, scale].
+
+    Per sample: a horizontal flip and a rotation about the centre (uniform in
+    ``[-deg, deg]``), done together by one bilinear resampling with zero fill, then colour
+    jitter (brightness, contrast, saturation factors uniform in ``[1 - j, 1 + j]``). The
+    three jitter steps are linear, so they are applied as one per-image 3 x 3 colour matrix
+    and offset, clamped once to [0, 1] at the end (torchvision clamps after each step; the
+    results differ only where an intermediate value left [0, 1]). Returns values in [0, 1],
+    or ImageNet-normalised values when ``normalized`` (the normalisation is folded into the
+    same matrix, so it costs no extra pass). Random numbers come from ``gen`` (CPU), so a
+    seed fixes the whole pipeline.
+    """
+    b, _, h, w = x.shape
+    dev, dt = x.device, x.dtype
+    u = torch.rand(b, 5, generator=gen, dtype=torch.float64)
+    # ---- geometry: flip folded into the rotation's sampling matrix (one grid_sample)
+    if cfg.hflip > 0 or cfg.rotation_deg > 0:
         ang = (u[:, 1] * 2 - 1) * math.radians(cfg.rotation_deg)
         cos, sin = torch.cos(ang), torch.sin(ang)
+        sx = torch.where(u[:, 0] < cfg.hflip, -1.0, 1.0)
         zero = torch.zeros_like(ang)
-        theta = torch.stack([torch.stack([cos, -sin, zero], 1), torch.stack([sin, cos, zero], 1)], 1)
-        grid = F.affine_grid(theta, list(x01.shape), align_corners=False)
-        x01 = F.grid_sample(x01, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+        theta = torch.stack([torch.stack([cos * sx, -sin * sx, zero], 1),
+                             torch.stack([sin, cos, zero], 1)], 1).to(dev, dt)
+        grid = _affine_grid(theta, h, w)
+        x = F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
 
+    # ---- colour: brightness f_b, contrast f_c (towards the mean grey), saturation f_s
     def factor(col, amount):
-        return (1 + (u[:, col] * 2 - 1) * amount).view(b, 1, 1, 1)
+        return 1 + (u[:, col] * 2 - 1) * amount
 
-    if cfg.brightness > 0:
-        x01 = (x01 * factor(2, cfg.brightness)).clamp_(0, 1)
-    if cfg.contrast > 0:
-        mean = _gray(x01).mean(dim=(1, 2, 3), keepdim=True)
-        f = factor(3, cfg.contrast)
-        x01 = (f * x01 + (1 - f) * mean).clamp_(0, 1)
-    if cfg.saturation > 0:
-        f = factor(4, cfg.saturation)
-        x01 = (f * x01 + (1 - f) * _gray(x01)).clamp_(0, 1)
-    return x01
+    fb, fc, fs = factor(2, cfg.brightness), factor(3, cfg.contrast), factor(4, cfg.saturation)
+    luma = torch.tensor(_LUMA, dtype=torch.float64)
+    # saturation matrix M_s = s I + (1 - s) 1 w^T; rows of M_s sum to 1 (w sums to 1)
+    ms = fs.view(b, 1, 1) * torch.eye(3, dtype=torch.float64) + \
+        (1 - fs).view(b, 1, 1) * luma.view(1, 1, 3).expand(b, 3, 3)
+    a = (fc * fb / scale).view(b, 1, 1) * ms                       # (B, 3, 3)
+    chan_mean = x.mean(dim=(2, 3)).double().cpu() / scale  # (B, 3) in [0, 1]
+    t = ((1 - fc) * fb * (chan_mean @ luma)).view(b, 1).expand(b, 3).clone()  # (B, 3)
+    lo, hi = torch.zeros(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64)
+    if normalized:
+        mean = torch.tensor(IMAGENET_MEAN, dtype=torch.float64)
+        std = torch.tensor(IMAGENET_STD, dtype=torch.float64)
+        a = a / std.view(1, 3, 1)
+        t = (t - mean) / std
+        lo, hi = (lo - mean) / std, (hi - mean) / std
+    out = torch.baddbmm(t.to(dev, dt).unsqueeze(2), a.to(dev, dt), x.reshape(b, 3, h * w))
+    return out.view(b, 3, h, w).clamp_(lo.to(dev, dt).view(1, 3, 1, 1),
+                                       hi.to(dev, dt).view(1, 3, 1, 1))
 
 
 def normalize(x01: torch.Tensor) -> torch.Tensor:
@@ -146,9 +173,11 @@ def batches(n: int, batch_size: int, *, gen: torch.Generator | None = None,
     return out[:max_batches] if max_batches > 0 else out
 
 
-def to_float(images_u8: np.ndarray, idx: np.ndarray, device: torch.device) -> torch.Tensor:
-    """Gather rows of a uint8 memmap into a float [0, 1] batch on ``device``."""
+def to_float(images_u8: np.ndarray, idx: np.ndarray, device: torch.device, *,
+             scale01: bool = True) -> torch.Tensor:
+    """Gather rows of a uint8 memmap into a float batch on ``device`` ([0, 1], or [0, 255])."""
     sel = np.sort(idx)
     order = np.argsort(np.argsort(idx))  # restore the requested order after a sorted read
     t = torch.from_numpy(np.ascontiguousarray(images_u8[sel]))[torch.from_numpy(order)]
-    return t.to(device, non_blocking=True).float().div_(255.0)
+    t = t.to(device, non_blocking=True).float()
+    return t.div_(255.0) if scale01 else t
