@@ -399,7 +399,7 @@ def current_tracking_uri() -> str:
 RUN_COLUMNS = ("run_id", "experiment_id", "run_name", "status", "start_time", "entry_point",
                "cell", "backbone", "seed", "data_digest", "dataset", "study", "variant",
                "base_run_id", "parent_run_id", "evaluable_classes", "code_version",
-               "test_macro_auc")
+               "profile", "test_macro_auc")
 
 
 def experiment_id(experiment: str) -> str:
@@ -448,6 +448,7 @@ def load_runs(experiment: str, filter_string: str = "", *, page_size: int = 1000
                 "parent_run_id": t.get("mlflow.parentRunId", ""),
                 "evaluable_classes": t.get("pipi.evaluable_classes", ""),
                 "code_version": t.get(TAG_CODE_VERSION, ""),
+                "profile": r.data.params.get("profile", ""),
                 "test_macro_auc": r.data.metrics.get("test/macro_auc", float("nan")),
             })
         token = page.token

@@ -1,0 +1,185 @@
+"""Figures of ``aggregate`` (matplotlib, Agg canvas, no pyplot state): PNG bytes.
+
+* ``eight_cell``: cross-seed mean macro-AUC per cell with sd bars and one dot per seed;
+* ``roc`` / ``pr``: mean (over seeds) micro-averaged ROC and precision-recall curves per arm;
+* ``per_class_lift``: sorted per-class delta of the breakdown pair, BCa CI and markers;
+* ``per_patient_lift``: per-video macro-AUC lift, sorted, one panel per pair.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from pipi.report.tables import Table
+
+_COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3",
+           "#8c8c8c", "#ccb974", "#64b5cd", "#1b9e77", "#d95f02", "#7570b3", "#e7298a"]
+
+
+def _png(fig: Figure) -> bytes:
+    FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    return buf.getvalue()
+
+
+def cell_bars(cells: Sequence[str], labels: Sequence[str], per_seed: Sequence[np.ndarray],
+              seeds: Sequence[Sequence[int]], *, title: str, reference: str | None = "a") -> bytes:
+    """Bars of the mean with sd error bars and black dots for individual seeds."""
+    fig = Figure(figsize=(max(6.0, 0.85 * len(cells) + 2), 4.6))
+    ax = fig.add_subplot(1, 1, 1)
+    x = np.arange(len(cells))
+    means = np.array([v.mean() if len(v) else np.nan for v in per_seed])
+    sds = np.array([v.std(ddof=1) if len(v) > 1 else 0.0 for v in per_seed])
+    ax.bar(x, means, yerr=sds, color=[_COLORS[i % len(_COLORS)] for i in range(len(cells))],
+           alpha=0.8, capsize=3, edgecolor="black", linewidth=0.5)
+    rng = np.random.default_rng(0)
+    for i, v in enumerate(per_seed):
+        ax.scatter(i + rng.uniform(-0.18, 0.18, len(v)), v, color="black", s=12, zorder=3)
+    ref = cells.index(reference) if reference in cells else None
+    lo = np.nanmin([v.min() for v in per_seed if len(v)]) if any(len(v) for v in per_seed) else 0
+    hi = np.nanmax([v.max() for v in per_seed if len(v)]) if any(len(v) for v in per_seed) else 1
+    pad = max(0.02, 0.15 * (hi - lo))
+    ax.set_ylim(max(0.0, lo - pad), min(1.0, hi + 2 * pad))
+    if ref is not None:
+        for i in range(len(cells)):
+            if i != ref and np.isfinite(means[i]):
+                ax.annotate(f"{means[i] - means[ref]:+.3f}", (i, means[i] + sds[i]),
+                            textcoords="offset points", xytext=(0, 4), ha="center", fontsize=7)
+    ax.set_xticks(x, [f"{c}\n(n={len(s)})" for c, s in zip(cells, seeds)], fontsize=8)
+    ax.set_ylabel("test macro-AUC")
+    ax.set_title(title, fontsize=10)
+    ax.grid(axis="y", alpha=0.3)
+    return _png(fig)
+
+
+def curves(grid: np.ndarray, arms: dict, *, kind: str, title: str) -> bytes:
+    """Mean ROC (kind 'roc') or precision-recall (kind 'pr') curve per arm, ±sd band."""
+    fig = Figure(figsize=(6.0, 5.0))
+    ax = fig.add_subplot(1, 1, 1)
+    for i, (cell, a) in enumerate(arms.items()):
+        col = _COLORS[i % len(_COLORS)]
+        if kind == "roc":
+            y, sd = a["tpr"], a["tpr_sd"]
+            label = f"{cell} (macro-AUC {a['macro_auc']:.3f}, n={len(a['seeds'])})"
+        else:
+            y, sd = a["precision"], a["precision_sd"]
+            label = f"{cell} (micro AP {a['micro_ap']:.3f}, n={len(a['seeds'])})"
+        ax.plot(grid, y, color=col, lw=1.5, label=label)
+        ax.fill_between(grid, np.clip(y - sd, 0, 1), np.clip(y + sd, 0, 1), color=col, alpha=0.12)
+    if kind == "roc":
+        ax.plot([0, 1], [0, 1], color="grey", lw=0.8, ls="--")
+        ax.set_xlabel("false-positive rate")
+        ax.set_ylabel("true-positive rate")
+    else:
+        ax.set_xlabel("recall")
+        ax.set_ylabel("precision (interpolated)")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1.02)
+    ax.legend(fontsize=7, loc="lower right" if kind == "roc" else "upper right")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    return _png(fig)
+
+
+def per_class_lift(table: Table) -> bytes:
+    """Sorted per-class delta with its BCa interval and Bonferroni markers."""
+    d = table.data
+    fig = Figure(figsize=(7.0, 0.38 * len(d) + 1.6))
+    ax = fig.add_subplot(1, 1, 1)
+    y = np.arange(len(d))[::-1]
+    delta = d["delta"].to_numpy(float)
+    lo = delta - d["ci_bca_low"].to_numpy(float)
+    hi = d["ci_bca_high"].to_numpy(float) - delta
+    err = np.where(np.isfinite([lo, hi]), [lo, hi], 0.0)
+    ax.barh(y, delta, xerr=err, color=np.where(delta >= 0, "#55a868", "#c44e52"), alpha=0.85,
+            capsize=2, edgecolor="black", linewidth=0.4)
+    ends = np.where(delta >= 0, delta + err[1], delta - err[0])
+    for yi, x, m in zip(y, ends, d["marker_bonferroni"]):
+        if m:
+            ax.annotate(m, (x, yi), textcoords="offset points",
+                        xytext=(5 if x >= 0 else -5, -3), ha="left" if x >= 0 else "right",
+                        fontsize=9, fontweight="bold")
+    ax.set_yticks(y, d["class"], fontsize=8)
+    ax.axvline(0, color="black", lw=0.8)
+    ax.set_xlabel("Δ AUC (mean over seeds), 95% BCa CI over test videos")
+    ax.set_title(table.title, fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
+    return _png(fig)
+
+
+def per_patient_lift(table: Table) -> bytes:
+    """Per-video lift bars, sorted, one panel per comparison."""
+    d = table.data[table.data["classes_scored"] > 0]
+    groups = list(d.groupby(["reference", "new"], sort=False))
+    fig = Figure(figsize=(5.0 * max(1, len(groups)), 3.8))
+    for i, ((ref, new), g) in enumerate(groups):
+        ax = fig.add_subplot(1, max(1, len(groups)), i + 1)
+        g = g.sort_values("lift")
+        v = g["lift"].to_numpy(float)
+        ax.bar(np.arange(len(v)), v, color=np.where(v >= 0, "#55a868", "#c44e52"),
+               edgecolor="black", linewidth=0.4)
+        ax.set_xticks(np.arange(len(v)), g["video_id"].astype(str), rotation=60, fontsize=7)
+        ax.axhline(0, color="black", lw=0.8)
+        ax.set_title(f"({new}) vs ({ref}): {int((v > 0).sum())}/{len(v)} patients +", fontsize=9)
+        ax.set_ylabel("macro-AUC lift (mean over seeds)")
+        ax.grid(axis="y", alpha=0.3)
+    return _png(fig)
+
+
+def all_figures(an, tables: Sequence[Table], curve_data: dict):
+    """(figures name -> PNG, captions, run ids per figure) for an ``aggregate.Analysis``."""
+    from pipi.aggregate import (
+        ABLATION_CELLS,
+        CHANNEL_INFER_ARMS,
+        CHANNEL_TRAIN_ARMS,
+        PER_FRAME_CELLS,
+    )
+
+    ev, b = an.evidence, an.headline
+    by = {t.key: t for t in tables}
+    figs, caps, runs = {}, {}, {}
+    seq = [c for c in ABLATION_CELLS if ev.arm(b, c)]
+    if len(seq) > 1 and any(c != "a" for c in seq):
+        cells, title = seq, f"Eight-cell ablation ({b}): mean ± sd, dots = seeds"
+    else:
+        order = [*PER_FRAME_CELLS, *CHANNEL_TRAIN_ARMS, *CHANNEL_INFER_ARMS]
+        cells = [c for c in dict.fromkeys(order) if ev.arm(b, c)]
+        cells += [c for c in ev.cells(b) if c not in cells]
+        title = f"Cells with runs ({b}): mean ± sd, dots = seeds (no sequence cells yet)"
+    arms = [ev.arm(b, c) for c in cells]
+    figs["eight_cell"] = cell_bars(cells, cells, [a.macro for a in arms], [a.seeds for a in arms],
+                                   title=title)
+    caps["eight_cell"] = (title + ". Numbers above bars: delta of the mean against cell (a).")
+    runs["eight_cell"] = {a.cell: a.runs() for a in arms}
+    if curve_data["arms"]:
+        figs["roc"] = curves(curve_data["grid"], curve_data["arms"], kind="roc",
+                             title=f"Mean ROC over seeds, micro-averaged over classes ({b})")
+        caps["roc"] = ("Mean over seeds of the micro-averaged one-vs-rest ROC over the "
+                       "evaluable classes; band ±1 sd over seeds.")
+        figs["pr"] = curves(curve_data["grid"], curve_data["arms"], kind="pr",
+                            title=f"Mean precision-recall over seeds ({b})")
+        caps["pr"] = ("Mean over seeds of the micro-averaged interpolated precision at each "
+                      "recall; band ±1 sd over seeds.")
+        runs["roc"] = runs["pr"] = {c: a["run_ids"] for c, a in curve_data["arms"].items()}
+    pc = by.get("per_class")
+    if pc is not None and pc.ok and len(pc.data):
+        figs["per_class_lift"] = per_class_lift(pc)
+        caps["per_class_lift"] = (pc.title + ", sorted; bars: 95% BCa CI over test videos; "
+                                  "markers: Bonferroni-adjusted per-class DeLong (Stouffer).")
+        runs["per_class_lift"] = dict(pc.run_ids[0])
+    pp = by.get("per_patient")
+    if pp is not None and pp.ok and (pp.data["classes_scored"] > 0).any():
+        figs["per_patient_lift"] = per_patient_lift(pp)
+        caps["per_patient_lift"] = "Per-patient (per-video) macro-AUC lift, mean over seeds, sorted."
+        merged: dict = {}
+        for r in pp.run_ids:
+            for arm, seeds in r.items():
+                merged.setdefault(arm, {}).update(seeds)
+        runs["per_patient_lift"] = merged
+    return figs, caps, runs
