@@ -60,7 +60,8 @@ def test_flip_and_rotation():
     flip = AugmentConfig(hflip=1.0, rotation_deg=0.0, brightness=0, contrast=0, saturation=0)
     torch.testing.assert_close(augment(x, flip, torch.Generator()), x.flip(-1), atol=1e-6, rtol=0)
     # a rotation about the centre by angle a equals torchvision's rotate (bilinear, zero fill)
-    rot = AugmentConfig(hflip=0.0, rotation_deg=10.0, brightness=0, contrast=0, saturation=0)
+    rot = AugmentConfig(hflip=0.0, rotation_deg=10.0, brightness=0, contrast=0, saturation=0,
+                        interpolation="bilinear")
     img = torch.zeros(1, 3, 33, 33)
     img[:, :, 10:23, 14:19] = 1.0
     out = augment(img, rot, torch.Generator().manual_seed(5))

@@ -88,6 +88,7 @@ class AugmentConfig:
     brightness: float = 0.15           # factor uniform in [1 - b, 1 + b]
     contrast: float = 0.15
     saturation: float = 0.1
+    interpolation: str = "nearest"     # rotation resampling; torchvision RandomRotation's default
 
 
 _LUMA = (0.299, 0.587, 0.114)  # ITU-R 601, as torchvision's rgb_to_grayscale
@@ -111,7 +112,8 @@ def augment(x: torch.Tensor, cfg: AugmentConfig, gen: torch.Generator, *,
     """Batched train augmentation of float ``[B, 3, H, W]`` images with values in [0, scale].
 
     Per sample: a horizontal flip and a rotation about the centre (uniform in
-    ``[-deg, deg]``), done together by one bilinear resampling with zero fill, then colour
+    ``[-deg, deg]``), done together by one resampling with zero fill (nearest neighbour by
+    default, as torchvision's ``RandomRotation``), then colour
     jitter (brightness, contrast, saturation factors uniform in ``[1 - j, 1 + j]``). The
     three jitter steps are linear, so they are applied as one per-image 3 x 3 colour matrix
     and offset, clamped once to [0, 1] at the end (torchvision clamps after each step; the
@@ -132,7 +134,8 @@ def augment(x: torch.Tensor, cfg: AugmentConfig, gen: torch.Generator, *,
         theta = torch.stack([torch.stack([cos * sx, -sin * sx, zero], 1),
                              torch.stack([sin, cos, zero], 1)], 1).to(dev, dt)
         grid = _affine_grid(theta, h, w)
-        x = F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+        x = F.grid_sample(x, grid, mode=cfg.interpolation, padding_mode="zeros",
+                          align_corners=False)
 
     # ---- colour: brightness f_b, contrast f_c (towards the mean grey), saturation f_s
     def factor(col, amount):
