@@ -62,6 +62,20 @@ class MlflowServer:
         self.log.close()
 
 
+_RUN_ENV = ("MLFLOW_EXPERIMENT_ID", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_RUN_ID")
+
+
+@pytest.fixture(autouse=True)
+def _isolate_mlflow_env():
+    """mlflow.set_experiment exports MLFLOW_EXPERIMENT_ID into os.environ, where it would leak
+    into later tests and their subprocesses (pointing at another store). Reset per test."""
+    saved = {k: os.environ.pop(k) for k in _RUN_ENV if k in os.environ}
+    yield
+    for k in _RUN_ENV:
+        os.environ.pop(k, None)
+    os.environ.update(saved)
+
+
 @pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory):
     """A real `mlflow server` (SQLite backend, local artifacts) on a free loopback port."""
