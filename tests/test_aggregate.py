@@ -288,6 +288,36 @@ def test_tables_report_missing_arms_and_seeds(report):
     assert "tables without runs" in report.summary and "arms with no runs" in report.summary
 
 
+def test_channel_and_cross_backbone_tables(tmp_path):
+    arms = {"a": [41, 42, 43], "pi": [41, 42, 43], "pblood_only": [41, 42, 43],
+            "phi_only": [41, 42], "pi@zero_phi": [41, 42, 43], "pi@zero_both": [41, 42, 43]}
+    r1, d1 = local_runs(tmp_path / "b0", arms)
+    r2, d2 = local_runs(tmp_path / "r18", {"a": [41, 42], "pi": [41, 42]}, backbone="resnet18")
+    ev = agg.build_evidence(pd.concat([r1, r2], ignore_index=True), {**d1, **d2})
+    rep = agg.build_report(ev, agg.AggregateOptions(n_resamples=50, figures=False))
+    for t in rep.tables:
+        text = t.display.to_string()
+        assert "nan" not in text.replace("n/a", ""), t.key
+        assert len(t.display.columns) == len(set(t.display.columns)), t.key
+    ct = rep.table("channel_train").data.set_index("arm")
+    macro = {c: ev.arm("efficientnet_b0", c).macro for c in arms}
+    assert ct.loc["pblood_only", "delta"] == pytest.approx(
+        np.mean(macro["pblood_only"] - macro["pi"]), abs=1e-12)
+    assert ct.loc["phi_only", "n_paired"] == 2
+    ci = rep.table("channel_infer")
+    assert list(ci.data["arm"]) == ["pi", "pi@zero_phi", "pi@zero_pblood", "pi@zero_both",
+                                    "pi@zero_both"]
+    last = ci.data.iloc[-1]
+    assert last["reference"] == "a" and last["delta"] == pytest.approx(
+        np.mean(macro["pi@zero_both"] - macro["a"]), abs=1e-12)
+    assert "pi@zero_pblood (efficientnet_b0): no runs" in ci.notes
+    cb = rep.table("cross_backbone").data.set_index("backbone")
+    assert cb.loc["resnet18", "n_paired"] == 2 and cb.loc["convnext_tiny", "n_paired"] == 0
+    r18 = {c: ev.arm("resnet18", c).macro for c in ("a", "pi")}
+    assert cb.loc["resnet18", "delta"] == pytest.approx(np.mean(r18["pi"] - r18["a"]), abs=1e-12)
+    assert rep.table("per_frame").data["n_seeds"].tolist() == [3, 3, 0]
+
+
 def test_per_class_table_uses_e_plus_vs_b_with_family_wise_markers(report, evidence):
     t = report.table("per_class")
     assert "cell (b) vs cell (e_plus)" in t.title

@@ -607,14 +607,15 @@ def _channel_table(an: Analysis, *, key: str, title: str, paper: str, reference:
                      **_ci_cols(c if ok else None)})
         disp.append({"arm": label, "seeds": s["seeds"] or "no runs",
                      "macro-AUC": fmt_mean_sd(s["mean"], s["sd"]) if arm else "no runs",
-                     f"Δ vs ({r or reference})": (f"{fmt_delta(c.mean_delta, 4)} ({c.sign_text})"
-                                                  if ok else ("—" if r is None else "n/a")),
+                     "Δ vs reference (k/n +)": (f"{fmt_delta(c.mean_delta, 4)} ({c.sign_text})"
+                                                if ok else ("—" if r is None else "n/a")),
                      "Wilcoxon p (BH)": (f"{fmt_p(c.wilcoxon_p)} "
                                          f"({fmt_p(c.adjusted.get('wilcoxon_bh'))})" if ok else ""),
                      "sign-flip p": fmt_p(c.sign_flip_p) if ok else "",
                      "95% BCa CI (videos)": fmt_ci(*c.bootstrap.bca, digits=4) if ok else ""})
         ids.append({n: _run_map(arm)} | ({r: dict(c.ref_runs)} if ok else {}))
-    notes.append("Δ = arm - reference, paired by seed; BH over the comparisons of this table.")
+    notes.append(f"Δ = arm - reference, paired by seed; the reference is ({reference}) unless "
+                 "the row names another ('X vs Y': X - Y). BH over the comparisons of this table.")
     return Table(key, title, pd.DataFrame(rows), pd.DataFrame(disp), tuple(ids), tuple(notes),
                  paper=paper)
 
