@@ -44,6 +44,24 @@ def cache_path(cache_dir: Path, digest: str, size: int) -> Path:
     return Path(cache_dir) / f"{digest[:24]}-{size}px.npy"
 
 
+def _fill(tmp: str, files: list[Path], size: int, workers: int, progress: bool) -> None:
+    """Decode ``files`` into a new .npy memmap at ``tmp`` (closed on return)."""
+    out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8,
+                                    shape=(len(files), 3, size, size))
+
+    def work(i: int) -> None:
+        try:
+            out[i] = load_frame(files[i], size)
+        except (OSError, ValueError) as exc:
+            raise DataError(f"{files[i]}: cannot decode ({exc})") from None
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for _ in tqdm(pool.map(work, range(len(files))), total=len(files),
+                      desc=f"decode cache {size}px", unit="img", disable=not progress):
+            pass
+    out.flush()
+
+
 def build_cache(root: Path, frames: pd.DataFrame, *, size: int, digest: str, cache_dir: Path,
                 workers: int = 4, progress: bool = True) -> np.ndarray:
     """uint8 ``[len(frames), 3, S, S]`` memmap in ``frames`` row order, built once."""
@@ -57,22 +75,7 @@ def build_cache(root: Path, frames: pd.DataFrame, *, size: int, digest: str, cac
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
-        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8,
-                                        shape=(len(frames), 3, size, size))
-        files = [Path(root) / p for p in frames["path"]]
-
-        def work(i):
-            try:
-                out[i] = load_frame(files[i], size)
-            except (OSError, ValueError) as exc:
-                raise DataError(f"{files[i]}: cannot decode ({exc})") from None
-
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            for _ in tqdm(pool.map(work, range(len(files))), total=len(files),
-                          desc=f"decode cache {size}px", unit="img", disable=not progress):
-                pass
-        out.flush()
-        del out
+        _fill(tmp, [Path(root) / p for p in frames["path"]], size, workers, progress)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

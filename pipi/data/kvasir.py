@@ -44,7 +44,7 @@ import pandas as pd
 from PIL import Image
 from tqdm.auto import tqdm
 
-from pipi.classes import CLASSES, canonical, class_index, is_known, slug
+from pipi.classes import CLASSES, canonical, class_index, is_known
 from pipi.errors import DataError
 
 log = logging.getLogger(__name__)
