@@ -292,6 +292,10 @@ def test_channel_and_cross_backbone_tables(tmp_path):
     arms = {"a": [41, 42, 43], "pi": [41, 42, 43], "pblood_only": [41, 42, 43],
             "phi_only": [41, 42], "pi@zero_phi": [41, 42, 43], "pi@zero_both": [41, 42, 43]}
     r1, d1 = local_runs(tmp_path / "b0", arms)
+    pi_runs = r1[r1["cell"] == "pi"].set_index("seed")["run_id"]
+    variants = r1["cell"].str.startswith("pi@")
+    r1.loc[variants, "base_run_id"] = r1.loc[variants, "seed"].map(pi_runs)
+    r1.loc[variants & (r1["seed"] == 43) & (r1["cell"] == "pi@zero_phi"), "base_run_id"] = "x" * 32
     r2, d2 = local_runs(tmp_path / "r18", {"a": [41, 42], "pi": [41, 42]}, backbone="resnet18")
     ev = agg.build_evidence(pd.concat([r1, r2], ignore_index=True), {**d1, **d2})
     rep = agg.build_report(ev, agg.AggregateOptions(n_resamples=50, figures=False))
@@ -311,6 +315,8 @@ def test_channel_and_cross_backbone_tables(tmp_path):
     assert last["reference"] == "a" and last["delta"] == pytest.approx(
         np.mean(macro["pi@zero_both"] - macro["a"]), abs=1e-12)
     assert "pi@zero_pblood (efficientnet_b0): no runs" in ci.notes
+    mismatch = [n for n in ci.notes if n.startswith("WARNING")]
+    assert len(mismatch) == 1 and "pi@zero_phi seed 43" in mismatch[0] and "x" * 32 in mismatch[0]
     cb = rep.table("cross_backbone").data.set_index("backbone")
     assert cb.loc["resnet18", "n_paired"] == 2 and cb.loc["convnext_tiny", "n_paired"] == 0
     r18 = {c: ev.arm("resnet18", c).macro for c in ("a", "pi")}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -27,6 +28,7 @@ from pipi.aggregate import (
     Analysis,
     Arm,
     Comparison,
+    Evidence,
     _collect_warnings,
     _missing_notes,
     _seeds_text,
@@ -640,9 +642,29 @@ def channel_infer_table(an: Analysis) -> Table:
     if not any(ev.arm(b, c) for c in CHANNEL_INFER_ARMS):
         return _no_runs("channel_infer", title, "tab:channel-ablation-infer",
                         "no pi@zero_* runs; run `mlflow run . -e ablate -P study=channel_infer`")
-    return _channel_table(an, key="channel_infer", title=title,
-                          paper="tab:channel-ablation-infer", reference="pi",
-                          arms=CHANNEL_INFER_ARMS, extra=[("a", "pi@zero_both")])
+    t = _channel_table(an, key="channel_infer", title=title,
+                       paper="tab:channel-ablation-infer", reference="pi",
+                       arms=CHANNEL_INFER_ARMS, extra=[("a", "pi@zero_both")])
+    return replace(t, notes=t.notes + tuple(_base_run_notes(ev, b, "pi", CHANNEL_INFER_ARMS)))
+
+
+def _base_run_notes(ev: Evidence, backbone: str, reference: str,
+                    arms: Sequence[str]) -> list[str]:
+    """Variant runs evaluated on another run than the reference run paired with them."""
+    ref = ev.arm(backbone, reference)
+    if ref is None or "base_run_id" not in ev.runs:
+        return []
+    base = ev.runs.set_index("run_id")["base_run_id"].fillna("")
+    notes = []
+    for c in arms:
+        arm = ev.arm(backbone, c)
+        for seed, rid in (arm.runs().items() if arm else ()):
+            want = ref.runs().get(seed)
+            got = base.get(rid, "")
+            if got and want and got != want:
+                notes.append(f"WARNING: {c} seed {seed} (run {rid}) evaluated {reference} run "
+                             f"{got}, but the {reference} run paired with it is {want}")
+    return notes
 
 
 def other_study_tables(an: Analysis) -> list[Table]:
