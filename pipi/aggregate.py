@@ -67,7 +67,7 @@ from pipi.stats import (
     sign_flip_test,
     stouffer_combine,
 )
-from pipi.training import PREDICTIONS_VERSION, PROB_COLUMNS
+from pipi.predictions import PREDICTIONS_VERSION, PROB_COLUMNS
 
 log = logging.getLogger(__name__)
 

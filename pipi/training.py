@@ -10,7 +10,6 @@ best validation macro-AUC over the evaluable classes, early stopping with ``pati
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import math
 import random
@@ -31,6 +30,14 @@ from pipi.data.cache import AugmentConfig, augment, batches, build_cache, normal
 from pipi.data.kvasir import load_staged
 from pipi.errors import PipiError
 from pipi.models import DistillClassifier, FrameClassifier, build_backbone
+from pipi.predictions import (  # noqa: F401  (re-exported: the format's home is pipi.predictions)
+    PREDICTIONS_VERSION,
+    PROB_COLUMNS,
+    predictions_frame,
+    predictions_schema,
+    read_predictions,
+    write_predictions,
+)
 from pipi.prior import prior_channels
 from pipi.stats.auc import macro_auc, per_class_auc
 
@@ -158,32 +165,6 @@ def predict_probs(model, images, inputs: FrameInputs, *, device, batch_size: int
     return np.concatenate(out) if out else np.zeros((0, NUM_CLASSES), np.float32)
 
 
-# --------------------------------------------------------------------------- predictions
-PREDICTIONS_VERSION = 1
-PROB_COLUMNS = tuple(f"prob_{i:02d}" for i in range(NUM_CLASSES))
-
-
-def predictions_frame(frames: pd.DataFrame, probs: np.ndarray) -> pd.DataFrame:
-    """The versioned predictions table (README, "Run contract")."""
-    df = pd.DataFrame({
-        "path": frames["path"].to_numpy(),
-        "video_id": frames["video_id"].to_numpy(),
-        "frame_number": frames["frame_number"].to_numpy(np.int64),
-        "label": frames["class_index"].to_numpy(np.int64),
-        "label_name": frames["class"].to_numpy(),
-    })
-    for i, col in enumerate(PROB_COLUMNS):
-        df[col] = probs[:, i].astype(np.float32)
-    return df
-
-
-def predictions_schema() -> dict:
-    return {"format": "pipi.predictions", "version": PREDICTIONS_VERSION,
-            "classes": list(CLASSES), "prob_columns": list(PROB_COLUMNS),
-            "columns": ["path", "video_id", "frame_number", "label", "label_name",
-                        *PROB_COLUMNS]}
-
-
 def split_metrics(df: pd.DataFrame, classes: list[int], prefix: str) -> dict[str, float]:
     y = df["label"].to_numpy()
     probs = df[list(PROB_COLUMNS)].to_numpy(np.float64)
@@ -291,22 +272,6 @@ def run_frame_cell(cfg: TrainConfig, *, data: Path, resume_state: dict | None = 
                "best_epoch": best["epoch"]}
     return {"model": model.cpu(), "predictions": preds, "metrics": metrics,
             "classes": classes, "history": history, "manifest": manifest, "frames": frames}
-
-
-def write_predictions(preds: dict[str, pd.DataFrame], folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    for split, df in preds.items():
-        df.to_parquet(folder / f"{split}.parquet", index=False)
-    (folder / "schema.json").write_text(json.dumps(predictions_schema(), indent=2))
-    return folder
-
-
-def read_predictions(folder: Path, split: str = "test") -> pd.DataFrame:
-    """Read one split of a predictions artifact folder, checking its schema version."""
-    schema = json.loads((Path(folder) / "schema.json").read_text())
-    if schema.get("format") != "pipi.predictions" or schema.get("version") != PREDICTIONS_VERSION:
-        raise PipiError(f"{folder}: unsupported predictions format {schema}")
-    return pd.read_parquet(Path(folder) / f"{split}.parquet")
 
 
 def tmpdir() -> Path:

@@ -1,0 +1,59 @@
+"""The per-frame predictions artifact: one documented, versioned format (README, "Run contract").
+
+``predictions/{val,test}.parquet`` + ``predictions/schema.json``; written by every run that
+evaluates frames and read by ``aggregate`` and the later entry points. No torch here, so
+readers stay light.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pipi.classes import CLASSES, NUM_CLASSES
+from pipi.errors import PipiError
+
+PREDICTIONS_VERSION = 1
+PROB_COLUMNS = tuple(f"prob_{i:02d}" for i in range(NUM_CLASSES))
+
+
+def predictions_frame(frames: pd.DataFrame, probs: np.ndarray) -> pd.DataFrame:
+    """The versioned predictions table (README, "Run contract")."""
+    df = pd.DataFrame({
+        "path": frames["path"].to_numpy(),
+        "video_id": frames["video_id"].to_numpy(),
+        "frame_number": frames["frame_number"].to_numpy(np.int64),
+        "label": frames["class_index"].to_numpy(np.int64),
+        "label_name": frames["class"].to_numpy(),
+    })
+    for i, col in enumerate(PROB_COLUMNS):
+        df[col] = probs[:, i].astype(np.float32)
+    return df
+
+
+def predictions_schema() -> dict:
+    return {"format": "pipi.predictions", "version": PREDICTIONS_VERSION,
+            "classes": list(CLASSES), "prob_columns": list(PROB_COLUMNS),
+            "columns": ["path", "video_id", "frame_number", "label", "label_name",
+                        *PROB_COLUMNS]}
+
+
+def write_predictions(preds: dict[str, pd.DataFrame], folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, df in preds.items():
+        df.to_parquet(folder / f"{split}.parquet", index=False)
+    (folder / "schema.json").write_text(json.dumps(predictions_schema(), indent=2))
+    return folder
+
+
+def read_predictions(folder: Path, split: str = "test") -> pd.DataFrame:
+    """Read one split of a predictions artifact folder, checking its schema version."""
+    schema = json.loads((Path(folder) / "schema.json").read_text())
+    if schema.get("format") != "pipi.predictions" or schema.get("version") != PREDICTIONS_VERSION:
+        raise PipiError(f"{folder}: unsupported predictions format {schema}")
+    return pd.read_parquet(Path(folder) / f"{split}.parquet")
+
+
