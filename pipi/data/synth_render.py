@@ -34,6 +34,8 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageFilter
 
+from pipi.classes import CLASSES
+
 __all__ = [
     "FINDINGS",
     "OPTICS",
@@ -51,24 +53,7 @@ __all__ = [
 SECTIONS: tuple[str, ...] = ("mouth", "esophagus", "stomach", "small intestine", "colon")
 
 #: Everything ``render_frame`` can draw: the 14 Kvasir classes plus Galar-only findings.
-FINDINGS: tuple[str, ...] = (
-    "Ampulla of Vater",
-    "Angiectasia",
-    "Blood - fresh",
-    "Blood - hematin",
-    "Erosion",
-    "Erythema",
-    "Foreign Body",
-    "Ileocecal valve",
-    "Lymphangiectasia",
-    "Normal clean mucosa",
-    "Polyp",
-    "Pylorus",
-    "Reduced Mucosal View",
-    "Ulcer",
-    "z-line",
-    "no view",
-)
+FINDINGS: tuple[str, ...] = (*CLASSES, "z-line", "no view")
 _FINDING_CODE = {f: i + 1 for i, f in enumerate(FINDINGS)}
 
 # Reference colours (display-space reflectance, R G B). Haemoglobin absorbs G and B strongly.
