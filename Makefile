@@ -5,6 +5,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.pipi-installed
 PYTEST_ARGS ?=
+export OMP_WAIT_POLICY ?= PASSIVE
 
 .PHONY: install demo test test-fast system-deps ui bench clean
 
