@@ -1,0 +1,718 @@
+"""Sequence-aware cells: the C1 summaries, C2 windows and C3 residuals, and their training.
+
+A sequence cell (``b`` ... ``e_dagger``, see ``pipi.cells``) classifies each labelled frame
+from up to three feature streams computed around it:
+
+* **C2** (``temporal``): a Transformer over the per-frame embeddings of a window of labelled
+  frames of the same video and split (``build_windows``). The embeddings come from a
+  FINISHED per-frame run of the cell's ``base_cell`` with the same backbone, seed, image
+  size, prior parameters and data digest (``find_base_run``), trained first as a nested run
+  when none exists. They are computed once from that run's best weights and stored as an
+  artifact of that run (``embeddings/``), so every later sequence run on it reuses them.
+* **C1** summaries (``c1``): the 8 (``c8``, ``c8_patient``) or 13 (``c13``) global scalars of
+  ``P_blood`` (``pipi.prior.c1_features``) of the centre frame, on the un-augmented image at
+  the training size; ``c8`` and ``c13`` are z-scored with train-split statistics,
+  ``c8_patient`` per patient (video) with that video's own statistics.
+* **C3** (``c3``): ``|x - AE(x)|`` of the centre frame, pooled to 8 x 8 per channel (192
+  numbers), from a Normal-class autoencoder trained once per (seed, data digest, image size,
+  AE recipe) and stored with its residuals as an artifact of its own MLflow run
+  (entry point tag ``c3_autoencoder``), z-scored with train statistics.
+
+Windows (``build_windows``): for each staged row (a labelled frame; a multilabel frame has
+one row per label) the window holds the ``W = cfg.window`` labelled frames of the same video
+and split that are nearest to it in frame number, the row's own frame included, ties broken
+towards the earlier frame, in frame-number order. In a long run of consecutive frames the
+centre therefore sits at position ``W // 2`` (8 before, 7 after for W = 16). Near the start or
+end of a video the window shifts inwards (it takes more frames from the other side) and
+``centre`` records where the labelled frame sits. When the video has fewer than ``W``
+labelled frames in its split, the window holds all of them and the remaining positions are
+padding, marked True in ``mask`` (the Transformer's key-padding mask). A frame listed under
+two classes counts once.
+
+The head: the concatenation (``SequenceHead``) of the centre token of the
+``TemporalEncoder`` (projection to 256, 4 layers, 8 heads, feed-forward 512, dropout 0.1,
+sinusoidal positions; output back to the embedding width, e.g. 1280 for EfficientNet-B0)
+with the C1 and C3 vectors, then dropout and a linear layer. Embeddings are standardised
+with train-split statistics before the encoder. Recipe: class-weighted cross-entropy,
+AdamW (lr 1e-4, weight decay 1e-4), cosine annealing, batch 64, early stopping on
+validation macro-AUC (``pipi.cells.SEQUENCE_RECIPE`` + the profile).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import math
+import shutil
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from pipi import tracking
+from pipi.cells import TrainConfig, make_config
+from pipi.classes import CLASSES, NUM_CLASSES, class_index
+from pipi.data.cache import batches, build_cache, to_float
+from pipi.data.kvasir import load_staged
+from pipi.errors import ConfigError, DataError, PipiError
+from pipi.models import NormalAutoencoder, SequenceHead, TemporalEncoder, residual_features
+from pipi.prior import c1_features, prior_channels
+from pipi.training import (
+    FrameInputs,
+    TrainingDiverged,
+    build_frame_model,
+    class_weights,
+    evaluable_classes,
+    predictions_frame,
+    seed_everything,
+    split_metrics,
+    tmpdir,
+    write_predictions,
+)
+
+log = logging.getLogger(__name__)
+
+SPLITS = ("train", "val", "test")
+#: TrainConfig fields a sequence run shares with the per-frame run it builds on.
+SHARED_WITH_BASE = ("weights", "image_size", "hflip", "rotation_deg", "jitter", "alpha",
+                    "lambda_eff", "hb_index", "second_channel", "prior_init", "distill_lambda")
+#: Fields of the base run that must match for its embeddings to be reused (params, as logged).
+BASE_MATCH_PARAMS = ("weights", "image_size", "alpha", "lambda_eff", "hb_index",
+                     "second_channel", "prior_init", "distill_lambda")
+NORMAL_CLASS = "Normal clean mucosa"
+EMBEDDINGS_DIR = "embeddings"
+C3_DIR = "c3"
+
+
+# --------------------------------------------------------------------------- recipes
+@dataclass(frozen=True)
+class AutoencoderRecipe:
+    """How the C3 autoencoder is trained (L1, Normal train frames; paper "Normal-class AE")."""
+
+    seed: int
+    image_size: int
+    epochs: int = 10                 # paper: 10 epochs
+    batch_size: int = 32             # not stated in the paper
+    lr: float = 1e-3                 # Adam; not stated in the paper
+    max_batches: int = 0             # smoke profile only
+
+    @classmethod
+    def of(cls, cfg: TrainConfig) -> AutoencoderRecipe:
+        return cls(seed=cfg.seed, image_size=cfg.image_size, epochs=cfg.ae_epochs,
+                   max_batches=cfg.max_batches)
+
+
+def base_config(cfg: TrainConfig) -> TrainConfig:
+    """The per-frame configuration whose run a sequence configuration builds on.
+
+    The base cell's own recipe (lr, epochs, batch size of its profile and backbone), with the
+    fields in ``SHARED_WITH_BASE`` (image size, weights, augmentation, prior) taken from
+    ``cfg``: exactly what ``train -P cell=<base>`` with the same options would run.
+    """
+    cell = cfg.cell_config
+    if not cell.is_sequence:
+        raise ConfigError(f"cell {cfg.cell!r} is a per-frame cell; it has no base run")
+    base = make_config(cell=cell.base_cell, backbone=cfg.backbone, seed=cfg.seed,
+                       profile=cfg.profile)
+    return replace(base, **{f: getattr(cfg, f) for f in SHARED_WITH_BASE})
+
+
+# --------------------------------------------------------------------------- windows
+@dataclass(frozen=True)
+class Windows:
+    """Temporal windows, one per staged row, indexing rows of the same frame table.
+
+    ``index`` (M, W) int64 rows of ``frames`` (-1 at padding), ``mask`` (M, W) bool (True at
+    padding), ``centre`` (M,) int64 position of the row's own frame inside its window.
+    """
+
+    index: np.ndarray
+    mask: np.ndarray
+    centre: np.ndarray
+
+
+def _nearest_block(numbers: np.ndarray, i: int, size: int) -> tuple[int, int]:
+    """[lo, hi) of the ``size`` positions of sorted ``numbers`` nearest to position ``i``."""
+    lo, hi = i, i + 1
+    n = len(numbers)
+    while hi - lo < size:
+        if lo == 0:
+            hi += 1
+        elif hi == n:
+            lo -= 1
+        elif numbers[i] - numbers[lo - 1] <= numbers[hi] - numbers[i]:
+            lo -= 1  # ties go to the earlier frame
+        else:
+            hi += 1
+    return lo, hi
+
+
+def build_windows(frames: pd.DataFrame, *, window: int) -> Windows:
+    """The window of every row of ``frames`` (see the module docstring for the rule)."""
+    if window < 1:
+        raise ConfigError(f"window must be >= 1, got {window}")
+    n_rows = len(frames)
+    index = np.full((n_rows, window), -1, dtype=np.int64)
+    centre = np.zeros(n_rows, dtype=np.int64)
+    key = frames[["split", "video_id"]].astype(str).agg("\x00".join, axis=1).to_numpy()
+    numbers = frames["frame_number"].to_numpy(np.int64)
+    order = np.lexsort((np.arange(n_rows), numbers, key))  # by (split, video), frame, row
+    groups = np.split(order, np.flatnonzero(key[order][1:] != key[order][:-1]) + 1)
+    for rows in groups:
+        if not len(rows):
+            continue
+        nums = numbers[rows]
+        first = np.concatenate([[True], nums[1:] != nums[:-1]])
+        uniq_rows, uniq_nums = rows[first], nums[first]        # one row per distinct frame
+        pos_of = np.cumsum(first) - 1                          # row -> its frame's position
+        size = min(window, len(uniq_rows))
+        for r, p in zip(rows, pos_of):
+            lo, hi = _nearest_block(uniq_nums, int(p), size)
+            index[r, :size] = uniq_rows[lo:hi]
+            centre[r] = p - lo
+    return Windows(index=index, mask=index < 0, centre=centre)
+
+
+# --------------------------------------------------------------------------- z-scoring
+def zscore(x: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """``(x - mean(ref)) / std(ref)`` per column (population std; a constant column -> 1)."""
+    mean = ref.mean(0, dtype=np.float64)
+    std = ref.std(0, dtype=np.float64)
+    std[~(std > 1e-12)] = 1.0
+    return ((x - mean) / std).astype(np.float32)
+
+
+def zscore_by_group(x: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Z-score each row with the statistics of the rows of its own group (per patient)."""
+    out = np.empty(x.shape, dtype=np.float32)
+    for g in pd.unique(groups):
+        sel = groups == g
+        out[sel] = zscore(x[sel], x[sel])
+    return out
+
+
+# --------------------------------------------------------------------------- streams
+def _device(device: str | None) -> torch.device:
+    return torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+
+
+@torch.no_grad()
+def c1_raw(images: np.ndarray, cfg: TrainConfig, *, form: int, device: torch.device,
+           batch_size: int = 128) -> np.ndarray:
+    """Un-normalised C1 features ``(N, form)`` of every frame (un-augmented, training size)."""
+    out = []
+    for idx in batches(len(images), batch_size):
+        x01 = to_float(images, idx, device)
+        p = prior_channels(x01, alpha=cfg.alpha, lambda_eff=cfg.lambda_eff or None,
+                           hb_index=cfg.hb_index, second_channel=cfg.second_channel)
+        out.append(c1_features(p[:, 0], form=form).cpu().numpy())
+    return np.concatenate(out).astype(np.float32) if out else np.zeros((0, form), np.float32)
+
+
+def c1_stream(frames: pd.DataFrame, images: np.ndarray, cfg: TrainConfig, *, cache_dir: Path,
+              digest: str, device: torch.device) -> np.ndarray:
+    """The C1 stream of the cell, normalised as the cell says (train or per-patient z)."""
+    kind = cfg.cell_config.c1
+    form = 13 if kind == "c13" else 8
+    key = tracking.config_hash({"digest": digest, "size": cfg.image_size, "form": form,
+                                "alpha": cfg.alpha, "lambda_eff": cfg.lambda_eff,
+                                "hb_index": cfg.hb_index, "second": cfg.second_channel})
+    path = Path(cache_dir) / "c1" / f"{digest[:24]}-{key}.npy"
+    if path.is_file() and np.load(path, mmap_mode="r").shape == (len(frames), form):
+        raw = np.load(path)
+    else:
+        raw = c1_raw(images, cfg, form=form, device=device)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp.npy")
+        np.save(tmp, raw)
+        tmp.replace(path)
+    if kind == "c8_patient":
+        return zscore_by_group(raw, frames["video_id"].astype(str).to_numpy())
+    return zscore(raw, raw[frames["split"].to_numpy() == "train"])
+
+
+def train_autoencoder(images: np.ndarray, rows: np.ndarray, recipe: AutoencoderRecipe, *,
+                      device: torch.device, on_epoch=None) -> NormalAutoencoder:
+    """Train the C3 autoencoder with an L1 loss on ``images[rows]`` (Normal train frames)."""
+    if not len(rows):
+        raise DataError("C3 needs Normal clean mucosa frames in the train split; there are none")
+    gen = seed_everything(recipe.seed)
+    ae = NormalAutoencoder().to(device)
+    opt = torch.optim.Adam(ae.parameters(), lr=recipe.lr)
+    for epoch in range(recipe.epochs):
+        ae.train()
+        total, n = 0.0, 0
+        for idx in batches(len(rows), recipe.batch_size, gen=gen, max_batches=recipe.max_batches):
+            x = to_float(images, rows[idx], device)
+            loss = F.l1_loss(ae(x), x)
+            if not torch.isfinite(loss):
+                raise TrainingDiverged(f"autoencoder loss is {loss.item()} at epoch {epoch}")
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            total += loss.item() * len(idx)
+            n += len(idx)
+        log.info("C3 autoencoder epoch %d  L1 %.4f", epoch, total / max(n, 1))
+        if on_epoch is not None:
+            on_epoch(epoch, total / max(n, 1))
+    return ae.eval()
+
+
+@torch.no_grad()
+def residual_matrix(ae: NormalAutoencoder, images: np.ndarray, *, device: torch.device,
+                    batch_size: int = 128) -> np.ndarray:
+    """C3 features ``(N, 192)`` of every frame (raw, not z-scored)."""
+    ae.eval()
+    out = [residual_features(ae, to_float(images, idx, device)).cpu().numpy()
+           for idx in batches(len(images), batch_size)]
+    return np.concatenate(out).astype(np.float32) if out else np.zeros((0, 192), np.float32)
+
+
+def ensure_autoencoder(cfg: TrainConfig, *, frames: pd.DataFrame, images: np.ndarray,
+                       manifest: dict, cache_dir: Path, device: torch.device,
+                       progress: bool = False) -> tuple[str, np.ndarray]:
+    """(run id, raw C3 features ``(N, 192)``): reuse the FINISHED AE run, or train one.
+
+    The AE run is keyed by ``pipi.config_hash`` over the recipe, the data digest and the code
+    version; a new one is started nested under the active run (if any).
+    """
+    digest = manifest["data_digest"]
+    recipe = AutoencoderRecipe.of(cfg)
+    key = tracking.config_hash({"c3_autoencoder": asdict(recipe), "data_digest": digest,
+                                "code": tracking.code_version()})
+    found = tracking.find_finished_run(key, **{tracking.TAG_ENTRY_POINT: "c3_autoencoder"})
+    if found is not None:
+        rid = found.info.run_id
+        local = Path(cache_dir) / "c3" / f"{rid}.npy"
+        if not local.is_file():
+            got = tracking.download_artifact(rid, f"{C3_DIR}/residuals.npy", tmpdir())
+            local.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(got, local)
+        res = np.load(local)
+        if res.shape == (len(frames), 192):
+            log.info("C3: reusing autoencoder run %s", rid)
+            return rid, res
+        log.warning("C3 run %s has residuals of shape %s; training a new one", rid, res.shape)
+
+    normal = np.flatnonzero((frames["split"].to_numpy() == "train")
+                            & (frames["class_index"].to_numpy() == class_index(NORMAL_CLASS)))
+    tags = {tracking.TAG_CONFIG_HASH: key, tracking.TAG_SEED: str(cfg.seed),
+            tracking.TAG_DATA_DIGEST: digest, tracking.TAG_DATASET: manifest.get("dataset", ""),
+            "pipi.image_size": cfg.image_size}
+    nested = tracking.active_experiment_id() is not None
+    work = tmpdir()
+    try:
+        with tracking.pipi_run(entry_point="c3_autoencoder", nested=nested, tags=tags,
+                               run_name=f"c3-autoencoder-s{cfg.seed}-{cfg.image_size}px") as run:
+            tracking.log_params({**asdict(recipe), "normal_train_frames": len(normal)})
+            ae = train_autoencoder(
+                images, normal, recipe, device=device,
+                on_epoch=lambda e, v: tracking.log_metrics({"c3/train_l1": v}, step=e))
+            res = residual_matrix(ae, images, device=device)
+            torch.save(ae.state_dict(), work / "autoencoder.pt")
+            np.save(work / "residuals.npy", res)
+            tracking.log_artifact(work / "autoencoder.pt", C3_DIR)
+            tracking.log_artifact(work / "residuals.npy", C3_DIR)
+            rid = run.info.run_id
+        local = Path(cache_dir) / "c3" / f"{rid}.npy"
+        local.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(work / "residuals.npy", local)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return rid, res
+
+
+# --------------------------------------------------------------------------- base runs
+def find_base_run(cfg: TrainConfig, digest: str) -> str | None:
+    """Run id of a FINISHED per-frame run this sequence configuration can build on.
+
+    The exact base configuration (same ``pipi.config_hash``) wins; otherwise the newest
+    FINISHED ``train`` run of the base cell with the same backbone, seed and data digest
+    whose image size, weights and prior parameters (``BASE_MATCH_PARAMS``) are equal.
+    """
+    from pipi.runner import config_key, run_params
+
+    bcfg = base_config(cfg)
+    exact = tracking.find_finished_run(tracking.config_hash(config_key(bcfg, digest)),
+                                       **{tracking.TAG_ENTRY_POINT: "train"})
+    if exact is not None:
+        return exact.info.run_id
+    want = {k: str(v) for k, v in run_params(bcfg).items() if k in BASE_MATCH_PARAMS}
+    for run in tracking.find_finished_runs({
+        tracking.TAG_ENTRY_POINT: "train", tracking.TAG_CELL: bcfg.cell,
+        tracking.TAG_BACKBONE: bcfg.backbone, tracking.TAG_SEED: bcfg.seed,
+        tracking.TAG_DATA_DIGEST: digest,
+    }):
+        if all(run.data.params.get(k) == v for k, v in want.items()):
+            return run.info.run_id
+    return None
+
+
+def ensure_base_run(cfg: TrainConfig, *, data: Path, digest: str, register: bool,
+                    progress: bool) -> tuple[str, bool]:
+    """(run id, trained now): the base per-frame run, trained nested when none exists."""
+    rid = find_base_run(cfg, digest)
+    if rid is not None:
+        log.info("cell %s builds on the FINISHED %s run %s", cfg.cell,
+                 cfg.cell_config.base_cell, rid)
+        return rid, False
+    from pipi.runner import train
+
+    bcfg = base_config(cfg)
+    log.info("no FINISHED %s run for backbone %s, seed %d: training it first",
+             bcfg.cell, bcfg.backbone, bcfg.seed)
+    summary = train(bcfg, data=str(data), register=register, progress=progress,
+                    nested=tracking.active_experiment_id() is not None)
+    return summary["run_id"], True
+
+
+def load_run_model(run_id: str) -> tuple[nn.Module, TrainConfig]:
+    """The best weights of a per-frame run (from its logged ``model``) and its config."""
+    import yaml
+
+    work = tmpdir()
+    try:
+        folder = tracking.download_model_files(run_id, work)
+        spec = yaml.safe_load((folder / "MLmodel").read_text())
+        arts = spec["flavors"]["python_function"]["artifacts"]
+        doc = json.loads((folder / arts["config"]["path"]).read_text())
+        doc["jitter"] = tuple(doc["jitter"])
+        cfg = TrainConfig(**{**doc, "weights": "none"})
+        model = build_frame_model(cfg)
+        state = torch.load(folder / arts["weights"]["path"], map_location="cpu", weights_only=True)
+        model.load_state_dict(state)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return model.eval(), cfg
+
+
+@torch.no_grad()
+def frame_embeddings(model: nn.Module, images: np.ndarray, inputs: FrameInputs, *,
+                     device: torch.device, batch_size: int = 128) -> np.ndarray:
+    """Pooled backbone embeddings ``(N, D)`` of every frame (eval mode, no augmentation)."""
+    model = model.to(device).eval()
+    out = []
+    for idx in batches(len(images), batch_size):
+        x, _ = inputs(to_float(images, idx, device), train=False)
+        out.append(model.embed(x).float().cpu().numpy())
+    return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
+
+
+def base_embeddings(run_id: str, *, frames: pd.DataFrame, images: np.ndarray, digest: str,
+                    image_size: int, cache_dir: Path, device: torch.device) -> np.ndarray:
+    """Embeddings of every staged row under the base run's model, computed once.
+
+    Looked up in the local cache, then in the run's ``embeddings/`` artifact; else computed
+    from the run's model and logged to that run.
+    """
+    local = Path(cache_dir) / "embeddings" / f"{run_id}.npy"
+    meta = {"data_digest": digest, "rows": len(frames), "image_size": image_size,
+            "format": "pipi.embeddings", "version": 1}
+    if local.is_file():
+        emb = np.load(local)
+        if len(emb) == len(frames):
+            return emb
+    try:
+        folder = tracking.download_artifact(run_id, EMBEDDINGS_DIR, tmpdir())
+        got = json.loads((folder / "meta.json").read_text())
+        if all(got.get(k) == v for k, v in meta.items()):
+            emb = np.load(folder / "embeddings.npy")
+            _store(local, emb)
+            log.info("embeddings of run %s reused from its artifact", run_id)
+            return emb
+    except (PipiError, OSError, ValueError, json.JSONDecodeError):
+        pass
+    model, mcfg = load_run_model(run_id)
+    if mcfg.image_size != image_size:
+        raise ConfigError(f"base run {run_id} trained at {mcfg.image_size}px, "
+                          f"this run needs {image_size}px")
+    emb = frame_embeddings(model, images, FrameInputs(mcfg), device=device)
+    work = tmpdir()
+    try:
+        np.save(work / "embeddings.npy", emb)
+        (work / "meta.json").write_text(json.dumps({**meta, "dim": int(emb.shape[1])}))
+        tracking.log_artifact_to_run(run_id, work / "embeddings.npy", EMBEDDINGS_DIR)
+        tracking.log_artifact_to_run(run_id, work / "meta.json", EMBEDDINGS_DIR)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    _store(local, emb)
+    return emb
+
+
+def _store(path: Path, arr: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.npy")
+    np.save(tmp, arr)
+    tmp.replace(path)
+
+
+# --------------------------------------------------------------------------- the model
+class SequenceModel(nn.Module):
+    """C2 encoder (optional) plus ``SequenceHead`` over the cell's streams.
+
+    ``forward(emb, centre, mask, c1=None, c3=None)``: ``emb`` (B, W, D) window embeddings,
+    ``centre`` (B,), ``mask`` (B, W) True at padding, ``c1`` (B, 8|13), ``c3`` (B, 192).
+    Without C2 the centre frame's embedding is used as is.
+    """
+
+    def __init__(self, *, emb_dim: int, window: int, temporal: bool, c1_dim: int = 0,
+                 c3_dim: int = 0, num_classes: int = NUM_CLASSES) -> None:
+        super().__init__()
+        self.temporal = TemporalEncoder(emb_dim, window=window) if temporal else None
+        dims = {"c2" if temporal else "emb": emb_dim}
+        if c1_dim:
+            dims["c1"] = c1_dim
+        if c3_dim:
+            dims["c3"] = c3_dim
+        self.spec = {"emb_dim": emb_dim, "window": window, "temporal": temporal,
+                     "c1_dim": c1_dim, "c3_dim": c3_dim, "num_classes": num_classes}
+        self.head = SequenceHead(dims, num_classes)
+
+    def forward(self, emb, centre, mask, c1=None, c3=None):
+        if self.temporal is not None:
+            streams = {"c2": self.temporal(emb, centre, key_padding_mask=mask)}
+        else:
+            streams = {"emb": emb[torch.arange(len(emb), device=emb.device), centre]}
+        if c1 is not None:
+            streams["c1"] = c1
+        if c3 is not None:
+            streams["c3"] = c3
+        return self.head(streams)
+
+
+@dataclass
+class Streams:
+    """Per-row inputs of a sequence cell, all in ``frames`` row order."""
+
+    embeddings: np.ndarray          # (N, D) standardised
+    windows: Windows
+    c1: np.ndarray | None = None    # (N, 8|13)
+    c3: np.ndarray | None = None    # (N, 192)
+
+    def batch(self, rows: np.ndarray, device: torch.device) -> dict:
+        idx = self.windows.index[rows]                              # (B, W)
+        emb = self.embeddings[np.where(idx < 0, 0, idx)]            # (B, W, D)
+        emb[idx < 0] = 0.0
+        out = {"emb": torch.from_numpy(emb).to(device),
+               "centre": torch.from_numpy(self.windows.centre[rows]).to(device),
+               "mask": torch.from_numpy(self.windows.mask[rows]).to(device)}
+        if self.c1 is not None:
+            out["c1"] = torch.from_numpy(self.c1[rows]).to(device)
+        if self.c3 is not None:
+            out["c3"] = torch.from_numpy(self.c3[rows]).to(device)
+        return out
+
+
+def build_model(cfg: TrainConfig, streams: Streams) -> SequenceModel:
+    return SequenceModel(
+        emb_dim=streams.embeddings.shape[1], window=cfg.window, temporal=cfg.cell_config.temporal,
+        c1_dim=0 if streams.c1 is None else streams.c1.shape[1],
+        c3_dim=0 if streams.c3 is None else streams.c3.shape[1])
+
+
+@torch.no_grad()
+def predict_sequence(model: SequenceModel, streams: Streams, rows: np.ndarray, *,
+                     device: torch.device, batch_size: int = 256) -> np.ndarray:
+    """Softmax probabilities ``(len(rows), 14)``."""
+    model.eval()
+    out = [torch.softmax(model(**streams.batch(rows[b], device)).float(), 1).cpu().numpy()
+           for b in batches(len(rows), batch_size)]
+    return np.concatenate(out) if out else np.zeros((0, NUM_CLASSES), np.float32)
+
+
+def fit_sequence(cfg: TrainConfig, frames: pd.DataFrame, streams: Streams, *, tracker=None,
+                 resume_state: dict | None = None, device: torch.device | None = None,
+                 progress: bool = False) -> dict:
+    """Train and evaluate a sequence head (the recipe of the module docstring)."""
+    dev = device or _device(None)
+    split = frames["split"].to_numpy()
+    rows = {s: np.flatnonzero(split == s) for s in SPLITS}
+    labels = frames["class_index"].to_numpy(np.int64)
+    classes = evaluable_classes(frames)
+    gen = seed_everything(cfg.seed)
+    model = build_model(cfg, streams).to(dev)
+    weights = class_weights(labels[rows["train"]]).to(dev)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg.epochs)
+    best = {"auc": -math.inf, "epoch": -1, "state": None, "bad_epochs": 0}
+    history: list[dict] = []
+    start = 0
+    if resume_state is not None:
+        model.load_state_dict(resume_state["model"])
+        optimizer.load_state_dict(resume_state["optimizer"])
+        scheduler.load_state_dict(resume_state["scheduler"])
+        best, history = resume_state["best"], resume_state["history"]
+        gen.set_state(resume_state["gen_state"])
+        torch.set_rng_state(resume_state["torch_rng"])
+        start = resume_state["epoch"] + 1
+    val_df = frames.iloc[rows["val"]]
+    for epoch in range(start, cfg.epochs):
+        if best["bad_epochs"] >= cfg.patience:
+            break
+        lr = optimizer.param_groups[0]["lr"]
+        model.train()
+        total, n = 0.0, 0
+        for bi, b in enumerate(batches(len(rows["train"]), cfg.batch_size, gen=gen,
+                                       max_batches=cfg.max_batches)):
+            r = rows["train"][b]
+            y = torch.from_numpy(labels[r]).to(dev)
+            loss = F.cross_entropy(model(**streams.batch(r, dev)), y, weight=weights)
+            if not torch.isfinite(loss):
+                raise TrainingDiverged(f"loss is {loss.item()} at epoch {epoch}, batch {bi}")
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            total += loss.item() * len(r)
+            n += len(r)
+        loss = total / max(n, 1)
+        scheduler.step()
+        vp = predictions_frame(val_df, predict_sequence(model, streams, rows["val"], device=dev))
+        vauc = split_metrics(vp, classes, "val")["val/macro_auc"]
+        history.append({"epoch": epoch, "loss": loss, "val_macro_auc": vauc, "lr": lr})
+        log.info("epoch %d  loss %.4f  val macro-AUC %.4f  lr %.2e", epoch, loss, vauc, lr)
+        if vauc > best["auc"] or best["state"] is None:
+            best = {"auc": vauc, "epoch": epoch, "bad_epochs": 0,
+                    "state": copy.deepcopy(model.state_dict())}
+        else:
+            best["bad_epochs"] += 1
+        if tracker is not None:
+            tracker.log_metrics({"train/loss": loss, "val/macro_auc": vauc, "train/lr": lr},
+                                step=epoch)
+            tracker.log_checkpoint({
+                "config": asdict(cfg), "epoch": epoch, "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                "best": best, "history": history, "gen_state": gen.get_state(),
+                "torch_rng": torch.get_rng_state(), "spec": model.spec})
+    model.load_state_dict(best["state"])
+    preds = {s: predictions_frame(frames.iloc[rows[s]],
+                                  predict_sequence(model, streams, rows[s], device=dev))
+             for s in ("val", "test")}
+    metrics = {**split_metrics(preds["val"], classes, "val"),
+               **split_metrics(preds["test"], classes, "test"), "best_epoch": best["epoch"]}
+    return {"model": model.cpu(), "predictions": preds, "metrics": metrics, "classes": classes,
+            "history": history}
+
+
+# --------------------------------------------------------------------------- streams for a run
+def build_streams(cfg: TrainConfig, *, base_run_id: str, frames: pd.DataFrame, manifest: dict,
+                  images: np.ndarray, cache_dir: Path, device: torch.device,
+                  progress: bool = False) -> tuple[Streams, dict]:
+    """All streams of the cell, plus the ids of the runs they came from."""
+    cell = cfg.cell_config
+    digest = manifest["data_digest"]
+    train_rows = frames["split"].to_numpy() == "train"
+    emb = base_embeddings(base_run_id, frames=frames, images=images, digest=digest,
+                          image_size=cfg.image_size, cache_dir=cache_dir, device=device)
+    streams = Streams(embeddings=zscore(emb, emb[train_rows]),
+                      windows=build_windows(frames, window=cfg.window))
+    sources = {tracking.TAG_BASE_RUN: base_run_id}
+    if cell.c1:
+        streams.c1 = c1_stream(frames, images, cfg, cache_dir=cache_dir, digest=digest,
+                               device=device)
+    if cell.c3:
+        rid, res = ensure_autoencoder(cfg, frames=frames, images=images, manifest=manifest,
+                                      cache_dir=cache_dir, device=device, progress=progress)
+        streams.c3 = zscore(res, res[train_rows])
+        sources[tracking.TAG_C3_RUN] = rid
+    return streams, sources
+
+
+# --------------------------------------------------------------------------- the run
+def train_sequence(cfg: TrainConfig, *, data: str | None = None, resume: str | None = None,
+                   experiment: str | None = None, register: bool = True, progress: bool = True,
+                   nested: bool = False) -> dict:
+    """Run one sequence cell inside an MLflow run (the run contract of ``train``).
+
+    The per-frame base run is found or trained first (nested); the sequence head is logged
+    as ``checkpoints/best_state.pt`` (state dict, model spec, config), not as a registered
+    pyfunc model: it needs a window of frames and the base backbone, not one image.
+    ``register`` applies to a base run trained here.
+    """
+    from pipi.runner import config_key, recipe_command, run_params
+    from pipi.staging import pipi_home, resolve_data
+
+    if not cfg.cell_config.is_sequence:
+        raise ConfigError(f"cell {cfg.cell!r} is not a sequence cell")
+    root = resolve_data(data, preset="tiny" if cfg.profile == "smoke" else "demo")
+    frames, manifest = load_staged(root)
+    digest = manifest["data_digest"]
+    resume_state, base_id = None, None
+    if resume:
+        ckpt = tracking.download_artifact(resume, "checkpoints/last.pt", tmpdir())
+        resume_state = torch.load(ckpt, map_location="cpu", weights_only=False)
+        saved = dict(resume_state["config"])
+        saved["jitter"] = tuple(saved["jitter"])
+        if saved != asdict(cfg):
+            log.warning("resuming run %s with its own configuration, not the one passed", resume)
+        cfg = TrainConfig(**saved)
+        base_id = tracking.get_run(resume).data.tags.get(tracking.TAG_BASE_RUN)
+
+    tags = {
+        tracking.TAG_DATASET: manifest.get("dataset", "kvasir-capsule"),
+        tracking.TAG_DATA_DIGEST: digest,
+        tracking.TAG_SPLIT_SHA: manifest["content_sha256"],
+        tracking.TAG_CELL: cfg.cell, tracking.TAG_BACKBONE: cfg.backbone,
+        tracking.TAG_SEED: str(cfg.seed),
+        tracking.TAG_CONFIG_HASH: tracking.config_hash(config_key(cfg, digest)),
+        "pipi.recipe": recipe_command(cfg),
+    }
+    dev = _device(None)
+    cache_dir = pipi_home() / "cache"
+    work = tmpdir()
+    try:
+        with tracking.pipi_run(entry_point="train", experiment=experiment, run_id=resume,
+                               nested=nested, run_name=f"{cfg.cell}-{cfg.backbone}-s{cfg.seed}",
+                               tags=tags) as run:
+            run_id = run.info.run_id
+            if not resume:
+                tracking.log_params({**run_params(cfg), "data_dir": str(root),
+                                     "base_cell": cfg.cell_config.base_cell})
+                tracking.log_dict(asdict(cfg), "config.json")
+                tracking.log_dataset(frames, source=str(root), name=tags[tracking.TAG_DATASET],
+                                     digest=digest, context="training")
+            if base_id is None:
+                base_id, _ = ensure_base_run(cfg, data=root, digest=digest, register=register,
+                                             progress=progress)
+            tracking.set_tags({tracking.TAG_BASE_RUN: base_id})
+            images = build_cache(root, frames, size=cfg.image_size, digest=digest,
+                                 cache_dir=cache_dir, progress=progress)
+            streams, sources = build_streams(cfg, base_run_id=base_id, frames=frames,
+                                             manifest=manifest, images=images,
+                                             cache_dir=cache_dir, device=dev, progress=progress)
+            tracking.set_tags(sources)
+            out = fit_sequence(cfg, frames, streams, tracker=tracking.RunTracker(work / "ckpt"),
+                               resume_state=resume_state, device=dev, progress=progress)
+            m = {k: v for k, v in out["metrics"].items()
+                 if isinstance(v, float) and math.isfinite(v)}
+            # val/macro_auc is the per-epoch series; the selected epoch's value has its own name
+            m["val/best_macro_auc"] = m.pop("val/macro_auc", float("nan"))
+            tracking.log_metrics(m)
+            tracking.set_tags({
+                "pipi.evaluable_classes": json.dumps([CLASSES[k] for k in out["classes"]]),
+                "pipi.best_epoch": out["metrics"]["best_epoch"]})
+            tracking.log_artifacts(write_predictions(out["predictions"], work / "predictions"),
+                                   "predictions")
+            tracking.log_dict(out["history"], "history.json")
+            torch.save({"model": out["model"].state_dict(), "spec": out["model"].spec,
+                        "config": asdict(cfg), **sources}, work / "best_state.pt")
+            tracking.log_artifact(work / "best_state.pt", "checkpoints")
+            summary = {"run_id": run_id, "test_macro_auc": out["metrics"]["test/macro_auc"],
+                       "val_macro_auc": out["metrics"]["val/macro_auc"],
+                       "best_epoch": out["metrics"]["best_epoch"], "registered": None,
+                       "base_run_id": base_id, "model_uri": None}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return summary
+
+
+__all__ = [
+    "AutoencoderRecipe", "SequenceModel", "Streams", "Windows", "base_config", "base_embeddings",
+    "build_streams", "build_windows", "c1_stream", "ensure_autoencoder", "ensure_base_run",
+    "find_base_run", "fit_sequence", "frame_embeddings", "load_run_model", "residual_matrix",
+    "train_autoencoder", "train_sequence", "zscore", "zscore_by_group",
+]

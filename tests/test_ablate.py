@@ -1,0 +1,254 @@
+"""`ablate`: study plans, idempotent nested sweeps, retries, channel_infer, the SLURM executor."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from click.testing import CliRunner
+
+from pipi import ablate
+from pipi.ablate import ChildResult, plan, run_ablation
+from pipi.cells import SEQUENCE_CELLS
+from pipi.errors import ConfigError
+from pipi.models import ARCHS
+from pipi.training import PROB_COLUMNS
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from slurm_cluster import SlurmCluster, missing_tools
+
+ROOT = Path(__file__).resolve().parent.parent
+SMOKE = {"profile": "smoke", "weights": "none", "progress": False}
+
+
+def _train_runs(experiment: str) -> pd.DataFrame:
+    return mlflow.search_runs(experiment_names=[experiment],
+                              filter_string="tags.`pipi.entry_point` = 'train'")
+
+
+# --------------------------------------------------------------------------- plans
+def test_eight_cell_plan_puts_bases_first():
+    kids = plan(ablate.get_study("eight_cell"), seeds=(41, 42), backbones=("efficientnet_b0",),
+                profile="smoke", weights="none", digest="d" * 64)
+    cells = [k.cfg.cell for k in kids]
+    assert cells[:2] == ["a", "a"] and set(cells[2:6]) == {"pi", "distill"}
+    assert [k.role for k in kids[2:6]] == ["base"] * 4
+    assert set(cells[6:]) == set(SEQUENCE_CELLS) and len(kids) == 2 * (1 + 2 + 9)
+    assert len({k.config_hash for k in kids}) == len(kids)
+    # the hash is the one `train` tags its run with (config + data digest + code version)
+    from pipi import runner, tracking
+
+    k = kids[0]
+    assert k.config_hash == tracking.config_hash(runner.config_key(k.cfg, "d" * 64))
+
+
+def test_study_backbones_and_validation():
+    kids = plan(ablate.get_study("cross_backbone"), seeds=(1,), backbones=ARCHS,
+                profile="smoke", weights="none", digest="x")
+    assert {(k.cfg.cell, k.cfg.backbone) for k in kids} == {(c, b) for c in ("a", "pi")
+                                                           for b in ARCHS}
+    with pytest.raises(ConfigError, match="Unknown study"):
+        ablate.get_study("nine_cell")
+    with pytest.raises(ConfigError, match="channel_infer"):
+        plan(ablate.get_study("channel_infer"), seeds=(1,), backbones=("resnet18",),
+             cells=("a",), profile="smoke", weights="none", digest="x")
+    assert [k.cfg.cell for k in plan(ablate.get_study("channel_train"), seeds=(1,),
+                                     backbones=("resnet18",), profile="smoke",
+                                     weights="none", digest="x")] == \
+        ["pi", "pblood_only", "phi_only"]
+
+
+def test_summary_table_means_over_seeds():
+    kids = [ChildResult("a", "efficientnet_b0", s, "study", "trained", f"r{s}", 1,
+                        test_macro_auc=v) for s, v in ((1, 0.6), (2, 0.7), (3, 0.8))]
+    kids.append(ChildResult("b", "efficientnet_b0", 1, "study", "failed", None, 2,
+                            error="attempt 1: boom"))
+    _, agg = ablate.summary_frames(kids)
+    a = agg.set_index("cell").loc["a"]
+    assert a["seeds"] == 3 and math.isclose(a["mean"], 0.7)
+    assert math.isclose(a["sd"], np.std([0.6, 0.7, 0.8], ddof=1))
+    assert "b" not in set(agg["cell"])
+    table = ablate.format_table(kids, study="eight_cell", parent_run_id="p")
+    assert "failed: 1, trained: 3" in table and "attempt 1: boom" in table
+    assert "| a | efficientnet_b0 | 3 | 0.7000 | 0.1000 |" in table
+
+
+# --------------------------------------------------------------------------- sweeps
+def test_sweep_retries_reports_and_is_idempotent(tracking, tiny_staged, monkeypatch):
+    import pipi.runner as rmod
+    import pipi.sequence as smod
+
+    real_frame, real_fit, calls = rmod.run_frame_cell, smod.fit_sequence, {"n": 0}
+
+    def flaky(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("transient: node lost")
+        return real_frame(*a, **k)
+
+    def broken(*a, **k):
+        raise RuntimeError("head exploded")
+
+    monkeypatch.setattr(rmod, "run_frame_cell", flaky)
+    monkeypatch.setattr(smod, "fit_sequence", broken)
+    kw = {"study": "eight_cell", "cells": "a,b", "seeds": "5", "data": str(tiny_staged),
+          "experiment": "sweep", **SMOKE}
+    first = run_ablation(**kw)
+    by = {c.cell: c for c in first.children}
+    assert by["a"].status == "retried" and by["a"].attempts == 2
+    assert "transient: node lost" in by["a"].error
+    assert by["b"].status == "failed" and by["b"].attempts == 2
+    assert by["b"].error.count("head exploded") == 2
+    parent = mlflow.get_run(first.parent_run_id)
+    assert parent.data.tags["pipi.failed_children"] == "1"
+    runs = _train_runs("sweep")
+    kids = runs[runs["tags.mlflow.parentRunId"] == first.parent_run_id]
+    assert sorted(kids["status"]) == ["FAILED", "FAILED", "FAILED", "FINISHED"]
+    assert "head exploded" in " ".join(kids["tags.pipi.failure_reason"].dropna())
+    summary = mlflow.artifacts.load_text(f"runs:/{first.parent_run_id}/summary/summary.md")
+    assert "| b | efficientnet_b0 | 5 | study | failed | 2 |" in summary
+
+    monkeypatch.setattr(rmod, "run_frame_cell", real_frame)
+    monkeypatch.setattr(smod, "fit_sequence", real_fit)
+    second = run_ablation(**kw)
+    assert [(c.cell, c.status) for c in second.children] == [("a", "reused"), ("b", "trained")]
+    n_runs = len(_train_runs("sweep"))
+    third = run_ablation(**kw)
+    assert {c.status for c in third.children} == {"reused"}      # trains nothing
+    assert len(_train_runs("sweep")) == n_runs
+    assert [c.run_id for c in third.children] == [c.run_id for c in second.children]
+    b = mlflow.get_run(second.children[1].run_id)
+    assert b.data.tags["mlflow.parentRunId"] == second.parent_run_id
+    assert b.data.tags["pipi.base_run_id"] == second.children[0].run_id
+
+
+def test_cli_prints_the_summary(tracking, tiny_staged, monkeypatch):
+    from pipi.cli import ENTRY_POINTS
+
+    monkeypatch.setenv("PIPI_WEIGHTS", "none")
+    args = ["--study", "per_frame", "--cells", "a", "--seeds", "5", "--profile", "smoke",
+            "--data", str(tiny_staged)]
+    r = CliRunner().invoke(ENTRY_POINTS["ablate"], args)
+    assert r.exit_code == 0, r.output
+    assert "# ablate: per_frame" in r.output and "| a | efficientnet_b0 | 5 |" in r.output
+
+
+def test_channel_infer_zeroes_prior_channels_at_inference(tracking, tiny_staged, tmp_path):
+    # ResNet-18 (an untrained EfficientNet in eval mode is nearly input-independent)
+    kw = {"study": "channel_infer", "seeds": "12", "backbones": "resnet18",
+          "data": str(tiny_staged), "experiment": "channel-infer", **SMOKE}
+    res = run_ablation(**kw)
+    pi = [c for c in res.children if c.cell == "pi"]
+    variants = {c.cell: c for c in res.children if "@" in c.cell}
+    assert len(pi) == 1 and set(variants) == {"pi@zero_phi", "pi@zero_pblood", "pi@zero_both"}
+    assert all(c.status in ("trained", "reused") for c in res.children)
+    model_id = mlflow.get_run(pi[0].run_id).outputs.model_outputs[0].model_id
+    py = mlflow.pyfunc.load_model(f"models:/{model_id}")
+    inner = py.unwrap_python_model()
+    from pipi.data.cache import build_cache
+    from pipi.data.kvasir import load_staged
+
+    frames, man = load_staged(tiny_staged)
+    test_rows = np.flatnonzero(frames["split"].to_numpy() == "test")
+    imgs = np.asarray(build_cache(tiny_staged, frames, size=inner.cfg.image_size,
+                                  digest=man["data_digest"], cache_dir=tmp_path, progress=False))
+    hwc = imgs[test_rows].transpose(0, 2, 3, 1)
+
+    def logged(cell):
+        run = mlflow.get_run(variants[cell].run_id)
+        assert run.data.tags["pipi.base_run_id"] == pi[0].run_id
+        assert run.data.tags["pipi.variant"] == cell.split("@")[1]
+        assert run.data.tags["mlflow.parentRunId"] == res.parent_run_id
+        folder = mlflow.artifacts.download_artifacts(run_id=run.info.run_id,
+                                                     artifact_path="predictions",
+                                                     dst_path=str(tmp_path / cell))
+        return pd.read_parquet(Path(folder) / "test.parquet")[list(PROB_COLUMNS)].to_numpy()
+
+    # strip-and-serve through the registered pyfunc's own parameter
+    served = py.predict(hwc, params={"strip_prior": True}).iloc[:, :14].to_numpy()
+    np.testing.assert_allclose(logged("pi@zero_both"), served, atol=1e-5)
+    # zeroing an input channel equals zeroing its first-conv weights (EfficientNet: no bias)
+    conv = inner.model.backbone.first_conv
+    weights = conv.weight.detach().clone()
+    for cell, channels in (("pi@zero_phi", [4]), ("pi@zero_pblood", [3])):
+        with torch.no_grad():
+            conv.weight.copy_(weights)
+            conv.weight[:, channels] = 0
+        np.testing.assert_allclose(logged(cell), py.predict(hwc).iloc[:, :14].to_numpy(),
+                                   atol=1e-5)
+    assert np.abs(logged("pi@zero_phi") - logged("pi@zero_pblood")).max() > 1e-4
+    assert np.abs(logged("pi@zero_both") - logged("pi@zero_phi")).max() > 1e-4
+    again = run_ablation(**kw)
+    assert {c.status for c in again.children} == {"reused"}
+
+
+# --------------------------------------------------------------------------- SLURM
+@pytest.fixture()
+def slurm(tmp_path_factory, monkeypatch):
+    gone = missing_tools()
+    if gone:
+        pytest.skip(f"SLURM not installed ({', '.join(gone)} missing); "
+                    "scripts/system-deps.sh installs slurm-wlm and munge")
+    if os.geteuid() != 0:
+        pytest.skip("the one-node test cluster runs slurmd as root")
+    root = Path(str(tmp_path_factory.mktemp("slurm", numbered=True)))
+    cluster = SlurmCluster(root, cpus=2)
+    monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+    monkeypatch.setenv("PIPI_SLURM_DIR", str(root / "jobs"))
+    monkeypatch.setenv("PIPI_SLURM_POLL", "1")
+    yield cluster
+    cluster.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_slurm_executor_runs_children_as_a_job_array(tracking, tiny_staged, slurm):
+    kw = {"study": "eight_cell", "cells": "a,b", "seeds": "6", "data": str(tiny_staged),
+          "experiment": "sweep-slurm", "executor": "slurm", **SMOKE}
+    res = run_ablation(**kw)
+    assert [(c.cell, c.status) for c in res.children] == [("a", "trained"), ("b", "trained")]
+    for c in res.children:
+        run = mlflow.get_run(c.run_id)
+        assert run.info.status == "FINISHED"
+        assert run.data.tags["mlflow.parentRunId"] == res.parent_run_id
+        _, task = run.data.tags["pipi.slurm_job"].split("_")
+        phase = "frame" if c.cell == "a" else "sequence"
+        log = (Path(os.environ["PIPI_SLURM_DIR"]) / res.parent_run_id / f"{phase}-try1_{task}.log")
+        assert f"mlflow run {ROOT} -e train" in log.read_text()           # ran via `mlflow run`
+        assert run.data.tags["pipi.cell"] == c.cell and "test/macro_auc" in run.data.metrics
+    jobs = Path(os.environ["PIPI_SLURM_DIR"]) / res.parent_run_id
+    assert (jobs / "frame-try1.sh").is_file() and (jobs / "sequence-try1.sh").is_file()
+    assert mlflow.get_run(res.children[1].run_id).data.tags["pipi.base_run_id"] == \
+        res.children[0].run_id
+    again = run_ablation(**kw)
+    assert {c.status for c in again.children} == {"reused"}
+    assert not (Path(os.environ["PIPI_SLURM_DIR"]) / again.parent_run_id).exists()
+
+
+@pytest.mark.slow
+def test_mlflow_run_ablate_entry_point(tracking, tiny_staged):
+    import subprocess
+
+    bin_dir = Path(sys.executable).parent
+    r = subprocess.run(
+        [str(bin_dir / "mlflow"), "run", str(ROOT), "-e", "ablate", "--env-manager", "local",
+         "--experiment-name", "sweep-cli", "-P", "study=per_frame", "-P", "cells=a",
+         "-P", "seeds=5", "-P", "profile=smoke", "-P", f"data={tiny_staged}"],
+        capture_output=True, text=True, cwd=ROOT, timeout=600, check=False,
+        env={**os.environ, "MLFLOW_TRACKING_URI": tracking, "PIPI_WEIGHTS": "none",
+             "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "# ablate: per_frame" in r.stdout
+    parents = mlflow.search_runs(experiment_names=["sweep-cli"],
+                                 filter_string="tags.`pipi.entry_point` = 'ablate'")
+    assert len(parents) == 1
+    assert parents["tags.mlflow.project.entryPoint"][0] == "ablate"
+    assert parents["params.study"][0] == "per_frame"
