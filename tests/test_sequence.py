@@ -210,7 +210,8 @@ def test_b_plus_and_e_plus_train_and_share_their_pi_base(tracking, tiny_staged, 
     np.testing.assert_allclose(emb[:6], ref, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.slow
+# about 1.5 min on 2 CPU cores: the a and distill bases are trained once (nested, by the first
+# cell that needs them) and every later cell reuses them and their embedding cache
 @pytest.mark.parametrize("cell", [c for c in SEQUENCE_CELLS if c not in ("b_plus", "e_plus")])
 def test_every_sequence_cell_trains_end_to_end(cell, tracking, tiny_staged, tmp_path):
     cfg = make_config(cell=cell, profile="smoke", weights="none", seed=11)
@@ -220,3 +221,32 @@ def test_every_sequence_cell_trains_end_to_end(cell, tracking, tiny_staged, tmp_
     base = mlflow.get_run(run.data.tags["pipi.base_run_id"])
     assert base.data.tags["pipi.cell"] == cfg.cell_config.base_cell
     assert ("pipi.c3_run_id" in run.data.tags) == cfg.cell_config.c3
+
+
+def test_interrupted_sequence_run_resumes_to_the_same_result(tracking, tiny_staged,
+                                                              monkeypatch):
+    cfg = make_config(cell="b_plus", profile="smoke", weights="none", seed=11,
+                      backbone="resnet18", epochs=2, patience=5)
+    full = runner.train(cfg, data=str(tiny_staged), experiment="seq-resume", progress=False)
+    import pipi.tracking as tmod
+
+    real = tmod.RunTracker.log_checkpoint
+
+    def interrupt(self, state):
+        real(self, state)
+        raise KeyboardInterrupt  # Ctrl-C after epoch 0
+
+    monkeypatch.setattr(tmod.RunTracker, "log_checkpoint", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        runner.train(cfg, data=str(tiny_staged), experiment="seq-resume", progress=False)
+    monkeypatch.setattr(tmod.RunTracker, "log_checkpoint", real)
+    killed = mlflow.search_runs(experiment_names=["seq-resume"],
+                                filter_string="attributes.status = 'KILLED'")
+    assert len(killed) == 1
+    rid = killed["run_id"][0]
+    resumed = runner.train(cfg, data=str(tiny_staged), resume=rid, progress=False)
+    assert resumed["run_id"] == rid and mlflow.get_run(rid).info.status == "FINISHED"
+    assert resumed["base_run_id"] == full["base_run_id"]
+    assert resumed["test_macro_auc"] == full["test_macro_auc"]
+    steps = [m.step for m in mlflow.tracking.MlflowClient().get_metric_history(rid, "train/loss")]
+    assert steps == [0, 1]
