@@ -210,22 +210,39 @@ def slurm(tmp_path_factory, monkeypatch):
 
 
 @pytest.mark.slow
-def test_slurm_executor_runs_children_as_a_job_array(tracking, tiny_staged, slurm):
+def test_slurm_executor_runs_children_as_a_job_array(tracking, tiny_staged, slurm,
+                                                     monkeypatch):
+    import pipi.slurm as slurm_mod
+
+    real_command, seen = slurm_mod.train_command, set()
+
+    def first_b_task_dies(cfg, **k):
+        if cfg.cell == "b" and "b" not in seen:
+            seen.add("b")
+            return "echo 'simulated node failure' >&2; exit 3"
+        return real_command(cfg, **k)
+
+    monkeypatch.setattr(slurm_mod, "train_command", first_b_task_dies)
     kw = {"study": "eight_cell", "cells": "a,b", "seeds": "6", "data": str(tiny_staged),
           "experiment": "sweep-slurm", "executor": "slurm", **SMOKE}
     res = run_ablation(**kw)
-    assert [(c.cell, c.status) for c in res.children] == [("a", "trained"), ("b", "trained")]
+    assert [(c.cell, c.status) for c in res.children] == [("a", "trained"), ("b", "retried")]
+    assert "simulated node failure" in res.children[1].error
+    failed = mlflow.search_runs(experiment_names=["sweep-slurm"],
+                                filter_string="attributes.status = 'FAILED'")
+    assert len(failed) == 1 and "simulated node failure" in failed["tags.pipi.failure_reason"][0]
     for c in res.children:
         run = mlflow.get_run(c.run_id)
         assert run.info.status == "FINISHED"
         assert run.data.tags["mlflow.parentRunId"] == res.parent_run_id
         _, task = run.data.tags["pipi.slurm_job"].split("_")
-        phase = "frame" if c.cell == "a" else "sequence"
-        log = (Path(os.environ["PIPI_SLURM_DIR"]) / res.parent_run_id / f"{phase}-try1_{task}.log")
+        name = "frame-try1" if c.cell == "a" else "sequence-try2"
+        log = Path(os.environ["PIPI_SLURM_DIR"]) / res.parent_run_id / f"{name}_{task}.log"
         assert f"mlflow run {ROOT} -e train" in log.read_text()           # ran via `mlflow run`
         assert run.data.tags["pipi.cell"] == c.cell and "test/macro_auc" in run.data.metrics
     jobs = Path(os.environ["PIPI_SLURM_DIR"]) / res.parent_run_id
-    assert (jobs / "frame-try1.sh").is_file() and (jobs / "sequence-try1.sh").is_file()
+    assert {p.name for p in jobs.glob("*.sh")} == {"frame-try1.sh", "sequence-try1.sh",
+                                                  "sequence-try2.sh"}
     assert mlflow.get_run(res.children[1].run_id).data.tags["pipi.base_run_id"] == \
         res.children[0].run_id
     again = run_ablation(**kw)
