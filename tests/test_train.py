@@ -49,7 +49,7 @@ def test_every_per_frame_cell_trains_on_every_backbone(cell, backbone, tiny_stag
                          cache_dir=tmp_path / "cache")
     test = out["predictions"]["test"]
     assert list(test.columns[-14:]) == list(PROB_COLUMNS)
-    np.testing.assert_allclose(test[list(PROB_COLUMNS)].sum(1), 1.0, atol=1e-4)
+    np.testing.assert_allclose(test[list(PROB_COLUMNS)].sum(axis=1), 1.0, atol=1e-4)
     assert len(test) == (out["frames"]["split"] == "test").sum()
     assert 0.0 <= out["metrics"]["test/macro_auc"] <= 1.0
     assert [s for s, _ in tr.metrics] == [0] and tr.checkpoints == [0]
