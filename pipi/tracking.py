@@ -163,9 +163,27 @@ def pipi_run(
         mlflow.end_run("FINISHED")
 
 
+def _same_param(logged: str, new: str) -> bool:
+    # `mlflow run` logs an empty MLproject default as the shell-quoted string "''"
+    return logged == new or (logged == "''" and new == "")
+
+
 def log_params(params: Mapping[str, Any]) -> None:
-    """Log params in chunks of 100 (MLflow's per-call limit)."""
-    items = [(k, "" if v is None else str(v)) for k, v in params.items()]
+    """Log params in chunks of 100 (MLflow's per-call limit).
+
+    Params that ``mlflow run`` already logged with the same value are skipped; one that it
+    logged with another value (a sentinel such as 0 that pipi resolved) is kept as logged and
+    the resolved value goes to ``<key>.resolved``.
+    """
+    existing = mlflow.get_run(active_run_id()).data.params
+    items = []
+    for k, v in params.items():
+        v = "" if v is None else str(v)
+        if k in existing:
+            if _same_param(existing[k], v):
+                continue
+            k = f"{k}.resolved"
+        items.append((k, v))
     for i in range(0, len(items), 100):
         mlflow.log_params(dict(items[i:i + 100]))
 

@@ -72,3 +72,15 @@ def test_pipi_cli_synthesize_and_stage(tmp_path, monkeypatch):
                         "--preset", "tiny"], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert (tmp_path / "galar" / "metadata.csv").is_file()
+
+
+def test_params_logged_by_mlflow_run_are_not_logged_twice(tracking):
+    from pipi import tracking as tr
+
+    with tr.pipi_run(entry_point="test", experiment="params") as run:
+        import mlflow as m
+
+        m.log_params({"cells": "''", "epochs": "0"})  # what `mlflow run` logs for defaults
+        tr.log_params({"cells": "", "epochs": 4, "lr": 0.001})
+        p = m.get_run(run.info.run_id).data.params
+    assert p == {"cells": "''", "epochs": "0", "epochs.resolved": "4", "lr": "0.001"}
