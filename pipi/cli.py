@@ -213,20 +213,16 @@ _run_ids = click.option("--run-ids", default="", help="Comma-separated MLflow ru
               show_default=True, help="slurm: one job-array task per child (PIPI_SLURM_*).")
 @click.option("--data", default="synthetic", show_default=True,
               help="A staged folder, or 'synthetic' (the demo release, staged if needed).")
-def ablate(study, seeds, backbones, cells, profile, executor, data):
-    """Sweep cells x seeds x backbones as nested runs; idempotent (README, "ablate").
-
-    Backbone weights come from PIPI_WEIGHTS (imagenet, none or a state_dict file;
-    default imagenet).
-    """
-    import os
-
+@click.option("--weights", default="imagenet", show_default=True,
+              help="Backbone initialisation of every child: imagenet, none, or a state_dict file.")
+def ablate(study, seeds, backbones, cells, profile, executor, data, weights):
+    """Sweep cells x seeds x backbones as nested runs; idempotent (README, "ablate")."""
     from pipi import runner, tracking
     from pipi.ablate import run_ablation
 
     _setup_logging()
     tracking.configure()
-    weights = runner.check_weights(os.environ.get("PIPI_WEIGHTS", "imagenet"))
+    weights = runner.check_weights(weights)
     result = run_ablation(study=study, seeds=seeds, backbones=backbones, cells=cells,
                           profile=profile, executor=executor, data=data, weights=weights)
     click.echo(result.table)

@@ -133,9 +133,8 @@ def test_sweep_retries_reports_and_is_idempotent(tracking, tiny_staged, monkeypa
 def test_cli_prints_the_summary(tracking, tiny_staged, monkeypatch):
     from pipi.cli import ENTRY_POINTS
 
-    monkeypatch.setenv("PIPI_WEIGHTS", "none")
     args = ["--study", "per_frame", "--cells", "a", "--seeds", "5", "--profile", "smoke",
-            "--data", str(tiny_staged)]
+            "--data", str(tiny_staged), "--weights", "none"]
     r = CliRunner().invoke(ENTRY_POINTS["ablate"], args)
     assert r.exit_code == 0, r.output
     assert "# ablate: per_frame" in r.output and "| a | efficientnet_b0 | 5 |" in r.output
@@ -258,9 +257,10 @@ def test_mlflow_run_ablate_entry_point(tracking, tiny_staged):
     r = subprocess.run(
         [str(bin_dir / "mlflow"), "run", str(ROOT), "-e", "ablate", "--env-manager", "local",
          "--experiment-name", "sweep-cli", "-P", "study=per_frame", "-P", "cells=a",
-         "-P", "seeds=5", "-P", "profile=smoke", "-P", f"data={tiny_staged}"],
+         "-P", "seeds=5", "-P", "profile=smoke", "-P", f"data={tiny_staged}",
+         "-P", "weights=none"],
         capture_output=True, text=True, cwd=ROOT, timeout=600, check=False,
-        env={**os.environ, "MLFLOW_TRACKING_URI": tracking, "PIPI_WEIGHTS": "none",
+        env={**os.environ, "MLFLOW_TRACKING_URI": tracking,
              "PATH": f"{bin_dir}:{os.environ['PATH']}"})
     assert r.returncode == 0, r.stderr[-3000:]
     assert "# ablate: per_frame" in r.stdout
