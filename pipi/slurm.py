@@ -15,6 +15,10 @@ The parent waits for the arrays (``squeue``), reads each task's state (``scontro
 the child runs in MLflow (FINISHED is what counts), resubmits failed children once as a new
 array, and marks a child that failed twice FAILED with the tail of its task log as reason.
 
+Sequence tasks of one seed run side by side, so each may train the C3 autoencoder when none
+has FINISHED yet (harmless: each run records the one it used in ``pipi.c3_run_id``; later
+runs reuse the newest).
+
 Options come from the environment: ``PIPI_SLURM_PARTITION``, ``PIPI_SLURM_ARGS`` (extra
 sbatch arguments, shell-split, e.g. ``--gres=gpu:1 --time=04:00:00``), ``PIPI_SLURM_DIR``
 (scripts and logs; default ``$PIPI_HOME/slurm``), ``PIPI_SLURM_POLL`` (seconds).
