@@ -40,7 +40,6 @@ validation macro-AUC (``pipi.cells.SEQUENCE_RECIPE`` + the profile).
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import math
@@ -68,6 +67,7 @@ from pipi.training import (
     build_frame_model,
     class_weights,
     evaluable_classes,
+    fit_epochs,
     predictions_frame,
     seed_everything,
     split_metrics,
@@ -537,24 +537,8 @@ def fit_sequence(cfg: TrainConfig, frames: pd.DataFrame, streams: Streams, *, tr
     gen = seed_everything(cfg.seed)
     model = build_model(cfg, streams).to(dev)
     weights = class_weights(labels[rows["train"]]).to(dev)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg.epochs)
-    best = {"auc": -math.inf, "epoch": -1, "state": None, "bad_epochs": 0}
-    history: list[dict] = []
-    start = 0
-    if resume_state is not None:
-        model.load_state_dict(resume_state["model"])
-        optimizer.load_state_dict(resume_state["optimizer"])
-        scheduler.load_state_dict(resume_state["scheduler"])
-        best, history = resume_state["best"], resume_state["history"]
-        gen.set_state(resume_state["gen_state"])
-        torch.set_rng_state(resume_state["torch_rng"])
-        start = resume_state["epoch"] + 1
-    val_df = frames.iloc[rows["val"]]
-    for epoch in range(start, cfg.epochs):
-        if best["bad_epochs"] >= cfg.patience:
-            break
-        lr = optimizer.param_groups[0]["lr"]
+
+    def train_epoch(epoch, optimizer):
         model.train()
         total, n = 0.0, 0
         for bi, b in enumerate(batches(len(rows["train"]), cfg.batch_size, gen=gen,
@@ -569,26 +553,13 @@ def fit_sequence(cfg: TrainConfig, frames: pd.DataFrame, streams: Streams, *, tr
             optimizer.step()
             total += loss.item() * len(r)
             n += len(r)
-        loss = total / max(n, 1)
-        scheduler.step()
-        vp = predictions_frame(val_df, predict_sequence(model, streams, rows["val"], device=dev))
-        vauc = split_metrics(vp, classes, "val")["val/macro_auc"]
-        history.append({"epoch": epoch, "loss": loss, "val_macro_auc": vauc, "lr": lr})
-        log.info("epoch %d  loss %.4f  val macro-AUC %.4f  lr %.2e", epoch, loss, vauc, lr)
-        if vauc > best["auc"] or best["state"] is None:
-            best = {"auc": vauc, "epoch": epoch, "bad_epochs": 0,
-                    "state": copy.deepcopy(model.state_dict())}
-        else:
-            best["bad_epochs"] += 1
-        if tracker is not None:
-            tracker.log_metrics({"train/loss": loss, "val/macro_auc": vauc, "train/lr": lr},
-                                step=epoch)
-            tracker.log_checkpoint({
-                "config": asdict(cfg), "epoch": epoch, "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                "best": best, "history": history, "gen_state": gen.get_state(),
-                "torch_rng": torch.get_rng_state(), "spec": model.spec})
-    model.load_state_dict(best["state"])
+        return total / max(n, 1)
+
+    fit = fit_epochs(model, cfg=cfg, gen=gen, train_epoch=train_epoch,
+                     predict_val=lambda: predict_sequence(model, streams, rows["val"], device=dev),
+                     val_frames=frames.iloc[rows["val"]], classes=classes, tracker=tracker,
+                     resume_state=resume_state, extra_state={"spec": model.spec})
+    best, history = fit["best"], fit["history"]
     preds = {s: predictions_frame(frames.iloc[rows[s]],
                                   predict_sequence(model, streams, rows[s], device=dev))
              for s in ("val", "test")}

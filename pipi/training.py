@@ -190,13 +190,56 @@ class TrainResult:
     registered: str | None
 
 
-def _checkpoint(model, optimizer, scheduler, epoch, best, history, gen, cfg) -> dict:
-    return {
-        "config": asdict(cfg), "epoch": epoch, "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-        "best": best, "history": history, "gen_state": gen.get_state(),
-        "torch_rng": torch.get_rng_state(),
-    }
+def fit_epochs(model, *, cfg: TrainConfig, gen: torch.Generator, train_epoch, predict_val,
+               val_frames: pd.DataFrame, classes: list[int], tracker=None,
+               resume_state: dict | None = None, extra_state: dict | None = None) -> dict:
+    """The epoch loop shared by every trained cell: AdamW + cosine annealing, validation
+    macro-AUC after each epoch, early stopping with ``cfg.patience``, best-epoch selection,
+    per-epoch metrics and a resumable checkpoint through ``tracker``.
+
+    ``train_epoch(epoch, optimizer) -> mean loss`` runs one epoch; ``predict_val() ->
+    probs[N, 14]`` scores ``val_frames``. On return the model holds the best epoch's weights.
+    Returns ``{"best": ..., "history": [...]}``.
+    """
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg.epochs)
+    best = {"auc": -math.inf, "epoch": -1, "state": None, "bad_epochs": 0}
+    history: list[dict] = []
+    start = 0
+    if resume_state is not None:
+        model.load_state_dict(resume_state["model"])
+        optimizer.load_state_dict(resume_state["optimizer"])
+        scheduler.load_state_dict(resume_state["scheduler"])
+        best, history = resume_state["best"], resume_state["history"]
+        gen.set_state(resume_state["gen_state"])
+        torch.set_rng_state(resume_state["torch_rng"])
+        start = resume_state["epoch"] + 1
+        log.info("resuming at epoch %d", start)
+    for epoch in range(start, cfg.epochs):
+        if best["bad_epochs"] >= cfg.patience:
+            break
+        lr = optimizer.param_groups[0]["lr"]
+        loss = train_epoch(epoch, optimizer)
+        scheduler.step()
+        vauc = split_metrics(predictions_frame(val_frames, predict_val()), classes,
+                             "val")["val/macro_auc"]
+        history.append({"epoch": epoch, "loss": loss, "val_macro_auc": vauc, "lr": lr})
+        log.info("epoch %d  loss %.4f  val macro-AUC %.4f  lr %.2e", epoch, loss, vauc, lr)
+        if vauc > best["auc"] or best["state"] is None:
+            best = {"auc": vauc, "epoch": epoch, "bad_epochs": 0,
+                    "state": copy.deepcopy(model.state_dict())}
+        else:
+            best["bad_epochs"] += 1
+        if tracker is not None:
+            tracker.log_metrics({"train/loss": loss, "val/macro_auc": vauc, "train/lr": lr},
+                                step=epoch)
+            tracker.log_checkpoint({
+                "config": asdict(cfg), "epoch": epoch, "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                "best": best, "history": history, "gen_state": gen.get_state(),
+                "torch_rng": torch.get_rng_state(), **(extra_state or {})})
+    model.load_state_dict(best["state"])
+    return {"best": best, "history": history}
 
 
 def run_frame_cell(cfg: TrainConfig, *, data: Path, resume_state: dict | None = None,
@@ -223,46 +266,17 @@ def run_frame_cell(cfg: TrainConfig, *, data: Path, resume_state: dict | None = 
     model = build_frame_model(cfg).to(dev)
     inputs = FrameInputs(cfg)
     weights = class_weights(labels["train"]).to(dev)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg.epochs)
-    best = {"auc": -math.inf, "epoch": -1, "state": None, "bad_epochs": 0}
-    history: list[dict] = []
-    start = 0
-    if resume_state is not None:
-        model.load_state_dict(resume_state["model"])
-        optimizer.load_state_dict(resume_state["optimizer"])
-        scheduler.load_state_dict(resume_state["scheduler"])
-        best, history = resume_state["best"], resume_state["history"]
-        gen.set_state(resume_state["gen_state"])
-        torch.set_rng_state(resume_state["torch_rng"])
-        start = resume_state["epoch"] + 1
-        log.info("resuming at epoch %d", start)
 
-    val_df = frames.iloc[split_idx["val"]]
-    for epoch in range(start, cfg.epochs):
-        if best["bad_epochs"] >= cfg.patience:
-            break
-        lr = optimizer.param_groups[0]["lr"]
-        loss = train_one_epoch(model, images["train"], labels["train"], inputs, optimizer,
+    def train_epoch(epoch, optimizer):
+        return train_one_epoch(model, images["train"], labels["train"], inputs, optimizer,
                                weights, cfg=cfg, gen=gen, device=dev, epoch=epoch,
                                progress=progress)
-        scheduler.step()
-        vp = predictions_frame(val_df, predict_probs(model, images["val"], inputs, device=dev))
-        vauc = split_metrics(vp, classes, "val")["val/macro_auc"]
-        history.append({"epoch": epoch, "loss": loss, "val_macro_auc": vauc, "lr": lr})
-        log.info("epoch %d  loss %.4f  val macro-AUC %.4f  lr %.2e", epoch, loss, vauc, lr)
-        if vauc > best["auc"] or best["state"] is None:
-            best = {"auc": vauc, "epoch": epoch, "bad_epochs": 0,
-                    "state": copy.deepcopy(model.state_dict())}
-        else:
-            best["bad_epochs"] += 1
-        if tracker is not None:
-            tracker.log_metrics({"train/loss": loss, "val/macro_auc": vauc, "train/lr": lr},
-                                step=epoch)
-            tracker.log_checkpoint(_checkpoint(model, optimizer, scheduler, epoch, best,
-                                               history, gen, cfg))
 
-    model.load_state_dict(best["state"])
+    fit = fit_epochs(model, cfg=cfg, gen=gen, train_epoch=train_epoch,
+                     predict_val=lambda: predict_probs(model, images["val"], inputs, device=dev),
+                     val_frames=frames.iloc[split_idx["val"]], classes=classes, tracker=tracker,
+                     resume_state=resume_state)
+    best, history = fit["best"], fit["history"]
     preds = {}
     for s in ("val", "test"):
         preds[s] = predictions_frame(frames.iloc[split_idx[s]],
