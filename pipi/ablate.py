@@ -22,7 +22,11 @@ Studies (``STUDIES``): ``eight_cell``, ``per_frame``, ``cross_backbone``, ``chan
 train cells; ``channel_infer`` evaluates each FINISHED ``pi`` run of the sweep's seeds and
 backbones with Phi zeroed, P_blood zeroed, and both zeroed (strip-and-serve) at inference,
 logging each evaluation as a child run with the prediction artifact of the run contract
-(tags ``pipi.cell = pi@<variant>``, ``pipi.variant``, ``pipi.base_run_id``).
+(tags ``pipi.cell = pi@<variant>``, ``pipi.variant``, ``pipi.base_run_id``). ``pi_tta``
+evaluates the PI-TTA probes (``pipi.tta``) on each FINISHED ``a`` run the same way (tags
+``pipi.cell = a@tta_<variant>``): the three paper probes leave the class predictions equal to
+the baseline by construction (frozen backbone and classifier), the non-paper ``bn_tent`` does
+not.
 """
 
 from __future__ import annotations
@@ -62,7 +66,7 @@ class Study:
     description: str
     cells: tuple[str, ...] = ()
     backbones: tuple[str, ...] | None = None   # None: the user's --backbones
-    kind: str = "train"                        # train | channel_infer
+    kind: str = "train"                        # train | channel_infer | pi_tta
 
 
 STUDIES: dict[str, Study] = {s.name: s for s in (
@@ -76,6 +80,8 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
           ("pi", "pblood_only", "phi_only")),
     Study("channel_infer", "inference-time channel ablation of finished pi runs",
           ("pi",), kind="channel_infer"),
+    Study("pi_tta", "PI test-time adaptation probes (paper null result) of finished a runs",
+          ("a",), kind="pi_tta"),
 )}
 
 #: Inference-time channel ablations: variant -> zeroed input channels (3 = P_blood, 4 = Phi).
@@ -99,7 +105,7 @@ class Child:
     cfg: TrainConfig
     config_hash: str
     role: str = "study"              # study | base (a per-frame run a sequence cell needs)
-    variant: str = ""                # channel_infer: zero_phi | zero_pblood | zero_both
+    variant: str = ""                # channel_infer: zero_phi | ...; pi_tta: tta_aux_sgd | ...
 
     @property
     def label(self) -> str:
@@ -166,6 +172,8 @@ def plan(study: Study, *, seeds: Sequence[int], backbones: Sequence[str],
         get_cell(c)
     if study.kind == "channel_infer" and set(chosen) != {"pi"}:
         raise ConfigError("channel_infer evaluates pi runs; leave cells empty or pass cells=pi")
+    if study.kind == "pi_tta" and set(chosen) != {"a"}:
+        raise ConfigError("pi_tta evaluates a runs; leave cells empty or pass cells=a")
     frame_cells = [c for c in chosen if not get_cell(c).is_sequence]
     seq_cells = [c for c in chosen if get_cell(c).is_sequence]
     bases = [b for b in dict.fromkeys(get_cell(c).base_cell for c in seq_cells)
@@ -371,6 +379,31 @@ def run_channel_infer(pi_results: Sequence[ChildResult], *, data: Path, parent_r
     return out
 
 
+# --------------------------------------------------------------------------- pi_tta
+def run_pi_tta(a_results: Sequence[ChildResult], *, data: Path, parent_run_id: str,
+               progress: bool, retries: int = 1) -> list[ChildResult]:
+    """PI-TTA children of each ``a`` run: every variant its backbone supports, reused if done."""
+    from pipi.tta import TTAConfig, evaluate_tta, tta_key, variants_for
+
+    tta = TTAConfig()
+    out = []
+    for ar in a_results:
+        if ar.run_id is None:
+            continue
+        for variant in variants_for(ar.backbone):
+            cfg = make_config(cell="a", backbone=ar.backbone, seed=ar.seed)
+            child = Child(cfg, tta_key(ar.run_id, variant, tta), "study", f"tta_{variant}")
+            found = tracking.find_finished_run(child.config_hash,
+                                               **{tracking.TAG_ENTRY_POINT: "ablate"})
+            if found is not None:
+                out.append(_result(child, found, "reused", 0))
+                continue
+            out.append(_with_retry(child, lambda r=ar, v=variant: tracking.get_run(
+                evaluate_tta(r.run_id, v, data=data, parent_run_id=parent_run_id, tta=tta,
+                             progress=progress)), retries=retries))
+    return out
+
+
 # --------------------------------------------------------------------------- entry point
 def run_ablation(*, study: str = "eight_cell", seeds: Sequence[int] | str = (41, 42),
                  backbones: Sequence[str] | str = DEFAULT_BACKBONES,
@@ -424,6 +457,9 @@ def run_ablation(*, study: str = "eight_cell", seeds: Sequence[int] | str = (41,
         if st.kind == "channel_infer":
             results += run_channel_infer([r for r in results if r.cell == "pi"], data=root,
                                          parent_run_id=pid, progress=progress, retries=retries)
+        elif st.kind == "pi_tta":
+            results += run_pi_tta([r for r in results if r.cell == "a"], data=root,
+                                  parent_run_id=pid, progress=progress, retries=retries)
         table = format_table(results, study=st.name, parent_run_id=pid)
         rows, agg = summary_frames(results)
         tracking.log_text(table, "summary/summary.md")
@@ -438,4 +474,4 @@ def run_ablation(*, study: str = "eight_cell", seeds: Sequence[int] | str = (41,
 
 
 __all__ = ["CHANNEL_VARIANTS", "STUDIES", "Child", "ChildResult", "Study", "SweepResult",
-           "evaluate_zeroed", "format_table", "get_study", "plan", "run_ablation"]
+           "evaluate_zeroed", "format_table", "get_study", "plan", "run_ablation", "run_pi_tta"]

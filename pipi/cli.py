@@ -202,7 +202,8 @@ def _pending(name: str, issue: str, *options):
 _run_ids = click.option("--run-ids", default="", help="Comma-separated MLflow run ids.")
 @click.command("ablate", cls=_Command)
 @click.option("--study", default="eight_cell", show_default=True,
-              help="eight_cell, per_frame, cross_backbone, channel_train or channel_infer.")
+              help="eight_cell, per_frame, cross_backbone, channel_train, channel_infer or "
+                   "pi_tta.")
 @click.option("--seeds", default="41,42", show_default=True, help="Comma-separated seeds.")
 @click.option("--backbones", default="efficientnet_b0", show_default=True,
               help="Comma-separated backbones (cross_backbone: all three unless changed).")

@@ -45,6 +45,48 @@ def config_key(cfg: TrainConfig, data_digest: str) -> dict:
             "code": tracking.code_version()}
 
 
+def load_resume(resume: str, cfg: TrainConfig) -> tuple[TrainConfig, dict]:
+    """The checkpoint of an interrupted run and the configuration it was started with."""
+    ckpt = tracking.download_artifact(resume, "checkpoints/last.pt", tmpdir())
+    state = torch.load(ckpt, map_location="cpu", weights_only=False)
+    saved = dict(state["config"])
+    saved["jitter"] = tuple(saved["jitter"])
+    if saved != asdict(cfg):
+        log.warning("resuming run %s with its own configuration, not the one passed", resume)
+    return TrainConfig(**saved), state
+
+
+def run_tags(cfg: TrainConfig, manifest: dict) -> dict:
+    """The run contract's tags of a training run."""
+    digest = manifest["data_digest"]
+    return {
+        tracking.TAG_DATASET: manifest.get("dataset", "kvasir-capsule"),
+        tracking.TAG_DATA_DIGEST: digest,
+        tracking.TAG_SPLIT_SHA: manifest["content_sha256"],
+        tracking.TAG_CELL: cfg.cell, tracking.TAG_BACKBONE: cfg.backbone,
+        tracking.TAG_SEED: str(cfg.seed),
+        tracking.TAG_CONFIG_HASH: tracking.config_hash(config_key(cfg, digest)),
+        "pipi.recipe": recipe_command(cfg),
+    }
+
+
+def log_results(out: dict, work: Path) -> dict:
+    """Log a fitted cell's final metrics, predictions and history; return the summary."""
+    m = {k: v for k, v in out["metrics"].items() if isinstance(v, float) and math.isfinite(v)}
+    # val/macro_auc is the per-epoch series; the selected epoch's value gets its own name
+    m["val/best_macro_auc"] = m.pop("val/macro_auc", float("nan"))
+    tracking.log_metrics(m)
+    tracking.set_tags({"pipi.evaluable_classes": json.dumps([CLASSES[k] for k in out["classes"]]),
+                       "pipi.best_epoch": out["metrics"]["best_epoch"]})
+    tracking.log_artifacts(write_predictions(out["predictions"], work / "predictions"),
+                           "predictions")
+    tracking.log_dict(out["history"], "history.json")
+    return {"run_id": tracking.active_run_id(),
+            "test_macro_auc": out["metrics"]["test/macro_auc"],
+            "val_macro_auc": out["metrics"]["val/macro_auc"],
+            "best_epoch": out["metrics"]["best_epoch"], "registered": None}
+
+
 def train(cfg: TrainConfig, *, data: str | None = None, resume: str | None = None,
           experiment: str | None = None, register: bool = True, progress: bool = True,
           nested: bool = False) -> dict:
@@ -58,24 +100,9 @@ def train(cfg: TrainConfig, *, data: str | None = None, resume: str | None = Non
     manifest = json.loads((root / "manifest.json").read_text())
     resume_state = None
     if resume:
-        ckpt = tracking.download_artifact(resume, "checkpoints/last.pt", tmpdir())
-        resume_state = torch.load(ckpt, map_location="cpu", weights_only=False)
-        saved = dict(resume_state["config"])
-        saved["jitter"] = tuple(saved["jitter"])
-        if saved != asdict(cfg):
-            log.warning("resuming run %s with its own configuration, not the one passed", resume)
-        cfg = TrainConfig(**saved)
-
+        cfg, resume_state = load_resume(resume, cfg)
     digest = manifest["data_digest"]
-    tags = {
-        tracking.TAG_DATASET: manifest.get("dataset", "kvasir-capsule"),
-        tracking.TAG_DATA_DIGEST: digest,
-        tracking.TAG_SPLIT_SHA: manifest["content_sha256"],
-        tracking.TAG_CELL: cfg.cell, tracking.TAG_BACKBONE: cfg.backbone,
-        tracking.TAG_SEED: cfg.seed,
-        tracking.TAG_CONFIG_HASH: tracking.config_hash(config_key(cfg, digest)),
-        "pipi.recipe": recipe_command(cfg),
-    }
+    tags = run_tags(cfg, manifest)
     work = tmpdir()
     try:
         with tracking.pipi_run(entry_point="train", experiment=experiment, run_id=resume,
@@ -92,18 +119,7 @@ def train(cfg: TrainConfig, *, data: str | None = None, resume: str | None = Non
                                      context="training")
             out = run_frame_cell(cfg, data=root, resume_state=resume_state,
                                  tracker=tracking.RunTracker(work / "ckpt"), progress=progress)
-            m = {k: v for k, v in out["metrics"].items() if isinstance(v, float) and math.isfinite(v)}
-            # val/macro_auc is the per-epoch series; the selected checkpoint's value gets its own name
-            m["val/best_macro_auc"] = m.pop("val/macro_auc", float("nan"))
-            tracking.log_metrics(m)
-            tracking.set_tags({"pipi.evaluable_classes": json.dumps([CLASSES[k] for k in out["classes"]]),
-                               "pipi.best_epoch": out["metrics"]["best_epoch"]})
-            tracking.log_artifacts(write_predictions(out["predictions"], work / "predictions"),
-                                   "predictions")
-            tracking.log_dict(out["history"], "history.json")
-            summary = {"run_id": run_id, "test_macro_auc": out["metrics"]["test/macro_auc"],
-                       "val_macro_auc": out["metrics"]["val/macro_auc"],
-                       "best_epoch": out["metrics"]["best_epoch"], "registered": None}
+            summary = log_results(out, work)
             summary.update(_log_model(cfg, out["model"], work, run_id,
                                       summary["test_macro_auc"], register))
     finally:

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import shutil
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -55,7 +54,7 @@ from torch import nn
 
 from pipi import tracking
 from pipi.cells import TrainConfig, make_config
-from pipi.classes import CLASSES, NUM_CLASSES, class_index
+from pipi.classes import NUM_CLASSES, class_index
 from pipi.data.cache import batches, build_cache, to_float
 from pipi.data.kvasir import load_staged
 from pipi.errors import ConfigError, DataError, PipiError
@@ -72,7 +71,6 @@ from pipi.training import (
     seed_everything,
     split_metrics,
     tmpdir,
-    write_predictions,
 )
 
 log = logging.getLogger(__name__)
@@ -604,7 +602,7 @@ def train_sequence(cfg: TrainConfig, *, data: str | None = None, resume: str | N
     pyfunc model: it needs a window of frames and the base backbone, not one image.
     ``register`` applies to a base run trained here.
     """
-    from pipi.runner import config_key, recipe_command, run_params
+    from pipi.runner import load_resume, log_results, run_params, run_tags
     from pipi.staging import pipi_home, resolve_data
 
     if not cfg.cell_config.is_sequence:
@@ -614,32 +612,16 @@ def train_sequence(cfg: TrainConfig, *, data: str | None = None, resume: str | N
     digest = manifest["data_digest"]
     resume_state, base_id = None, None
     if resume:
-        ckpt = tracking.download_artifact(resume, "checkpoints/last.pt", tmpdir())
-        resume_state = torch.load(ckpt, map_location="cpu", weights_only=False)
-        saved = dict(resume_state["config"])
-        saved["jitter"] = tuple(saved["jitter"])
-        if saved != asdict(cfg):
-            log.warning("resuming run %s with its own configuration, not the one passed", resume)
-        cfg = TrainConfig(**saved)
+        cfg, resume_state = load_resume(resume, cfg)
         base_id = tracking.get_run(resume).data.tags.get(tracking.TAG_BASE_RUN)
-
-    tags = {
-        tracking.TAG_DATASET: manifest.get("dataset", "kvasir-capsule"),
-        tracking.TAG_DATA_DIGEST: digest,
-        tracking.TAG_SPLIT_SHA: manifest["content_sha256"],
-        tracking.TAG_CELL: cfg.cell, tracking.TAG_BACKBONE: cfg.backbone,
-        tracking.TAG_SEED: str(cfg.seed),
-        tracking.TAG_CONFIG_HASH: tracking.config_hash(config_key(cfg, digest)),
-        "pipi.recipe": recipe_command(cfg),
-    }
+    tags = run_tags(cfg, manifest)
     dev = _device(None)
     cache_dir = pipi_home() / "cache"
     work = tmpdir()
     try:
         with tracking.pipi_run(entry_point="train", experiment=experiment, run_id=resume,
                                nested=nested, run_name=f"{cfg.cell}-{cfg.backbone}-s{cfg.seed}",
-                               tags=tags) as run:
-            run_id = run.info.run_id
+                               tags=tags):
             if not resume:
                 tracking.log_params({**run_params(cfg), "data_dir": str(root),
                                      "base_cell": cfg.cell_config.base_cell})
@@ -658,24 +640,11 @@ def train_sequence(cfg: TrainConfig, *, data: str | None = None, resume: str | N
             tracking.set_tags(sources)
             out = fit_sequence(cfg, frames, streams, tracker=tracking.RunTracker(work / "ckpt"),
                                resume_state=resume_state, device=dev, progress=progress)
-            m = {k: v for k, v in out["metrics"].items()
-                 if isinstance(v, float) and math.isfinite(v)}
-            # val/macro_auc is the per-epoch series; the selected epoch's value has its own name
-            m["val/best_macro_auc"] = m.pop("val/macro_auc", float("nan"))
-            tracking.log_metrics(m)
-            tracking.set_tags({
-                "pipi.evaluable_classes": json.dumps([CLASSES[k] for k in out["classes"]]),
-                "pipi.best_epoch": out["metrics"]["best_epoch"]})
-            tracking.log_artifacts(write_predictions(out["predictions"], work / "predictions"),
-                                   "predictions")
-            tracking.log_dict(out["history"], "history.json")
+            summary = log_results(out, work)
             torch.save({"model": out["model"].state_dict(), "spec": out["model"].spec,
                         "config": asdict(cfg), **sources}, work / "best_state.pt")
             tracking.log_artifact(work / "best_state.pt", "checkpoints")
-            summary = {"run_id": run_id, "test_macro_auc": out["metrics"]["test/macro_auc"],
-                       "val_macro_auc": out["metrics"]["val/macro_auc"],
-                       "best_epoch": out["metrics"]["best_epoch"], "registered": None,
-                       "base_run_id": base_id, "model_uri": None}
+            summary.update(base_run_id=base_id, model_uri=None)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return summary
