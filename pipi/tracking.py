@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+# one progress bar per downloaded artifact floods the logs of aggregate/ablate; pipi shows its own
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 import mlflow  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
@@ -90,7 +92,11 @@ def ui_hint(run_id: str | None = None) -> str:
             run = mlflow.get_run(run_id)
             return f"open {uri.rstrip('/')}/#/experiments/{run.info.experiment_id}/runs/{run_id}"
         return f"open {uri}"
-    return f"tracking store {uri}; open the UI with: mlflow ui --backend-store-uri {uri}"
+    where = ""
+    if run_id:
+        exp = mlflow.get_run(run_id).info.experiment_id
+        where = f", then http://127.0.0.1:5000/#/experiments/{exp}/runs/{run_id}"
+    return f"tracking store {uri}; open the UI with: mlflow ui --backend-store-uri {uri}{where}"
 
 
 # --------------------------------------------------------------------------- versions
