@@ -135,6 +135,8 @@ class TrainConfig:
     second_channel: str = "phi"      # paper: Phi; "log_gb_phi": the published code's variant
     prior_init: str = "kaiming"      # extra first-conv channels: kaiming (paper) | zeros (code)
     distill_lambda: float = 1.0      # weight of the auxiliary BCE (distill cell)
+    select_metric: str = "macro_auc"  # checkpoint selection + early stopping on val: macro_auc
+                                      # (paper) | macro_f1 (the published code)
     # temporal / C3 (sequence cells)
     window: int = 16
     ae_epochs: int = 10
@@ -146,6 +148,8 @@ class TrainConfig:
         get_cell(self.cell)
         if self.backbone not in ARCHS:
             raise ConfigError(f"Unknown backbone {self.backbone!r}. Available: {list(ARCHS)}")
+        if self.select_metric not in ("macro_auc", "macro_f1"):
+            raise ConfigError(f"select_metric must be macro_auc or macro_f1, got {self.select_metric!r}")
         if self.lr <= 0:
             raise ConfigError(f"lr must be > 0, got {self.lr}")
         if self.epochs < 1 or self.batch_size < 1 or self.image_size < 16:

@@ -154,10 +154,13 @@ def stage_entry(source, metadata, out, split_manifest, seed, link):
 @click.option("--alpha", type=float, default=4.0, show_default=True, help="Prior steepness.")
 @click.option("--lambda-eff", type=float, default=0.0,
               help="Prior attenuation length in px (0: 0.25 x diagonal).")
+@click.option("--select-metric", type=click.Choice(["macro_auc", "macro_f1"]), default="macro_auc",
+              show_default=True, help="Validation metric that selects the checkpoint and stops "
+              "early: macro_auc (paper) or macro_f1 (the published code).")
 @click.option("--resume", default="", help="Run id of an interrupted run to continue.")
 @click.option("--experiment", default="", help="MLflow experiment (default: pipi).")
 def train(cell, seed, backbone, data, profile, weights, epochs, image_size, alpha, lambda_eff,
-          resume, experiment):
+          select_metric, resume, experiment):
     """Train one cell and register its model (the run contract: README)."""
     from pipi import runner, tracking
     from pipi.cells import make_config
@@ -166,7 +169,8 @@ def train(cell, seed, backbone, data, profile, weights, epochs, image_size, alph
     tracking.configure()
     cfg = make_config(cell=cell, backbone=backbone, seed=seed, profile=profile,
                       weights=runner.check_weights(weights), epochs=epochs or None,
-                      image_size=image_size or None, alpha=alpha, lambda_eff=lambda_eff)
+                      image_size=image_size or None, alpha=alpha, lambda_eff=lambda_eff,
+                      select_metric=select_metric)
     s = runner.train(cfg, data=data, resume=resume or None, experiment=experiment or None)
     click.echo(f"run {s['run_id']}: test macro-AUC {s['test_macro_auc']:.4f} "
                f"(val {s['val_macro_auc']:.4f}, best epoch {s['best_epoch']})")

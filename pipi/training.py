@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
+from sklearn.metrics import f1_score
 from tqdm.auto import tqdm
 
 from pipi.cells import TrainConfig
@@ -176,6 +177,9 @@ def split_metrics(df: pd.DataFrame, classes: list[int], prefix: str) -> dict[str
         if np.isfinite(auc):
             out[f"{prefix}/auc/{CLASSES[k]}"] = float(auc)
     out[f"{prefix}/accuracy"] = float((probs.argmax(1) == y).mean())
+    # macro-F1 of the argmax over the same classes (the published code's selection metric)
+    out[f"{prefix}/macro_f1"] = float(f1_score(y, probs.argmax(1), labels=classes,
+                                               average="macro", zero_division=0))
     return out
 
 
@@ -203,7 +207,7 @@ def fit_epochs(model, *, cfg: TrainConfig, gen: torch.Generator, train_epoch, pr
     """
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg.epochs)
-    best = {"auc": -math.inf, "epoch": -1, "state": None, "bad_epochs": 0}
+    best = {"score": -math.inf, "epoch": -1, "state": None, "bad_epochs": 0}
     history: list[dict] = []
     start = 0
     if resume_state is not None:
@@ -221,18 +225,21 @@ def fit_epochs(model, *, cfg: TrainConfig, gen: torch.Generator, train_epoch, pr
         lr = optimizer.param_groups[0]["lr"]
         loss = train_epoch(epoch, optimizer)
         scheduler.step()
-        vauc = split_metrics(predictions_frame(val_frames, predict_val()), classes,
-                             "val")["val/macro_auc"]
-        history.append({"epoch": epoch, "loss": loss, "val_macro_auc": vauc, "lr": lr})
-        log.info("epoch %d  loss %.4f  val macro-AUC %.4f  lr %.2e", epoch, loss, vauc, lr)
-        if vauc > best["auc"] or best["state"] is None:
-            best = {"auc": vauc, "epoch": epoch, "bad_epochs": 0,
+        vm = split_metrics(predictions_frame(val_frames, predict_val()), classes, "val")
+        vauc = vm["val/macro_auc"]
+        score = vm[f"val/{cfg.select_metric}"]  # what selects the checkpoint and stops early
+        history.append({"epoch": epoch, "loss": loss, "val_macro_auc": vauc,
+                        "val_macro_f1": vm["val/macro_f1"], "lr": lr})
+        log.info("epoch %d  loss %.4f  val macro-AUC %.4f  val macro-F1 %.4f  lr %.2e",
+                 epoch, loss, vauc, vm["val/macro_f1"], lr)
+        if score > best["score"] or best["state"] is None:
+            best = {"score": score, "epoch": epoch, "bad_epochs": 0,
                     "state": copy.deepcopy(model.state_dict())}
         else:
             best["bad_epochs"] += 1
         if tracker is not None:
-            tracker.log_metrics({"train/loss": loss, "val/macro_auc": vauc, "train/lr": lr},
-                                step=epoch)
+            tracker.log_metrics({"train/loss": loss, "val/macro_auc": vauc,
+                                 "val/macro_f1": vm["val/macro_f1"], "train/lr": lr}, step=epoch)
             tracker.log_checkpoint({
                 "config": asdict(cfg), "epoch": epoch, "model": model.state_dict(),
                 "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),

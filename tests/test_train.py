@@ -53,7 +53,7 @@ def test_every_per_frame_cell_trains_on_every_backbone(cell, backbone, tiny_stag
     assert len(test) == (out["frames"]["split"] == "test").sum()
     assert 0.0 <= out["metrics"]["test/macro_auc"] <= 1.0
     assert [s for s, _ in tr.metrics] == [0] and tr.checkpoints == [0]
-    assert set(tr.metrics[0][1]) == {"train/loss", "val/macro_auc", "train/lr"}
+    assert set(tr.metrics[0][1]) == {"train/loss", "val/macro_auc", "val/macro_f1", "train/lr"}
 
 
 def test_class_weights_are_inverse_frequency():
@@ -220,3 +220,26 @@ def test_unreachable_server_fails_fast_naming_the_uri():
                        env={**os.environ, "MLFLOW_TRACKING_URI": "http://127.0.0.1:9"})
     assert r.returncode != 0
     assert "cannot reach the MLflow tracking server at http://127.0.0.1:9" in r.stderr
+
+
+def test_checkpoint_selection_metric(tiny_staged, tmp_path):
+    # paper: best validation macro-AUC; the published code: best validation macro-F1.
+    # Seed 2 is one where the two metrics peak at different epochs, so each check can fail.
+    best = {}
+    for metric in ("macro_auc", "macro_f1"):
+        cfg = make_config(cell="a", backbone="resnet18", profile="smoke", weights="none",
+                          seed=2, epochs=5, patience=10, lr=3e-3, max_batches=0,
+                          select_metric=metric)
+        out = run_frame_cell(cfg, data=tiny_staged, tracker=FakeTracker(), progress=False,
+                             cache_dir=tmp_path / "cache")
+        scores = [h[f"val_{metric}"] for h in out["history"]]
+        assert out["metrics"]["best_epoch"] == int(np.argmax(scores))  # first best on ties
+        best[metric] = out["metrics"]["best_epoch"]
+        from sklearn.metrics import f1_score
+
+        val = out["predictions"]["val"]
+        probs = val[list(PROB_COLUMNS)].to_numpy()
+        ref = f1_score(val["label"], probs.argmax(1), labels=out["classes"], average="macro",
+                       zero_division=0)
+        assert out["metrics"]["val/macro_f1"] == pytest.approx(ref)
+    assert best["macro_auc"] != best["macro_f1"]
