@@ -50,6 +50,7 @@ from scipy import special
 from pipi.cells import CELLS
 from pipi.classes import CLASSES
 from pipi.errors import DataError
+from pipi.predictions import PREDICTIONS_VERSION, PROB_COLUMNS
 from pipi.report.tables import Table, fmt_mean_sd
 from pipi.stats import (
     ConfidenceInterval,
@@ -67,7 +68,6 @@ from pipi.stats import (
     sign_flip_test,
     stouffer_combine,
 )
-from pipi.predictions import PREDICTIONS_VERSION, PROB_COLUMNS
 
 log = logging.getLogger(__name__)
 

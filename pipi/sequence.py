@@ -62,11 +62,11 @@ from pipi.models import NormalAutoencoder, SequenceHead, TemporalEncoder, residu
 from pipi.prior import c1_features, prior_channels
 from pipi.training import (
     FrameInputs,
-    TrainingDiverged,
     build_frame_model,
     class_weights,
     evaluable_classes,
     fit_epochs,
+    optimizer_step,
     predictions_frame,
     seed_everything,
     split_metrics,
@@ -248,12 +248,7 @@ def train_autoencoder(images: np.ndarray, rows: np.ndarray, recipe: AutoencoderR
         for idx in batches(len(rows), recipe.batch_size, gen=gen, max_batches=recipe.max_batches):
             x = to_float(images, rows[idx], device)
             loss = F.l1_loss(ae(x), x)
-            if not torch.isfinite(loss):
-                raise TrainingDiverged(f"autoencoder loss is {loss.item()} at epoch {epoch}")
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            total += loss.item() * len(idx)
+            total += optimizer_step(loss, opt, where=f"autoencoder epoch {epoch}") * len(idx)
             n += len(idx)
         log.info("C3 autoencoder epoch %d  L1 %.4f", epoch, total / max(n, 1))
         if on_epoch is not None:
@@ -544,12 +539,8 @@ def fit_sequence(cfg: TrainConfig, frames: pd.DataFrame, streams: Streams, *, tr
             r = rows["train"][b]
             y = torch.from_numpy(labels[r]).to(dev)
             loss = F.cross_entropy(model(**streams.batch(r, dev)), y, weight=weights)
-            if not torch.isfinite(loss):
-                raise TrainingDiverged(f"loss is {loss.item()} at epoch {epoch}, batch {bi}")
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            total += loss.item() * len(r)
+            total += optimizer_step(loss, optimizer,
+                                    where=f"epoch {epoch}, batch {bi}") * len(r)
             n += len(r)
         return total / max(n, 1)
 

@@ -274,9 +274,7 @@ def log_pyfunc_model(*, python_model, artifacts: dict[str, str], input_example,
                      registered_model_name: str | None, signature_output) -> Any:
     """Log (and register) a pyfunc model with signature and input example."""
     import numpy as np
-    from mlflow.models import infer_signature
-
-    from mlflow.models import ModelSignature
+    from mlflow.models import ModelSignature, infer_signature
     from mlflow.types import Schema, TensorSpec
 
     inferred = infer_signature(input_example, signature_output, params={"strip_prior": False})

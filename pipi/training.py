@@ -119,6 +119,16 @@ class FrameInputs:
 
 
 # --------------------------------------------------------------------------- loops
+def optimizer_step(loss: torch.Tensor, optimizer, *, where: str) -> float:
+    """One guarded update: refuse a NaN/inf loss (naming ``where``), then backward and step."""
+    if not torch.isfinite(loss):
+        raise TrainingDiverged(f"loss is {loss.item()} at {where}")
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
 def train_one_epoch(model, images, labels, inputs: FrameInputs, optimizer, weights, *, cfg,
                     gen, device, epoch: int, progress: bool = True) -> float:
     model.train()
@@ -137,12 +147,7 @@ def train_one_epoch(model, images, labels, inputs: FrameInputs, optimizer, weigh
                                 lam=cfg.distill_lambda)
         else:
             loss = F.cross_entropy(model(x), y, weight=weights)
-        if not torch.isfinite(loss):
-            raise TrainingDiverged(f"loss is {loss.item()} at epoch {epoch}, batch {bi}")
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        total += loss.item() * len(idx)
+        total += optimizer_step(loss, optimizer, where=f"epoch {epoch}, batch {bi}") * len(idx)
         n += len(idx)
     return total / max(n, 1)
 
