@@ -60,7 +60,7 @@ def bench_release() -> Path:
     """A staged synthetic release at Kvasir-Capsule's frame size (336 px), built once."""
     from pipi.data.kvasir import stage_kvasir
     from pipi.data.synthetic import synthesize_kvasir
-    from pipi.staging import pipi_home
+    from pipi.paths import pipi_home
 
     staged = pipi_home() / "data" / "bench-kvasir-336px"
     if not (staged / "manifest.json").is_file():

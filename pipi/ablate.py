@@ -308,7 +308,7 @@ def evaluate_zeroed(pi_run_id: str, variant: str, *, data: Path, parent_run_id: 
     from pipi.data.kvasir import load_staged
     from pipi.runner import run_params
     from pipi.sequence import load_run_model
-    from pipi.staging import pipi_home
+    from pipi.paths import pipi_home
     from pipi.training import (
         FrameInputs,
         evaluable_classes,

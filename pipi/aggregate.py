@@ -976,7 +976,7 @@ def fetch_predictions(runs: pd.DataFrame, cache_dir: Path) -> tuple[dict[str, Pa
 
 
 def default_cache_dir() -> Path:
-    from pipi.staging import pipi_home
+    from pipi.paths import pipi_home
 
     return pipi_home() / "cache" / "predictions"
 

@@ -129,7 +129,7 @@ def train(cfg: TrainConfig, *, data: str | None = None, resume: str | None = Non
 
 def _log_model(cfg: TrainConfig, model, work: Path, run_id: str, test_auc: float,
                register: bool) -> dict:
-    from pipi.serving import PipiImageClassifier
+    from pipi.tracking.pyfunc import PipiImageClassifier
 
     wpath = work / "model_state.pt"
     torch.save(model.state_dict(), wpath)
@@ -140,7 +140,7 @@ def _log_model(cfg: TrainConfig, model, work: Path, run_id: str, test_auc: float
     name = registered_name(cfg) if register else None
     py = PipiImageClassifier()
     # the output example is computed by the real model, so the signature is exact
-    from pipi.serving import preprocess
+    from pipi.tracking.pyfunc import preprocess
     from pipi.training import FrameInputs
 
     model.eval()

@@ -594,7 +594,8 @@ def train_sequence(cfg: TrainConfig, *, data: str | None = None, resume: str | N
     ``register`` applies to a base run trained here.
     """
     from pipi.runner import load_resume, log_results, run_params, run_tags
-    from pipi.staging import pipi_home, resolve_data
+    from pipi.paths import pipi_home
+    from pipi.staging import resolve_data
 
     if not cfg.cell_config.is_sequence:
         raise ConfigError(f"cell {cfg.cell!r} is not a sequence cell")

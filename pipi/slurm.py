@@ -167,7 +167,7 @@ def run_slurm(children, *, data: Path, parent_run_id: str, retries: int = 1,
               folder: Path | None = None) -> list:
     """Run the children of a sweep as SLURM job arrays; returns their ``ChildResult``s."""
     from pipi.ablate import _result
-    from pipi.staging import pipi_home
+    from pipi.paths import pipi_home
 
     folder = Path(folder or os.environ.get("PIPI_SLURM_DIR") or pipi_home() / "slurm")
     folder = folder / parent_run_id

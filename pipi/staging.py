@@ -9,16 +9,12 @@ from pathlib import Path
 from pipi import tracking
 from pipi.data.kvasir import StageResult, format_count_table, load_staged, stage_kvasir
 from pipi.errors import DataError
+from pipi.paths import pipi_home
 
 log = logging.getLogger(__name__)
 
 #: Split seed of the embedded default data (the paper's headline seed).
 DEFAULT_SPLIT_SEED = 42
-
-
-def pipi_home() -> Path:
-    """Where pipi keeps generated data and caches: ``$PIPI_HOME`` or ``./.pipi``."""
-    return Path(os.environ.get("PIPI_HOME") or Path.cwd() / ".pipi").resolve()
 
 
 def synthetic_release(preset: str, seed: int) -> Path:

@@ -262,7 +262,7 @@ def run_frame_cell(cfg: TrainConfig, *, data: Path, resume_state: dict | None = 
     ``tracker`` (``pipi.tracking`` functions or a test double with ``log_metrics``,
     ``log_checkpoint``) receives per-epoch metrics and the resumable checkpoint.
     """
-    from pipi.staging import pipi_home
+    from pipi.paths import pipi_home
 
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     frames, manifest = load_staged(data)

@@ -491,7 +491,7 @@ def evaluate_tta(base_run_id: str, variant: str, *, data: Path, parent_run_id: s
     from pipi.predictions import predictions_frame, read_predictions, write_predictions
     from pipi.runner import run_params
     from pipi.sequence import load_run_model
-    from pipi.staging import pipi_home
+    from pipi.paths import pipi_home
     from pipi.training import PROB_COLUMNS, evaluable_classes, split_metrics, tmpdir
 
     check_variant(variant)

@@ -1,0 +1,1 @@
+"""Analysis: arms, run selection, evidence loading and comparisons (pure; no mlflow)."""

@@ -1,0 +1,22 @@
+"""Every MLflow convention of pipi (the only package that imports mlflow).
+
+``tags`` names the run contract, ``store`` the tracking URI and code version, ``runs`` the run
+lifecycle and lookups, ``registry`` logged models and aliases, ``queries`` the reads of
+``aggregate``, ``pyfunc`` the registered model's flavour. Import it as ``from pipi import
+tracking`` and call ``tracking.<name>``.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+# one progress bar per downloaded artifact floods the logs of aggregate/ablate; pipi shows its own
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+
+from pipi.tracking.tags import *  # noqa: E402,F403
+from pipi.tracking.store import *  # noqa: E402,F403
+from pipi.tracking.runs import *  # noqa: E402,F403
+from pipi.tracking.registry import *  # noqa: E402,F403
+from pipi.tracking.queries import *  # noqa: E402,F403
+from pipi.tracking.runs import _quote  # noqa: E402,F401

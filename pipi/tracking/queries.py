@@ -1,0 +1,138 @@
+"""Reads for aggregate: one paged query of runs, artifact checks, cached predictions."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import traceback
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import mlflow
+from mlflow.tracking import MlflowClient
+
+import pipi
+from pipi.errors import TrackingError
+from pipi.paths import PACKAGE_DIR, PROJECT_ROOT
+from pipi.tracking.tags import *  # noqa: F403
+
+log = logging.getLogger(__name__)
+from pipi.tracking.runs import download_artifact
+
+
+# --------------------------------------------------------------------------- aggregate reads
+#: Columns of :func:`load_runs` (tags of the run contract, flattened).
+RUN_COLUMNS = ("run_id", "experiment_id", "run_name", "status", "start_time", "entry_point",
+               "cell", "backbone", "seed", "data_digest", "dataset", "study", "variant",
+               "base_run_id", "parent_run_id", "evaluable_classes", "code_version",
+               "profile", "test_macro_auc")
+
+
+def experiment_id(experiment: str) -> str:
+    """Id of an experiment given its name (or id); TrackingError listing the names if unknown."""
+    c = MlflowClient()
+    exp = c.get_experiment_by_name(experiment)
+    if exp is None and str(experiment).isdigit():
+        with contextlib.suppress(Exception):
+            exp = c.get_experiment(str(experiment))
+    if exp is None:
+        names = sorted(e.name for e in c.search_experiments())
+        raise TrackingError(f"experiment {experiment!r} not found on {mlflow.get_tracking_uri()}; "
+                            f"available: {names}")
+    return exp.experiment_id
+
+
+def load_runs(experiment: str, filter_string: str = "", *, page_size: int = 1000):
+    """Every run of ``experiment`` matching ``filter_string``, one row per run (all pages).
+
+    The single MLflow query of ``aggregate``: pages through ``MlflowClient.search_runs``
+    with page tokens until the last page. Columns: :data:`RUN_COLUMNS`.
+    """
+    import pandas as pd
+
+    eid = experiment_id(experiment)
+    c, rows, token = MlflowClient(), [], None
+    while True:
+        try:
+            page = c.search_runs([eid], filter_string=filter_string or "", max_results=page_size,
+                                 order_by=["attributes.start_time ASC"], page_token=token)
+        except Exception as exc:  # MlflowException: a bad filter string
+            raise TrackingError(f"cannot search runs of {experiment!r} with filter "
+                                f"{filter_string!r}: {exc}") from None
+        for r in page:
+            t = r.data.tags
+            seed = t.get(TAG_SEED)
+            rows.append({
+                "run_id": r.info.run_id, "experiment_id": r.info.experiment_id,
+                "run_name": r.info.run_name, "status": r.info.status,
+                "start_time": r.info.start_time, "entry_point": t.get(TAG_ENTRY_POINT, ""),
+                "cell": t.get(TAG_CELL, ""), "backbone": t.get(TAG_BACKBONE, ""),
+                "seed": int(seed) if seed not in (None, "") and seed.lstrip("-").isdigit() else None,
+                "data_digest": t.get(TAG_DATA_DIGEST, ""), "dataset": t.get(TAG_DATASET, ""),
+                "study": t.get(TAG_STUDY, ""), "variant": t.get(TAG_VARIANT, ""),
+                "base_run_id": t.get(TAG_BASE_RUN, ""),
+                "parent_run_id": t.get("mlflow.parentRunId", ""),
+                "evaluable_classes": t.get("pipi.evaluable_classes", ""),
+                "code_version": t.get(TAG_CODE_VERSION, ""),
+                "profile": r.data.params.get("profile", ""),
+                "test_macro_auc": r.data.metrics.get("test/macro_auc", float("nan")),
+            })
+        token = page.token
+        if not token:
+            break
+    df = pd.DataFrame(rows, columns=list(RUN_COLUMNS))
+    df["seed"] = df["seed"].astype("Int64")
+    return df
+
+
+def has_artifact(run_id: str, path: str) -> bool:
+    """Whether a run has an artifact (file or non-empty folder) at ``path``."""
+    parent, _, name = path.rstrip("/").rpartition("/")
+    try:
+        listed = MlflowClient().list_artifacts(run_id, parent or None)
+    except Exception as exc:
+        raise TrackingError(f"run {run_id}: cannot list artifacts ({exc})") from None
+    return any(f.path.rstrip("/").rpartition("/")[2] == name for f in listed)
+
+
+def download_predictions(run_id: str, cache_dir: Path) -> Path:
+    """The run's ``predictions/`` artifact folder, downloaded once into ``cache_dir/<run_id>``.
+
+    A run's artifacts do not change once it has FINISHED, so the run id is the cache key;
+    the folder is moved into place only when complete.
+    """
+    import shutil
+    import tempfile
+
+    final = Path(cache_dir) / run_id / "predictions"
+    if (final / "schema.json").is_file():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".download-", dir=final.parent))
+    try:
+        got = download_artifact(run_id, "predictions", tmp)
+        if not (got / "schema.json").is_file():
+            raise TrackingError(f"run {run_id}: predictions/ artifact has no schema.json")
+        with contextlib.suppress(FileExistsError, OSError):
+            os.replace(got, final)  # another process may have finished first
+        if not (final / "schema.json").is_file():
+            raise TrackingError(f"run {run_id}: could not place predictions in {final}")
+        return final
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_url(run_id: str, experiment_id_: str, uri: str | None = None) -> str | None:
+    """``<uri>/#/experiments/<exp>/runs/<run_id>`` when the tracking URI is http(s), else None."""
+    uri = uri or mlflow.get_tracking_uri()
+    if not uri.startswith(("http://", "https://")):
+        return None
+    return f"{uri.rstrip('/')}/#/experiments/{experiment_id_}/runs/{run_id}"
+

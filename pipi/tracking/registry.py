@@ -1,0 +1,102 @@
+"""Logged models and the registry: pyfunc logging, version tags, aliases."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import traceback
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import mlflow
+from mlflow.tracking import MlflowClient
+
+import pipi
+from pipi.errors import TrackingError
+from pipi.paths import PACKAGE_DIR, PROJECT_ROOT
+from pipi.tracking.tags import *  # noqa: F403
+
+log = logging.getLogger(__name__)
+from pipi.tracking.runs import get_run
+
+
+def log_pyfunc_model(*, python_model, artifacts: dict[str, str], input_example,
+                     registered_model_name: str | None, signature_output) -> Any:
+    """Log (and register) a pyfunc model with signature and input example."""
+    import numpy as np
+    from mlflow.models import ModelSignature, infer_signature
+    from mlflow.types import Schema, TensorSpec
+
+    inferred = infer_signature(input_example, signature_output, params={"strip_prior": False})
+    # any image size: B x H x W x 3 uint8 (ragged batches as an object array of H x W x 3)
+    signature = ModelSignature(
+        inputs=Schema([TensorSpec(np.dtype(np.uint8), (-1, -1, -1, 3))]),
+        outputs=inferred.outputs, params=inferred.params,
+    )
+    reqs = [
+        f"torch=={_version('torch')}", f"torchvision=={_version('torchvision')}",
+        f"mlflow=={_version('mlflow')}", f"numpy=={np.__version__}", f"pandas=={_version('pandas')}",
+        f"pillow=={_version('pillow')}",
+    ]
+    code = str(PACKAGE_DIR)
+    return mlflow.pyfunc.log_model(
+        name="model", python_model=python_model, artifacts=artifacts, signature=signature,
+        input_example=input_example, pip_requirements=reqs, code_paths=[code],
+        registered_model_name=registered_model_name,
+    )
+
+
+def _version(dist: str) -> str:
+    from importlib.metadata import version
+
+    return version(dist).split("+")[0]
+
+
+def tag_model_version(name: str, version: str, tags: Mapping[str, Any], *,
+                      alias: str | None = None) -> None:
+    c = MlflowClient()
+    for k, v in tags.items():
+        c.set_model_version_tag(name, version, k, str(v))
+    if alias:
+        c.set_registered_model_alias(name, alias, version)
+
+
+def registered_version_of(model_info, name: str) -> str | None:
+    """The registry version created for a logged model (MLflow 3 LoggedModel aware)."""
+    v = getattr(model_info, "registered_model_version", None)
+    if v is not None:
+        return str(v)
+    c = MlflowClient()
+    versions = c.search_model_versions(f"name='{name}'", order_by=["version_number DESC"],
+                                       max_results=1)
+    return str(versions[0].version) if versions else None
+
+
+def run_model_uri(run_id: str, name: str = "model") -> str:
+    """``models:/<model id>`` of the model called ``name`` that the run logged."""
+    run = get_run(run_id)
+    outputs = getattr(run, "outputs", None)
+    ids = [o.model_id for o in (outputs.model_outputs if outputs else [])]
+    for mid in ids:
+        m = mlflow.get_logged_model(mid)
+        if m.name == name:
+            return f"models:/{mid}"
+    raise TrackingError(f"run {run_id} logged no model named {name!r}")
+
+
+def download_model_files(run_id: str, dst: Path, name: str = "model") -> Path:
+    """Download the files of a run's logged model (MLmodel, artifacts/...) into ``dst``."""
+    uri = run_model_uri(run_id, name)
+    try:
+        return Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(dst)))
+    except Exception as exc:
+        raise TrackingError(f"run {run_id}: cannot download model {uri} ({exc})") from None
+
+

@@ -1,0 +1,244 @@
+"""Run lifecycle (FAILED with a reason), logging, run lookup for sweeps."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import traceback
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import mlflow
+from mlflow.tracking import MlflowClient
+
+import pipi
+from pipi.errors import TrackingError
+from pipi.paths import PACKAGE_DIR, PROJECT_ROOT
+from pipi.tracking.tags import *  # noqa: F403
+
+log = logging.getLogger(__name__)
+from pipi.tracking.store import code_version
+
+
+# --------------------------------------------------------------------------- runs
+def _set_experiment(experiment: str | None) -> None:
+    if experiment:
+        mlflow.set_experiment(experiment)
+    elif not (os.environ.get("MLFLOW_EXPERIMENT_NAME") or os.environ.get("MLFLOW_EXPERIMENT_ID")
+              or os.environ.get("MLFLOW_RUN_ID")):
+        mlflow.set_experiment(DEFAULT_EXPERIMENT)
+
+
+@contextlib.contextmanager
+def pipi_run(
+    *,
+    entry_point: str,
+    experiment: str | None = None,
+    run_name: str | None = None,
+    tags: Mapping[str, str] | None = None,
+    nested: bool = False,
+    run_id: str | None = None,
+) -> Iterator[mlflow.ActiveRun]:
+    """Start (or resume, or attach to ``mlflow run``'s) run; mark it FAILED with a reason on error."""
+    all_tags = {TAG_ENTRY_POINT: entry_point, TAG_CODE_VERSION: code_version(),
+                **{k: str(v) for k, v in (tags or {}).items()}}  # REST needs strings
+    if nested and mlflow.active_run() is None:
+        nested = False
+        if os.environ.get("MLFLOW_RUN_ID") and run_id is None:
+            # Inside `mlflow run` but before its run is active here: a side run (e.g. staging
+            # the default data) must not take over the project's run id.
+            exp_id = mlflow.get_run(os.environ["MLFLOW_RUN_ID"]).info.experiment_id
+            run_id = MlflowClient().create_run(exp_id, tags=all_tags, run_name=run_name).info.run_id
+    if not nested and run_id is None:
+        _set_experiment(experiment)
+    run = mlflow.start_run(run_id=run_id, run_name=run_name, nested=nested, tags=all_tags)
+    try:
+        yield run
+    except BaseException as exc:
+        reason = f"{type(exc).__name__}: {exc}"[:4900]
+        with contextlib.suppress(Exception):
+            mlflow.set_tag(TAG_FAILURE, reason)
+            mlflow.log_text("".join(traceback.format_exception(exc)), "failure/traceback.txt")
+        status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
+        mlflow.end_run(status)
+        raise
+    else:
+        mlflow.end_run("FINISHED")
+
+
+def _same_param(logged: str, new: str) -> bool:
+    # `mlflow run` logs an empty MLproject default as the shell-quoted string "''"
+    return logged == new or (logged == "''" and new == "")
+
+
+def log_params(params: Mapping[str, Any]) -> None:
+    """Log params in chunks of 100 (MLflow's per-call limit).
+
+    Params that ``mlflow run`` already logged with the same value are skipped; one that it
+    logged with another value (a sentinel such as 0 that pipi resolved) is kept as logged and
+    the resolved value goes to ``<key>.resolved``.
+    """
+    existing = mlflow.get_run(active_run_id()).data.params
+    items = []
+    for k, v in params.items():
+        v = "" if v is None else str(v)
+        if k in existing:
+            if _same_param(existing[k], v):
+                continue
+            k = f"{k}.resolved"
+        items.append((k, v))
+    for i in range(0, len(items), 100):
+        mlflow.log_params(dict(items[i:i + 100]))
+
+
+def log_metrics(metrics: Mapping[str, float], *, step: int | None = None) -> None:
+    mlflow.log_metrics({k: float(v) for k, v in metrics.items()}, step=step)
+
+
+def set_tags(tags: Mapping[str, Any]) -> None:
+    mlflow.set_tags({k: str(v) for k, v in tags.items()})
+
+
+def log_artifact(path: Path, artifact_path: str | None = None) -> None:
+    mlflow.log_artifact(str(path), artifact_path)
+
+
+def log_artifacts(path: Path, artifact_path: str | None = None) -> None:
+    mlflow.log_artifacts(str(path), artifact_path)
+
+
+def log_text(text: str, artifact_file: str) -> None:
+    mlflow.log_text(text, artifact_file)
+
+
+def log_dict(obj: Any, artifact_file: str) -> None:
+    mlflow.log_dict(obj, artifact_file)
+
+
+def log_dataset(frames, *, source: str, name: str, digest: str, context: str) -> None:
+    """Record a staged frame index as an MLflow dataset input of the active run."""
+    ds = mlflow.data.from_pandas(frames, source=source, name=name, digest=digest[:32])
+    mlflow.log_input(ds, context=context)
+
+
+def active_run_id() -> str:
+    run = mlflow.active_run()
+    if run is None:
+        raise TrackingError("no active MLflow run")
+    return run.info.run_id
+
+
+def client() -> MlflowClient:
+    return MlflowClient()
+
+
+# --------------------------------------------------------------------------- training runs
+class RunTracker:
+    """What a training loop needs from MLflow: per-epoch metrics and a resumable checkpoint."""
+
+    def __init__(self, workdir: Path):
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+
+    def log_metrics(self, metrics: Mapping[str, float], *, step: int | None = None) -> None:
+        log_metrics(metrics, step=step)
+
+    def log_checkpoint(self, state: dict) -> None:
+        import torch
+
+        path = self.workdir / "last.pt"
+        torch.save(state, path)
+        mlflow.log_artifact(str(path), "checkpoints")
+
+
+def download_artifact(run_id: str, path: str, dst: Path | None = None) -> Path:
+    """Download one artifact (file or folder) of a run; clear error when missing."""
+    try:
+        return Path(mlflow.artifacts.download_artifacts(
+            run_id=run_id, artifact_path=path, dst_path=str(dst) if dst else None))
+    except Exception as exc:  # MlflowException, OSError
+        raise TrackingError(f"run {run_id}: cannot download artifact {path!r} ({exc})") from None
+
+
+def get_run(run_id: str):
+    try:
+        return mlflow.get_run(run_id)
+    except Exception as exc:
+        raise TrackingError(f"run {run_id!r} not found on {mlflow.get_tracking_uri()} ({exc})") from None
+
+
+# --------------------------------------------------------------------------- run lookup (sweeps)
+def _quote(value: Any) -> str:
+    return "'" + str(value).replace("'", "\\'") + "'"
+
+
+def find_finished_runs(tags: Mapping[str, Any], *, experiment_ids: list[str] | None = None,
+                       max_results: int = 1000) -> list:
+    """FINISHED runs (newest first) whose tags equal ``tags``; all experiments by default."""
+    clauses = [f"tags.`{k}` = {_quote(v)}" for k, v in tags.items()]
+    clauses.append("attributes.status = 'FINISHED'")
+    kw = {"experiment_ids": experiment_ids} if experiment_ids else {"search_all_experiments": True}
+    return mlflow.search_runs(filter_string=" and ".join(clauses), order_by=["start_time DESC"],
+                              max_results=max_results, output_format="list", **kw)
+
+
+def find_finished_run(config_hash_value: str, **tags: Any):
+    """The newest FINISHED run with this ``pipi.config_hash`` (and extra tags), or None."""
+    runs = find_finished_runs({TAG_CONFIG_HASH: config_hash_value, **tags}, max_results=1)
+    return runs[0] if runs else None
+
+
+def child_runs(parent_run_id: str) -> list:
+    """Every run whose ``mlflow.parentRunId`` is ``parent_run_id`` (oldest first)."""
+    parent = get_run(parent_run_id)
+    return mlflow.search_runs(
+        experiment_ids=[parent.info.experiment_id], output_format="list",
+        filter_string=f"tags.mlflow.parentRunId = {_quote(parent_run_id)}",
+        order_by=["start_time ASC"], max_results=50000)
+
+
+def create_child_run(parent_run_id: str, *, run_name: str, tags: Mapping[str, Any]) -> str:
+    """Create (not start) a run nested under ``parent_run_id``, for a process elsewhere to fill."""
+    parent = get_run(parent_run_id)
+    all_tags = {"mlflow.parentRunId": parent_run_id, "mlflow.runName": run_name,
+                **{k: str(v) for k, v in tags.items()}}
+    run = MlflowClient().create_run(parent.info.experiment_id, tags=all_tags, run_name=run_name)
+    return run.info.run_id
+
+
+def set_run_tags(run_id: str, tags: Mapping[str, Any]) -> None:
+    c = MlflowClient()
+    for k, v in tags.items():
+        c.set_tag(run_id, k, str(v))
+
+
+def terminate_run(run_id: str, status: str, reason: str | None = None) -> None:
+    """End a run that no process holds any more (FAILED with a reason, or KILLED)."""
+    c = MlflowClient()
+    if reason:
+        c.set_tag(run_id, TAG_FAILURE, reason[:4900])
+    c.set_terminated(run_id, status)
+
+
+def log_artifact_to_run(run_id: str, path: Path, artifact_path: str | None = None) -> None:
+    """Attach a file to a run that is not the active one (e.g. a finished base run)."""
+    MlflowClient().log_artifact(run_id, str(path), artifact_path)
+
+
+def active_experiment_id() -> str | None:
+    run = mlflow.active_run()
+    return run.info.experiment_id if run else None
+
+
+def current_tracking_uri() -> str:
+    """The tracking URI in use (to hand to worker processes)."""
+    return mlflow.get_tracking_uri()
+
+

@@ -1,0 +1,21 @@
+"""Tag names of the run contract (README "The run contract") and the default experiment."""
+
+DEFAULT_EXPERIMENT = "pipi"
+
+# Tag names (the run contract; README "Run contract").
+TAG_ENTRY_POINT = "pipi.entry_point"
+TAG_DATASET = "pipi.dataset"
+TAG_DATA_DIGEST = "pipi.data_digest"
+TAG_SPLIT_SHA = "pipi.split_sha256"
+TAG_CODE_VERSION = "pipi.code_version"
+TAG_CONFIG_HASH = "pipi.config_hash"
+TAG_FAILURE = "pipi.failure_reason"
+TAG_CELL = "pipi.cell"
+TAG_BACKBONE = "pipi.backbone"
+TAG_SEED = "pipi.seed"
+TAG_PARENT_RUN = "pipi.parent_run_id"
+TAG_BASE_RUN = "pipi.base_run_id"
+TAG_STUDY = "pipi.study"
+TAG_VARIANT = "pipi.variant"
+TAG_C3_RUN = "pipi.c3_run_id"
+

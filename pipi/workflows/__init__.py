@@ -1,0 +1,1 @@
+"""Workflows: one module per entry point, each owning its parent MLflow run."""
