@@ -27,9 +27,11 @@ import numpy as np
 import pandas as pd
 from scipy import special
 
-from pipi import aggregate as agg
+from pipi import analysis
 from pipi.classes import CLASSES
+from pipi.report import build_report
 from pipi.training import predictions_frame, write_predictions
+from pipi.workflows import aggregate as workflow
 
 CELLS = ("a", "b", "c", "c_prime", "c_dprime", "d", "e", "b_plus", "e_plus", "e_dagger")
 QUALITY = {"a": 1.0, "b": 1.1, "c": 1.09, "c_prime": 1.1, "c_dprime": 1.02, "d": 1.06,
@@ -118,7 +120,7 @@ def naive_macro_z(y: np.ndarray, ref: np.ndarray, new: np.ndarray, classes) -> t
     return float(z), delta / np.sqrt(np.diag(cov))
 
 
-def delong_part(an: agg.Analysis, pairs, *, naive: bool):
+def delong_part(an: analysis.Analysis, pairs, *, naive: bool):
     """The DeLong columns of the paired-tests table: {(pair, seed): (z, per-class z)}."""
     ev, out = an.evidence, {}
     for r, n in pairs:
@@ -148,20 +150,20 @@ def main() -> None:
         runs, dirs = make_runs(tmp / "runs", args.frames, seeds)
         t_gen = time.perf_counter() - t0
 
-        opts = agg.AggregateOptions(n_resamples=args.resamples, n_permutations=10_000)
+        opts = analysis.AggregateOptions(n_resamples=args.resamples, n_permutations=10_000)
         t0 = time.perf_counter()
-        kept, excluded = agg.select_runs(runs)
-        ev = agg.build_evidence(kept, dirs, excluded=excluded, experiment="bench")
+        kept, excluded = analysis.select_runs(runs)
+        ev = analysis.build_evidence(kept, dirs, excluded=excluded, experiment="bench")
         t_read = time.perf_counter() - t0
-        report = agg.build_report(ev, opts)
+        report = build_report(ev, opts)
         t_report = time.perf_counter() - t0 - t_read
         out = args.keep or tmp / "out"
-        agg.write_report(report, out)
+        workflow.write_report(report, out)
         t_total = time.perf_counter() - t0
 
-        pairs = [(r, n) for r, n in agg.PAIRED_TESTS if ev.arm("efficientnet_b0", r)
+        pairs = [(r, n) for r, n in analysis.PAIRED_TESTS if ev.arm("efficientnet_b0", r)
                  and ev.arm("efficientnet_b0", n)]
-        an = agg.Analysis(ev, opts)
+        an = analysis.Analysis(ev, opts)
         t0 = time.perf_counter()
         fast = delong_part(an, pairs, naive=False)
         t_fast = time.perf_counter() - t0

@@ -18,12 +18,14 @@ import pytest
 from scipy import special, stats
 from sklearn.metrics import roc_auc_score
 
-from pipi import aggregate as agg
+from pipi import analysis
+from pipi import stats as pstats
 from pipi.classes import CLASSES
 from pipi.errors import DataError
-from pipi.report import paper_tables
+from pipi.report import build_report
 from pipi.stats import delong_macro_test, macro_auc_delta_bootstrap
 from pipi.training import predictions_frame, write_predictions
+from pipi.workflows import aggregate as workflow
 
 ROOT = Path(__file__).resolve().parent.parent
 EVALUABLE = list(range(1, 12))  # 11 classes, as in the paper's split
@@ -90,17 +92,29 @@ def evidence(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("agg")
     runs, dirs = local_runs(tmp, {"a": [41, 42, 43], "pi": [41, 42, 43], "distill": [41, 42],
                                   "b": [41, 42, 43], "e_plus": [41, 42, 43]})
-    kept, excluded = agg.select_runs(runs)
-    return agg.build_evidence(kept, dirs, excluded=excluded, experiment="exp", experiment_id="1",
+    kept, excluded = analysis.select_runs(runs)
+    return analysis.build_evidence(kept, dirs, excluded=excluded, experiment="exp", experiment_id="1",
                               tracking_uri="http://127.0.0.1:5000")
 
 
 @pytest.fixture(scope="module")
 def report(evidence):
-    return agg.build_report(evidence, agg.AggregateOptions(n_resamples=200))
+    return build_report(evidence, analysis.AggregateOptions(n_resamples=200))
 
 
 # --------------------------------------------------------------------------- the fast bootstrap
+def video_bootstrap(ev, *, n_resamples: int, rng: int) -> pstats.VideoBootstrap:
+    """The video bootstrap of every (backbone, cell, seed) column of the evidence."""
+    columns = {(a.backbone, a.cell, s): a.probs[i] for a in ev.arms.values()
+               for i, s in enumerate(a.seeds)}
+    return pstats.VideoBootstrap(ev.labels, ev.videos, columns, ev.classes,
+                                n_resamples=n_resamples, rng=rng)
+
+
+def pairs(backbone, reference, new, seeds):
+    return [(backbone, reference, s) for s in seeds], [(backbone, new, s) for s in seeds]
+
+
 def weighted_auc_bruteforce(s, pos, w):
     """Sum_{i pos, j neg} w_i w_j psi(s_i, s_j) / (W_pos W_neg): the O(n^2) definition."""
     x, y, wx, wy = s[pos], s[~pos], w[pos], w[~pos]
@@ -114,7 +128,7 @@ def test_pair_counts_give_the_weighted_auc_of_any_video_weights():
     s = np.round(rng.normal(size=n), 1)          # many ties
     pos = rng.random(n) < 0.3
     g = rng.integers(0, v, n)
-    k, p, q = agg.pair_counts(s, pos, g, v)
+    k, p, q = pstats.pair_counts(s, pos, g, v)
     for c in [np.ones(v), rng.integers(0, 3, v).astype(float), np.eye(v)[0] + np.eye(v)[3]]:
         w = c[g]
         if w[pos].sum() == 0 or w[~pos].sum() == 0:
@@ -126,11 +140,11 @@ def test_pair_counts_give_the_weighted_auc_of_any_video_weights():
 
 
 def test_video_bootstrap_equals_the_stats_package_resample_by_resample(evidence):
-    boot = agg.VideoBootstrap(evidence, n_resamples=300, rng=7)
+    boot = video_bootstrap(evidence, n_resamples=300, rng=7)
     a, p = evidence.arm("efficientnet_b0", "a"), evidence.arm("efficientnet_b0", "pi")
     seeds = [41, 42, 43]
     for classes in (None, [evidence.classes[2]]):
-        got = boot.delta("efficientnet_b0", "a", "pi", seeds, classes=classes)
+        got = boot.delta(*pairs("efficientnet_b0", "a", "pi", seeds), classes=classes)
         ref = macro_auc_delta_bootstrap(
             evidence.labels, a.probs.astype(float), p.probs.astype(float),
             classes=classes or evidence.classes, clusters=evidence.videos, n_resamples=300,
@@ -148,9 +162,9 @@ def test_video_bootstrap_equals_the_stats_package_resample_by_resample(evidence)
 def test_single_video_falls_back_to_a_stratified_frame_bootstrap(tmp_path):
     runs, dirs = local_runs(tmp_path, {"a": [41, 42], "pi": [41, 42]}, n_videos=1,
                             per_video=200)
-    ev = agg.build_evidence(agg.select_runs(runs)[0], dirs)
-    got = agg.VideoBootstrap(ev, n_resamples=100, rng=1).delta("efficientnet_b0", "a", "pi",
-                                                               [41, 42])
+    ev = analysis.build_evidence(analysis.select_runs(runs)[0], dirs)
+    got = video_bootstrap(ev, n_resamples=100, rng=1).delta(
+        *pairs("efficientnet_b0", "a", "pi", [41, 42]))
     assert got.unit.startswith("frames")
     ref = macro_auc_delta_bootstrap(ev.labels, ev.arm("efficientnet_b0", "a").probs.astype(float),
                                     ev.arm("efficientnet_b0", "pi").probs.astype(float),
@@ -181,7 +195,7 @@ def test_select_runs_keeps_finished_model_runs_and_says_why_others_are_left_out(
         {**base, "run_id": "r6", "status": "RUNNING", "cell": "pi", "seed": 42, "start_time": 6},
         {**base, "run_id": "r7", "status": "FINISHED", "cell": "pi", "seed": 41, "start_time": 7},
     ])
-    kept, excluded = agg.select_runs(runs)
+    kept, excluded = analysis.select_runs(runs)
     assert sorted(kept["run_id"]) == ["r2", "r7"]
     why = dict(zip(excluded["run_id"], excluded["reason"]))
     assert why == {"r1": "superseded by newer run r2 (same backbone, cell, seed)",
@@ -194,9 +208,9 @@ def test_runs_of_different_data_digests_are_refused(tmp_path):
     r2, d2 = local_runs(tmp_path / "y", {"pi": [41]}, digest="2" * 64)
     runs = pd.concat([r1, r2], ignore_index=True)
     with pytest.raises(DataError, match=r"different data \(2 data digests.*pipi.data_digest"):
-        agg.check_single_dataset(runs)
+        analysis.check_single_dataset(runs)
     with pytest.raises(DataError, match="refusing to pair"):
-        agg.build_evidence(runs, {**d1, **d2})
+        analysis.build_evidence(runs, {**d1, **d2})
 
 
 def test_runs_with_different_class_lists_or_frames_are_refused(tmp_path):
@@ -208,23 +222,23 @@ def test_runs_with_different_class_lists_or_frames_are_refused(tmp_path):
     bad["classes"] = sorted(bad["classes"], reverse=True)
     schema.write_text(json.dumps(bad))
     with pytest.raises(DataError, match="class list"):
-        agg.build_evidence(runs, dirs)
+        analysis.build_evidence(runs, dirs)
     schema.write_text(original)
     tagged = runs.copy()
     tagged.loc[pi, "evaluable_classes"] = json.dumps(["Erosion", "Ulcer"])
     with pytest.raises(DataError, match="different evaluable class lists"):
-        agg.build_evidence(tagged, dirs)
+        analysis.build_evidence(tagged, dirs)
     test = dirs[runs.loc[pi, "run_id"]] / "test.parquet"
     df = pd.read_parquet(test)
     df.iloc[:-1].to_parquet(test)
     with pytest.raises(DataError, match="test frames differ"):
-        agg.build_evidence(runs, dirs)
+        analysis.build_evidence(runs, dirs)
 
 
 # --------------------------------------------------------------------------- tidy and tests
 def test_tidy_metrics_and_cross_seed_summary_match_sklearn(evidence):
-    tidy = agg.tidy_metrics(evidence)
-    summary = agg.aggregate_over_seeds(tidy).set_index("cell")
+    tidy = analysis.tidy_metrics(evidence)
+    summary = analysis.aggregate_over_seeds(tidy).set_index("cell")
     y = evidence.labels
     for cell in ("a", "pi"):
         arm = evidence.arm("efficientnet_b0", cell)
@@ -235,13 +249,13 @@ def test_tidy_metrics_and_cross_seed_summary_match_sklearn(evidence):
         assert row["run_ids"] == arm.run_ids
         assert row["mean"] == pytest.approx(np.mean(per_seed), abs=1e-12)
         assert row["sd"] == pytest.approx(np.std(per_seed, ddof=1), abs=1e-12)
-    one = agg.aggregate_over_seeds(tidy[tidy["seed"] == 41]).set_index("cell")
+    one = analysis.aggregate_over_seeds(tidy[tidy["seed"] == 41]).set_index("cell")
     assert math.isnan(one.loc["a", "sd"])
 
 
 def test_compare_cells_statistics_against_independent_computations(evidence):
-    an = agg.Analysis(evidence, agg.AggregateOptions(n_resamples=100))
-    comps = agg.compare_cells(an, baseline="a", cells=["a", "pi", "distill", "e_plus"],
+    an = analysis.Analysis(evidence, analysis.AggregateOptions(n_resamples=100))
+    comps = analysis.compare_cells(an, baseline="a", cells=["a", "pi", "distill", "e_plus"],
                               family="test")
     assert [c.new for c in comps] == ["pi", "distill", "e_plus"]
     y = evidence.labels
@@ -280,7 +294,7 @@ def test_tables_report_missing_arms_and_seeds(report):
     assert list(pf.data["cell"]) == ["a", "pi", "distill"]
     assert pf.data.set_index("cell").loc["distill", "n_paired"] == 2
     ec = report.table("eight_cell")
-    assert ec.ok and "no runs" in ec.display.set_index("Cell").loc[agg.cell_label("d"), "seeds"]
+    assert ec.ok and "no runs" in ec.display.set_index("Cell").loc[analysis.cell_label("d"), "seeds"]
     assert "d (efficientnet_b0): no runs" in ec.notes
     for key in ("channel_train", "channel_infer", "transplant", "robustness", "cross_vendor"):
         t = report.table(key)
@@ -297,8 +311,8 @@ def test_channel_and_cross_backbone_tables(tmp_path):
     r1.loc[variants, "base_run_id"] = r1.loc[variants, "seed"].map(pi_runs)
     r1.loc[variants & (r1["seed"] == 43) & (r1["cell"] == "pi@zero_phi"), "base_run_id"] = "x" * 32
     r2, d2 = local_runs(tmp_path / "r18", {"a": [41, 42], "pi": [41, 42]}, backbone="resnet18")
-    ev = agg.build_evidence(pd.concat([r1, r2], ignore_index=True), {**d1, **d2})
-    rep = agg.build_report(ev, agg.AggregateOptions(n_resamples=50, figures=False))
+    ev = analysis.build_evidence(pd.concat([r1, r2], ignore_index=True), {**d1, **d2})
+    rep = build_report(ev, analysis.AggregateOptions(n_resamples=50, figures=False))
     for t in rep.tables:
         text = t.display.to_string()
         assert "nan" not in text.replace("n/a", ""), t.key
@@ -358,7 +372,7 @@ def test_calibration_and_operating_points_tables(report, evidence):
 
 
 def test_write_report_traces_every_number_to_run_ids(report, evidence, tmp_path):
-    agg.write_report(report, tmp_path, aggregate_run_id="agg123")
+    workflow.write_report(report, tmp_path, aggregate_run_id="agg123")
     doc = json.loads((tmp_path / "aggregate.json").read_text())
     run_ids = set(evidence.runs["run_id"])
     assert {r["run_id"] for r in doc["runs"]} == run_ids
@@ -386,15 +400,15 @@ def test_write_report_traces_every_number_to_run_ids(report, evidence, tmp_path)
 
 def test_mean_roc_is_the_step_roc_of_the_micro_average(evidence):
     arm = evidence.arm("efficientnet_b0", "pi")
-    tpr, _ = paper_tables.mean_roc(evidence.labels, arm.probs[:1], evidence.classes)
+    tpr, _ = pstats.mean_roc(evidence.labels, arm.probs[:1], evidence.classes)
     y = (evidence.labels[:, None] == np.array(evidence.classes)).ravel()
     s = arm.probs[0][:, list(evidence.classes)].astype(float).ravel()
     thr = np.unique(s)
     fpr_t = np.array([((s >= t) & ~y).sum() for t in thr]) / (~y).sum()
     tpr_t = np.array([((s >= t) & y).sum() for t in thr]) / y.sum()
     for x in (0.0, 0.05, 0.1, 0.5, 1.0):
-        i = int(np.argmin(np.abs(paper_tables.ROC_GRID - x)))
-        best = max([0.0, *tpr_t[fpr_t <= paper_tables.ROC_GRID[i]]])  # best TPR within the FPR budget
+        i = int(np.argmin(np.abs(pstats.ROC_GRID - x)))
+        best = max([0.0, *tpr_t[fpr_t <= pstats.ROC_GRID[i]]])  # best TPR within the FPR budget
         assert tpr[i] == pytest.approx(best, abs=1e-12)
 
 
@@ -444,6 +458,7 @@ def server_runs(mlflow_server, tmp_path_factory):
     return name, exp_id, ids
 
 
+@pytest.mark.slow  # starts an mlflow server
 def test_load_runs_reads_every_page(server_runs, tracking):
     from pipi import tracking
 
@@ -459,13 +474,14 @@ def test_load_runs_reads_every_page(server_runs, tracking):
         tracking.load_runs("no-such-experiment")
 
 
+@pytest.mark.slow  # starts an mlflow server
 def test_predictions_are_downloaded_once_per_run(server_runs, tracking, tmp_path, monkeypatch):
     from pipi import tracking
 
     _, _, ids = server_runs
     calls = []
     real = tracking.download_artifact
-    monkeypatch.setattr(tracking, "download_artifact",
+    monkeypatch.setattr("pipi.tracking.queries.download_artifact",
                         lambda *a, **k: calls.append(a) or real(*a, **k))
     first = tracking.download_predictions(ids[("a", 41)], tmp_path / "cache")
     again = tracking.download_predictions(ids[("a", 41)], tmp_path / "cache")
@@ -473,6 +489,7 @@ def test_predictions_are_downloaded_once_per_run(server_runs, tracking, tmp_path
     assert len(calls) == 1 and (first / "test.parquet").is_file()
 
 
+@pytest.mark.slow  # starts an mlflow server
 def test_run_aggregate_logs_every_output_and_writes_the_same_locally(server_runs, tracking,
                                                                    tmp_path):
     from mlflow.tracking import MlflowClient
@@ -481,8 +498,8 @@ def test_run_aggregate_logs_every_output_and_writes_the_same_locally(server_runs
 
     name, exp_id, ids = server_runs
     out = tmp_path / "out"
-    res = agg.run_aggregate(experiment=name, out=out, cache_dir=tmp_path / "cache",
-                            options=agg.AggregateOptions(n_resamples=100))
+    res = workflow.run_aggregate(experiment=name, out=out, cache_dir=tmp_path / "cache",
+                            options=analysis.AggregateOptions(n_resamples=100))
     client = MlflowClient()
     run = client.get_run(res.run_id)
     assert run.info.status == "FINISHED"
@@ -518,6 +535,7 @@ def test_run_aggregate_logs_every_output_and_writes_the_same_locally(server_runs
     assert "arms with no runs" in res.summary and "distill (efficientnet_b0) (" in res.summary
 
 
+@pytest.mark.slow  # starts an mlflow server
 def test_cli_refuses_mixed_digests_with_one_line(tracking, tmp_path):
     from click.testing import CliRunner
     from mlflow.tracking import MlflowClient

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from pipi import aggregate as agg
+from pipi import analysis
+from pipi.report import build_report
 from pipi.report.dashboard import render_dashboard
+from pipi.workflows import aggregate as workflow
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(
@@ -85,11 +87,11 @@ def built(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("dash")
     runs, dirs = local_runs(tmp, {"a": [41, 42, 43], "pi": [41, 42, 43], "distill": [41, 42],
                                   "b": [41, 42, 43], "e_plus": [41, 42, 43]})
-    kept, excluded = agg.select_runs(runs)
-    ev = agg.build_evidence(kept, dirs, excluded=excluded, experiment="exp", experiment_id="7",
+    kept, excluded = analysis.select_runs(runs)
+    ev = analysis.build_evidence(kept, dirs, excluded=excluded, experiment="exp", experiment_id="7",
                             tracking_uri="http://127.0.0.1:5000")
-    report = agg.build_report(ev, agg.AggregateOptions(n_resamples=100))
-    out = agg.write_report(report, tmp / "out", aggregate_run_id="f" * 32)
+    report = build_report(ev, analysis.AggregateOptions(n_resamples=100))
+    out = workflow.write_report(report, tmp / "out", aggregate_run_id="f" * 32)
     return report, ev, out
 
 

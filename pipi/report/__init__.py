@@ -1,8 +1,13 @@
-"""Rendering of aggregate results: tables (Markdown, CSV, JSON), figures and the dashboard.
+"""The report of ``aggregate``: the paper's tables, figures and the dashboard, built from an
+:class:`pipi.analysis.Analysis` (pure: no MLflow, no statistics of its own, no files).
 
-Everything here is a pure function of already computed results: no MLflow, no statistics.
+``build`` assembles everything (:func:`build_report`); ``run_tables``, ``headline``,
+``breakdown``, ``channels`` hold one function per table, ``curves`` the figures' curve data,
+``figures`` the PNGs, ``tables`` the table model and its Markdown/CSV/JSON forms, ``dashboard``
+the HTML page.
 """
 
+from pipi.report.build import Report, build_report
 from pipi.report.tables import (
     Table,
     fmt_auc,
@@ -16,6 +21,6 @@ from pipi.report.tables import (
 )
 
 __all__ = [
-    "Table", "fmt_auc", "fmt_ci", "fmt_delta", "fmt_mean_sd", "fmt_p", "fmt_z", "json_safe",
-    "table_markdown",
+    "Report", "Table", "build_report", "fmt_auc", "fmt_ci", "fmt_delta", "fmt_mean_sd", "fmt_p",
+    "fmt_z", "json_safe", "table_markdown",
 ]

@@ -1,6 +1,6 @@
 """The self-contained HTML dashboard of ``aggregate`` (template: ``dashboards/aggregate.html``).
 
-Pure rendering of a :class:`pipi.aggregate.Report`: inline CSS, figures embedded as base64
+Pure rendering of a :class:`pipi.report.build.Report`: inline CSS, figures embedded as base64
 PNG, no network access. Every table row lists the run ids behind its numbers, linked to the
 MLflow UI (``<uri>/#/experiments/<id>/runs/<run id>``) when the tracking server is http(s).
 A small inline script checks, on load, that every figure decoded and every table has rows;

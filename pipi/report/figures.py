@@ -15,6 +15,13 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from pipi.analysis import (
+    ABLATION_CELLS,
+    CHANNEL_INFER_ARMS,
+    CHANNEL_TRAIN_ARMS,
+    PER_FRAME_CELLS,
+    Analysis,
+)
 from pipi.report.tables import Table
 
 _COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3",
@@ -132,15 +139,8 @@ def per_patient_lift(table: Table) -> bytes:
     return _png(fig)
 
 
-def all_figures(an, tables: Sequence[Table], curve_data: dict):
-    """(figures name -> PNG, captions, run ids per figure) for an ``aggregate.Analysis``."""
-    from pipi.aggregate import (
-        ABLATION_CELLS,
-        CHANNEL_INFER_ARMS,
-        CHANNEL_TRAIN_ARMS,
-        PER_FRAME_CELLS,
-    )
-
+def all_figures(an: Analysis, tables: Sequence[Table], curve_data: dict):
+    """(figures name -> PNG, captions, run ids per figure) of an :class:`pipi.analysis.Analysis`."""
     ev, b = an.evidence, an.headline
     by = {t.key: t for t in tables}
     figs, caps, runs = {}, {}, {}

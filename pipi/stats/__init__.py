@@ -1,5 +1,5 @@
-"""Statistics for comparing arms: DeLong, bootstrap, permutation, paired tests, corrections,
-calibration and operating points.
+"""Statistics for comparing arms: DeLong, bootstrap (the video-clustered one of ``aggregate``
+included), permutation, paired tests, corrections, calibration, operating points and curves.
 
 numpy/scipy only, no I/O. Data first, options keyword-only, ``rng`` explicit; tests and
 intervals return frozen results with ``statistic``, ``pvalue`` and ``confidence_interval``
@@ -30,10 +30,12 @@ from pipi.stats.bootstrap import (
     UNITS,
     bca_constants,
     bootstrap_ci,
+    bootstrap_intervals,
     macro_auc_delta_bootstrap,
 )
 from pipi.stats.calibration import brier_score, expected_calibration_error
 from pipi.stats.combine import stouffer_combine
+from pipi.stats.curves import ROC_GRID, mean_pr, mean_roc, pr_points
 from pipi.stats.delong import delong_ci, delong_macro_test, delong_test
 from pipi.stats.multiple import (
     ADJUST_METHODS,
@@ -52,11 +54,13 @@ from pipi.stats.operating import (
 )
 from pipi.stats.permutation import sign_flip_test
 from pipi.stats.tests_paired import MCNEMAR_EXACT_BELOW, mcnemar_test, paired_wilcoxon
+from pipi.stats.video_bootstrap import DeltaCI, VideoBootstrap, pair_counts
 
 __all__ = [
     "ADJUST_METHODS",
     "MCNEMAR_EXACT_BELOW",
     "METHODS",
+    "ROC_GRID",
     "UNITS",
     "AUCConfidenceResult",
     "AdjustedFamily",
@@ -67,18 +71,21 @@ __all__ = [
     "DeLongResult",
     "DegenerateDataWarning",
     "DeltaBootstrapResult",
+    "DeltaCI",
     "Family",
     "McNemarResult",
     "OperatingPoint",
     "OperatingPointsResult",
     "SignFlipResult",
     "StoufferResult",
+    "VideoBootstrap",
     "WilcoxonResult",
     "adjust_families",
     "adjust_pvalues",
     "average_precision",
     "bca_constants",
     "bootstrap_ci",
+    "bootstrap_intervals",
     "brier_score",
     "delong_ci",
     "delong_macro_test",
@@ -88,9 +95,13 @@ __all__ = [
     "macro_auc",
     "macro_auc_delta_bootstrap",
     "mcnemar_test",
+    "mean_pr",
+    "mean_roc",
     "operating_points",
+    "pair_counts",
     "paired_wilcoxon",
     "per_class_auc",
+    "pr_points",
     "roc_points",
     "sensitivity_at_fpr",
     "sign_flip_test",

@@ -26,7 +26,8 @@ from pipi.stats._results import (
 )
 from pipi.stats.delong import placements
 
-__all__ = ["METHODS", "UNITS", "bca_constants", "bootstrap_ci", "macro_auc_delta_bootstrap"]
+__all__ = ["METHODS", "UNITS", "bca_constants", "bootstrap_ci", "bootstrap_intervals",
+           "macro_auc_delta_bootstrap"]
 
 log = logging.getLogger(__name__)
 
@@ -138,25 +139,31 @@ def bca_constants(
     return z0, a
 
 
-def _intervals(theta_hat, theta_star, jack, level):
-    """(percentile CI, BCa CI, z0, a) from bootstrap and jackknife values."""
+def bootstrap_intervals(theta_hat, theta_star, jack, level, *, warn: bool = True):
+    """(percentile CI, BCa CI, z0, a) from bootstrap and jackknife values.
+
+    NaN intervals (with a ``DegenerateDataWarning`` when ``warn``) where a value is not finite
+    or the BCa constants are undefined.
+    """
     alpha = (1.0 - level) / 2.0
     if not (np.isfinite(theta_star).all() and np.isfinite(jack).all() and np.isfinite(theta_hat)):
         bad = int((~np.isfinite(theta_star)).sum())
-        warn_degenerate(
-            f"the statistic is NaN/inf on the data, its jackknife or {bad} of "
-            f"{theta_star.size} resamples; intervals are NaN"
-        )
+        if warn:
+            warn_degenerate(
+                f"the statistic is NaN/inf on the data, its jackknife or {bad} of "
+                f"{theta_star.size} resamples; intervals are NaN"
+            )
         return NAN_CI, NAN_CI, float("nan"), float("nan")
     pct = ConfidenceInterval(
         *map(float, np.percentile(theta_star, [100 * alpha, 100 * (1 - alpha)]))
     )
     z0, a = bca_constants(theta_hat, theta_star, jack)
     if not (np.isfinite(z0) and np.isfinite(a)):
-        warn_degenerate(
-            f"BCa is undefined (z0 = {z0}, a = {a}): the statistic is constant "
-            "over the jackknife or every resample lies on one side of it"
-        )
+        if warn:
+            warn_degenerate(
+                f"BCa is undefined (z0 = {z0}, a = {a}): the statistic is constant "
+                "over the jackknife or every resample lies on one side of it"
+            )
         return pct, NAN_CI, z0, a
     z = special.ndtri(np.array([alpha, 1.0 - alpha]))
     adj = special.ndtr(z0 + (z0 + z) / (1.0 - a * (z0 + z)))
@@ -166,7 +173,7 @@ def _intervals(theta_hat, theta_star, jack, level):
 
 def _result(theta_hat, theta_star, jack, level, method, unit) -> BootstrapResult:
     """Assemble a BootstrapResult from the bootstrap and jackknife values."""
-    pct, bca, z0, a = _intervals(theta_hat, theta_star, jack, level)
+    pct, bca, z0, a = bootstrap_intervals(theta_hat, theta_star, jack, level)
     se = float(np.std(theta_star, ddof=1)) if np.isfinite(theta_star).all() else float("nan")
     return BootstrapResult(
         statistic=float(theta_hat),

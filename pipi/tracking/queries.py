@@ -3,28 +3,21 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import logging
 import os
-import subprocess
-import traceback
-import urllib.error
-import urllib.request
-from collections.abc import Iterator, Mapping
+import shutil
+import tempfile
 from pathlib import Path
-from typing import Any
 
 import mlflow
+import pandas as pd
 from mlflow.tracking import MlflowClient
 
-import pipi
 from pipi.errors import TrackingError
-from pipi.paths import PACKAGE_DIR, PROJECT_ROOT
-from pipi.tracking.tags import *  # noqa: F403
+from pipi.tracking.runs import download_artifact
+from pipi.tracking.tags import *
 
 log = logging.getLogger(__name__)
-from pipi.tracking.runs import download_artifact
 
 
 # --------------------------------------------------------------------------- aggregate reads
@@ -55,15 +48,13 @@ def load_runs(experiment: str, filter_string: str = "", *, page_size: int = 1000
     The single MLflow query of ``aggregate``: pages through ``MlflowClient.search_runs``
     with page tokens until the last page. Columns: :data:`RUN_COLUMNS`.
     """
-    import pandas as pd
-
     eid = experiment_id(experiment)
     c, rows, token = MlflowClient(), [], None
     while True:
         try:
             page = c.search_runs([eid], filter_string=filter_string or "", max_results=page_size,
                                  order_by=["attributes.start_time ASC"], page_token=token)
-        except Exception as exc:  # MlflowException: a bad filter string
+        except Exception as exc:  # noqa: BLE001 - MlflowException (bad filter) or REST error
             raise TrackingError(f"cannot search runs of {experiment!r} with filter "
                                 f"{filter_string!r}: {exc}") from None
         for r in page:
@@ -97,7 +88,7 @@ def has_artifact(run_id: str, path: str) -> bool:
     parent, _, name = path.rstrip("/").rpartition("/")
     try:
         listed = MlflowClient().list_artifacts(run_id, parent or None)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - MlflowException or REST error
         raise TrackingError(f"run {run_id}: cannot list artifacts ({exc})") from None
     return any(f.path.rstrip("/").rpartition("/")[2] == name for f in listed)
 
@@ -108,9 +99,6 @@ def download_predictions(run_id: str, cache_dir: Path) -> Path:
     A run's artifacts do not change once it has FINISHED, so the run id is the cache key;
     the folder is moved into place only when complete.
     """
-    import shutil
-    import tempfile
-
     final = Path(cache_dir) / run_id / "predictions"
     if (final / "schema.json").is_file():
         return final
@@ -127,12 +115,3 @@ def download_predictions(run_id: str, cache_dir: Path) -> Path:
         return final
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def run_url(run_id: str, experiment_id_: str, uri: str | None = None) -> str | None:
-    """``<uri>/#/experiments/<exp>/runs/<run_id>`` when the tracking URI is http(s), else None."""
-    uri = uri or mlflow.get_tracking_uri()
-    if not uri.startswith(("http://", "https://")):
-        return None
-    return f"{uri.rstrip('/')}/#/experiments/{experiment_id_}/runs/{run_id}"
-

@@ -1,0 +1,201 @@
+"""Evidence: every aggregated run's test predictions, read once and aligned on the same frames."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pipi.analysis.arms import BACKBONES
+from pipi.analysis.selection import check_single_dataset
+from pipi.classes import CLASSES
+from pipi.errors import DataError
+from pipi.predictions import PREDICTIONS_VERSION, PROB_COLUMNS
+from pipi.stats import per_class_auc
+
+__all__ = ["Arm", "Evidence", "build_evidence"]
+
+
+@dataclass(frozen=True)
+class Arm:
+    """All seeds of one (backbone, cell) on the shared test frames."""
+
+    backbone: str
+    cell: str
+    seeds: tuple[int, ...]
+    run_ids: tuple[str, ...]
+    probs: np.ndarray    # (S, N, 14) float32 softmax probabilities, frames in Evidence order
+    auc: np.ndarray      # (S, K) per-class test AUC over Evidence.classes
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.backbone, self.cell)
+
+    @property
+    def macro(self) -> np.ndarray:
+        """(S,) test macro-AUC over the evaluable classes, recomputed from predictions."""
+        return np.nanmean(self.auc, axis=1) if self.auc.size else np.zeros(0)
+
+    def runs(self) -> dict[int, str]:
+        return dict(zip(self.seeds, self.run_ids, strict=True))
+
+    def index(self, seed: int) -> int:
+        return self.seeds.index(seed)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Everything the statistics need, read once: test labels, videos and every arm."""
+
+    labels: np.ndarray           # (N,) class index of every test row
+    videos: np.ndarray           # (N,) video (patient) id
+    paths: np.ndarray            # (N,)
+    classes: tuple[int, ...]     # evaluable classes (positives in val and test)
+    arms: Mapping[tuple[str, str], Arm]
+    runs: pd.DataFrame           # included runs (one row each)
+    excluded: pd.DataFrame       # excluded runs with a reason
+    data_digest: str = ""
+    experiment: str = ""
+    experiment_id: str = ""
+    tracking_uri: str = ""
+    filter_string: str = ""
+    all_runs: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    def arm(self, backbone: str, cell: str) -> Arm | None:
+        return self.arms.get((backbone, cell))
+
+    def backbones(self) -> list[str]:
+        found = {b for b, _ in self.arms}
+        return [b for b in BACKBONES if b in found] + sorted(found - set(BACKBONES))
+
+    def cells(self, backbone: str) -> list[str]:
+        return [c for b, c in self.arms if b == backbone]
+
+    def seed_universe(self, backbone: str) -> tuple[int, ...]:
+        return tuple(sorted({s for (b, _), a in self.arms.items() if b == backbone
+                             for s in a.seeds}))
+
+    @property
+    def class_names(self) -> list[str]:
+        return [CLASSES[k] for k in self.classes]
+
+
+def _frame_key(df: pd.DataFrame) -> np.ndarray:
+    return (df["path"].astype(str) + "\x00" + df["label"].astype(str)).to_numpy()
+
+
+def _read_schema(folder: Path, run_id: str) -> dict:
+    try:
+        schema = json.loads((Path(folder) / "schema.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise DataError(f"run {run_id}: unreadable predictions/schema.json ({exc})") from None
+    if schema.get("format") != "pipi.predictions" or schema.get("version") != PREDICTIONS_VERSION:
+        raise DataError(f"run {run_id}: unsupported predictions format "
+                        f"{schema.get('format')!r} version {schema.get('version')!r} "
+                        f"(aggregate reads pipi.predictions version {PREDICTIONS_VERSION})")
+    return schema
+
+
+def build_evidence(runs: pd.DataFrame, prediction_dirs: Mapping[str, Path], *,
+                   excluded: pd.DataFrame | None = None, all_runs: pd.DataFrame | None = None,
+                   experiment: str = "", experiment_id: str = "", tracking_uri: str = "",
+                   filter_string: str = "") -> Evidence:
+    """Read every run's test predictions and align them on the same frames.
+
+    Parameters
+    ----------
+    runs : pandas.DataFrame
+        Runs to aggregate (``select_runs`` output): columns run_id, backbone, cell, seed,
+        data_digest, evaluable_classes (JSON list of class names or "").
+    prediction_dirs : mapping of run id -> Path
+        The run's ``predictions/`` folder (format ``pipi.predictions`` version 1).
+
+    Returns
+    -------
+    Evidence
+
+    Raises
+    ------
+    DataError
+        Runs of different data digests, different class lists (schema or
+        ``pipi.evaluable_classes``), or different test frames.
+    """
+    if runs.empty:
+        raise DataError("no runs to aggregate")
+    digest = check_single_dataset(runs)
+    ref_key = ref_frame = None
+    tagged: dict[str, list[str]] = {}
+    per_run: dict[str, np.ndarray] = {}
+    for row in runs.itertuples(index=False):
+        folder = Path(prediction_dirs[row.run_id])
+        schema = _read_schema(folder, row.run_id)
+        if list(schema.get("classes", [])) != list(CLASSES):
+            raise DataError(
+                f"refusing to pair run {row.run_id} (cell {row.cell}, seed {row.seed}): its "
+                f"class list {schema.get('classes')} differs from pipi's {list(CLASSES)}")
+        df = pd.read_parquet(folder / "test.parquet")
+        missing = [c for c in ("path", "video_id", "label", *PROB_COLUMNS) if c not in df]
+        if missing:
+            raise DataError(f"run {row.run_id}: test predictions lack columns {missing}")
+        key = _frame_key(df)
+        order = np.argsort(key, kind="stable")
+        key = key[order]
+        if ref_key is None:
+            ref_key, ref_frame, ref_run = key, df.iloc[order].reset_index(drop=True), row
+        elif key.shape != ref_key.shape or not np.array_equal(key, ref_key):
+            diff = len(set(key) ^ set(ref_key))
+            raise DataError(
+                f"refusing to pair run {row.run_id} (cell {row.cell}, seed {row.seed}) with run "
+                f"{ref_run.run_id}: their test frames differ ({diff} frames in one but not the "
+                "other) although the data digest is the same")
+        per_run[row.run_id] = df[list(PROB_COLUMNS)].to_numpy(np.float32)[order]
+        if isinstance(row.evaluable_classes, str) and row.evaluable_classes:
+            tagged.setdefault(row.evaluable_classes, []).append(row.run_id)
+    classes = _evaluable(tagged, ref_frame, prediction_dirs[ref_run.run_id])
+    labels = ref_frame["label"].to_numpy(np.int64)
+    arms: dict[tuple[str, str], Arm] = {}
+    for (backbone, cell), grp in runs.groupby(["backbone", "cell"], sort=False):
+        grp = grp.sort_values("seed")
+        probs = np.stack([per_run[r] for r in grp["run_id"]])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # classes are evaluable: positives exist
+            auc = np.stack([per_class_auc(labels, p, classes=classes) for p in probs])
+        arms[(backbone, cell)] = Arm(backbone, cell, tuple(int(s) for s in grp["seed"]),
+                                     tuple(grp["run_id"]), probs, auc)
+    return Evidence(
+        labels=labels, videos=ref_frame["video_id"].astype(str).to_numpy(),
+        paths=ref_frame["path"].astype(str).to_numpy(), classes=classes, arms=arms,
+        runs=runs.reset_index(drop=True),
+        excluded=excluded if excluded is not None else pd.DataFrame(),
+        data_digest=digest, experiment=experiment, experiment_id=experiment_id,
+        tracking_uri=tracking_uri, filter_string=filter_string,
+        all_runs=all_runs if all_runs is not None else runs)
+
+
+def _evaluable(tagged: Mapping[str, list[str]], test: pd.DataFrame, folder: Path) -> tuple:
+    """Evaluable classes: the runs' common ``pipi.evaluable_classes`` tag, else from val+test."""
+    if len(tagged) > 1:
+        detail = "; ".join(f"{names} ({len(ids)} runs, e.g. {ids[0]})"
+                           for names, ids in tagged.items())
+        raise DataError(f"refusing to pair runs with different evaluable class lists: {detail}")
+    if tagged:
+        names = json.loads(next(iter(tagged)))
+        unknown = [n for n in names if n not in CLASSES]
+        if unknown:
+            raise DataError(f"pipi.evaluable_classes names unknown classes {unknown}")
+        cls = tuple(sorted(CLASSES.index(n) for n in names))
+    else:
+        val_path = Path(folder) / "val.parquet"
+        val = set(pd.read_parquet(val_path, columns=["label"])["label"]) if val_path.is_file() \
+            else set(test["label"])
+        cls = tuple(sorted(val & set(test["label"])))
+    present = set(test["label"])
+    cls = tuple(k for k in cls if k in present and len(present) > 1)
+    if not cls:
+        raise DataError("no evaluable class: no class has positives in the test predictions")
+    return cls

@@ -1,0 +1,22 @@
+"""Settings of ``aggregate``'s statistics (all logged as params of the aggregate run)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipi.analysis.arms import HEADLINE_BACKBONE
+
+
+@dataclass(frozen=True)
+class AggregateOptions:
+    """Settings of the statistics (all logged as params of the aggregate run)."""
+
+    n_resamples: int = 1000            # bootstrap resamples (paper: 1,000)
+    n_permutations: int = 10_000       # sign-flip patterns; exact when 2**seeds <= this (paper)
+    confidence_level: float = 0.95
+    seed: int = 0                      # rng of the bootstrap (and Monte Carlo sign flips)
+    headline_backbone: str = HEADLINE_BACKBONE  # falls back to the backbone with most runs
+    fpr_targets: tuple[float, ...] = (0.05, 0.10)  # paper's operating points
+    sensitivity_target: float = 0.90
+    ece_bins: int = 15                 # paper: 15 equal-width bins
+    figures: bool = True

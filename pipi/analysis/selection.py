@@ -1,0 +1,70 @@
+"""Run selection: which runs of ``load_runs`` are aggregated, and why the others are not."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from pipi.errors import DataError
+
+__all__ = ["check_single_dataset", "mixed_profile_note", "select_runs"]
+
+
+def select_runs(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Split ``load_runs`` output into model runs to aggregate and excluded runs (with reasons).
+
+    Kept: FINISHED runs with ``pipi.cell``, ``pipi.backbone`` and ``pipi.seed`` tags, the
+    newest one per (backbone, cell, seed). Excluded, with a ``reason`` column: other
+    statuses, runs that are not model runs (stage, sweep parents, aggregate, ...), runs
+    missing a tag, and older duplicates (superseded by a newer run of the same arm and seed).
+    """
+    reasons = pd.Series("", index=runs.index, dtype=object)
+    reasons[runs["status"] != "FINISHED"] = "status " + runs["status"].astype(str)
+    free = reasons == ""
+    no_cell = free & (runs["cell"].fillna("") == "")
+    reasons[no_cell] = "not a model run (entry point " + runs["entry_point"].replace(
+        "", "?").astype(str) + ")"
+    free = reasons == ""
+    reasons[free & (runs["backbone"].fillna("") == "")] = "no pipi.backbone tag"
+    free = reasons == ""
+    reasons[free & runs["seed"].isna()] = "no pipi.seed tag"
+    cand = runs[reasons == ""].sort_values("start_time", ascending=False, kind="stable")
+    dup = cand.duplicated(["backbone", "cell", "seed"], keep="first")
+    newest = cand[~dup].set_index(["backbone", "cell", "seed"])["run_id"]
+    for idx, row in cand[dup].iterrows():
+        keep_id = newest.loc[(row["backbone"], row["cell"], row["seed"])]
+        reasons[idx] = f"superseded by newer run {keep_id} (same backbone, cell, seed)"
+    kept = runs[reasons == ""].copy()
+    excluded = runs[reasons != ""].copy()
+    excluded["reason"] = reasons[reasons != ""]
+    kept["seed"] = kept["seed"].astype(int)
+    return (kept.sort_values(["backbone", "cell", "seed"]).reset_index(drop=True),
+            excluded.reset_index(drop=True))
+
+
+def check_single_dataset(runs: pd.DataFrame) -> str:
+    """The one data digest of ``runs``; DataError naming the digests when they differ."""
+    digests = runs["data_digest"].fillna("").replace("", "(no digest tag)")
+    counts = digests.value_counts()
+    if len(counts) > 1:
+        detail = "; ".join(
+            f"{d[:16]}: {n} runs (e.g. cell {runs.loc[digests == d, 'cell'].iloc[0]}, seed "
+            f"{runs.loc[digests == d, 'seed'].iloc[0]})" for d, n in counts.items())
+        first = counts.index[0]
+        raise DataError(
+            f"refusing to pair runs trained on different data ({len(counts)} data digests: "
+            f"{detail}). Select one dataset, e.g. --filter \"tags.`pipi.data_digest` = "
+            f"'{first}'\"")
+    return "" if counts.empty or counts.index[0] == "(no digest tag)" else str(counts.index[0])
+
+
+
+def mixed_profile_note(runs: pd.DataFrame) -> str | None:
+    """A note when the runs come from different profiles (recipes), which should not be paired."""
+    if "profile" not in runs:
+        return None
+    counts = runs["profile"].fillna("").replace("", "(none)").value_counts()
+    if len(counts) < 2:
+        return None
+    return ("runs of different profiles are aggregated together ("
+            + ", ".join(f"{p}: {n} runs" for p, n in counts.items())
+            + "); select one with --filter \"params.profile = 'paper'\"")

@@ -1,0 +1,108 @@
+"""Channel ablations: prior channels removed in training (single-channel arms) and zeroed at
+inference (``pi@zero_*`` variants), each against the full +PI cell."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import pandas as pd
+
+from pipi.analysis import (
+    CHANNEL_INFER_ARMS,
+    CHANNEL_TRAIN_ARMS,
+    Analysis,
+    Evidence,
+    cell_label,
+    compare_pairs,
+    missing_notes,
+)
+from pipi.report.rows import arm_summary, ci_cols, no_runs, run_map
+from pipi.report.tables import Table, fmt_ci, fmt_delta, fmt_mean_sd, fmt_p
+
+__all__ = ["channel_infer_table", "channel_train_table"]
+
+
+def _channel_table(an: Analysis, *, key: str, title: str, paper: str, reference: str,
+                   arms: Sequence[str], extra: Sequence[tuple[str, str]] = ()) -> Table:
+    ev, b = an.evidence, an.headline
+    notes = missing_notes(ev, b, [reference, *arms])
+    pairs = [(reference, a) for a in arms if ev.arm(b, a)] + \
+            [(r, n) for r, n in extra if ev.arm(b, r) and ev.arm(b, n)]
+    comps = compare_pairs(an, pairs, family=key, backbone=b, notes=notes) \
+        if ev.arm(b, reference) else []
+    by = {(c.reference, c.new): c for c in comps}
+    rows, disp, ids = [], [], []
+    for r, n in [(None, reference), *[(reference, a) for a in arms], *extra]:
+        arm = ev.arm(b, n)
+        c = by.get((r, n)) if r else None
+        ok = c is not None and c.available
+        s = arm_summary(arm)
+        label = cell_label(n) if r in (None, reference) else f"{cell_label(n)} vs {cell_label(r)}"
+        rows.append({"reference": r or "", "arm": n, **s,
+                     "delta": c.mean_delta if ok else float("nan"),
+                     "n_positive": c.n_positive if ok else None,
+                     "n_paired": len(c.seeds) if ok else 0,
+                     "wilcoxon_p": c.wilcoxon_p if ok else float("nan"),
+                     "wilcoxon_p_bh": c.adjusted.get("wilcoxon_bh", float("nan"))
+                     if ok else float("nan"),
+                     "sign_flip_p": c.sign_flip_p if ok else float("nan"),
+                     **ci_cols(c if ok else None)})
+        disp.append({"arm": label, "seeds": s["seeds"] or "no runs",
+                     "macro-AUC": fmt_mean_sd(s["mean"], s["sd"]) if arm else "no runs",
+                     "Δ vs reference (k/n +)": (f"{fmt_delta(c.mean_delta, 4)} ({c.sign_text})"
+                                                if ok else ("—" if r is None else "n/a")),
+                     "Wilcoxon p (BH)": (f"{fmt_p(c.wilcoxon_p)} "
+                                         f"({fmt_p(c.adjusted.get('wilcoxon_bh'))})" if ok else ""),
+                     "sign-flip p": fmt_p(c.sign_flip_p) if ok else "",
+                     "95% BCa CI (videos)": fmt_ci(*c.bootstrap.bca, digits=4) if ok else ""})
+        ids.append({n: run_map(arm)} | ({r: dict(c.ref_runs)} if ok else {}))
+    notes.append(f"Δ = arm - reference, paired by seed; the reference is ({reference}) unless "
+                 "the row names another ('X vs Y': X - Y). BH over the comparisons of this table.")
+    return Table(key, title, pd.DataFrame(rows), pd.DataFrame(disp), tuple(ids), tuple(notes),
+                 paper=paper)
+
+
+def channel_train_table(an: Analysis) -> Table:
+    """Paper Table channel-ablation-train: single-prior-channel arms vs full +PI."""
+    ev, b = an.evidence, an.headline
+    title = f"Training-time channel ablation ({b})"
+    if not any(ev.arm(b, c) for c in CHANNEL_TRAIN_ARMS[1:]):
+        return no_runs("channel_train", title, "tab:channel-ablation-train",
+                        "no pblood_only / phi_only runs; run `mlflow run . -e ablate -P "
+                        "study=channel_train`")
+    return _channel_table(an, key="channel_train", title=title,
+                          paper="tab:channel-ablation-train", reference="pi",
+                          arms=CHANNEL_TRAIN_ARMS)
+
+
+def channel_infer_table(an: Analysis) -> Table:
+    """Paper Table channel-ablation-infer: prior channels zeroed at inference vs +PI."""
+    ev, b = an.evidence, an.headline
+    title = f"Inference-time channel ablation ({b})"
+    if not any(ev.arm(b, c) for c in CHANNEL_INFER_ARMS):
+        return no_runs("channel_infer", title, "tab:channel-ablation-infer",
+                        "no pi@zero_* runs; run `mlflow run . -e ablate -P study=channel_infer`")
+    t = _channel_table(an, key="channel_infer", title=title,
+                       paper="tab:channel-ablation-infer", reference="pi",
+                       arms=CHANNEL_INFER_ARMS, extra=[("a", "pi@zero_both")])
+    return replace(t, notes=t.notes + tuple(_base_run_notes(ev, b, "pi", CHANNEL_INFER_ARMS)))
+
+
+def _base_run_notes(ev: Evidence, backbone: str, reference: str,
+                    arms: Sequence[str]) -> list[str]:
+    """Variant runs evaluated on another run than the reference run paired with them."""
+    ref = ev.arm(backbone, reference)
+    if ref is None or "base_run_id" not in ev.runs:
+        return []
+    base = ev.runs.set_index("run_id")["base_run_id"].fillna("")
+    notes = []
+    for c in arms:
+        arm = ev.arm(backbone, c)
+        for seed, rid in (arm.runs().items() if arm else ()):
+            want = ref.runs().get(seed)
+            got = base.get(rid, "")
+            if got and want and got != want:
+                notes.append(f"WARNING: {c} seed {seed} (run {rid}) evaluated {reference} run "
+                             f"{got}, but the {reference} run paired with it is {want}")
+    return notes
