@@ -1,0 +1,474 @@
+"""Stage a Galar release for zero-shot evaluation of Kvasir-trained models.
+
+Input: the real Galar layout (``reference/datasets.md``)::
+
+    ROOT/metadata.csv             one row per video: File Name (integer id), Capsule System, ...
+    ROOT/Labels/<id>.csv          one row per frame, 27 or 32 columns (pipi.data.galar_labelfile)
+    ROOT/Frames/<id>/frame_<frame:06d>.PNG   (folder ``1`` or zero-padded ``001``; PNG or JPEG)
+
+Output, under ``OUT``: the layout of Kvasir staging (:mod:`pipi.data.kvasir`), so that
+``load_staged`` and the uint8 cache read it unchanged::
+
+    OUT/test/<Kvasir class>/<video_id>_<frame>.png   every frame in "test" (zero-shot)
+    OUT/frames.parquet   FRAME_COLUMNS + capsule_system, vendor_fold, galar_<column> labels
+    OUT/manifest.json    dataset "galar", video_to_split, vendor folds, mapping, column
+                         roles, multilabel rule and counts, content_sha256, data_digest
+    OUT/counts.md, counts.csv   per-class table (Train | Val | Test), then per capsule system
+
+Rules (each recorded in the manifest):
+
+* **Classes** come from a Galar -> Kvasir mapping (:func:`pipi.data.galar_mapping.load_mapping`;
+  the paper's by default). Every Galar column is mapped, used by the Normal clean mucosa
+  derivation, or dropped with a reason (``manifest["columns"]``); positives of unmapped
+  pathology columns are counted (``unmapped_positives``). Reduced Mucosal View is not
+  evaluable on Galar. Frames positive for several mapped classes follow ``multilabel``
+  (default ``"priority"``: the first class of ``mapping.priority`` wins).
+* **Sampling**: up to ``frames_per_class`` frames per class over the selected videos, drawn
+  uniformly without replacement by a generator seeded with ``(seed, class index)``, so a
+  class's draw does not depend on the other classes. Only the kept frames are read.
+* **Vendor folds**: within each capsule system, the selected videos are shuffled with
+  ``seed`` and cut into a ``calibration`` fold (``round(calibration_fraction * n)``, at least
+  one video and at most n - 1; none when the system has one video) and an ``evaluation``
+  fold; ``calibrate`` tunes on the first, ``galar`` reports the second.
+* **Hashes**: ``content_sha256`` = ``split_sha256(video_to_split)`` as for Kvasir;
+  ``data_digest`` = ``compute_data_digest(split_sha256({video: "test:<fold>"}), rows)``
+  (the fold is part of the data identity), rows as for Kvasir.
+
+Every error names the file and line (or the metadata line of a video) and leaves nothing
+written: staging happens in a temporary folder beside ``OUT``, renamed into place at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from pipi.classes import CLASSES, class_index
+from pipi.data.galar_labelfile import (
+    HEADER_32,
+    SECTION_COLUMNS,
+    LabelTable,
+    line_of_row,
+    read_label_files,
+)
+from pipi.data.galar_mapping import (
+    MULTILABEL_RULES,
+    NOT_EVALUABLE,
+    GalarMapping,
+    assign_classes,
+    column_roles,
+    load_mapping,
+)
+from pipi.data.galar_release import (
+    FOLDS,
+    label_files,
+    parse_video_spec,
+    read_galar_metadata,
+    resolve_frames,
+    select_videos,
+    vendor_folds,
+)
+from pipi.data.kvasir import (
+    FRAME_COLUMNS,
+    SCHEMA_VERSION,
+    SPLITS,
+    StageResult,
+    _check_image,
+    _place,
+    compute_data_digest,
+    count_table,
+    format_count_table,
+    split_sha256,
+)
+from pipi.errors import DataError
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "FOLDS",
+    "GALAR_FRAME_COLUMNS",
+    "LABEL_PREFIX",
+    "format_vendor_table",
+    "parse_video_spec",
+    "read_galar_metadata",
+    "stage_galar",
+    "vendor_folds",
+]
+
+#: frames.parquet column prefix of the source Galar labels: ``galar_active_bleeding`` ...
+LABEL_PREFIX = "galar_"
+_LABEL_SOURCE = tuple(c for c in HEADER_32 if c not in ("index", "frame"))
+
+
+def _label_column(name: str) -> str:
+    return LABEL_PREFIX + re.sub(r"[\s\-]+", "_", name.strip().lower())
+
+
+#: Columns of a staged Galar frames.parquet. Label columns hold 0/1, or -1 where the video's
+#: label file has no such column (the image-quality columns of the 27-column variant).
+GALAR_FRAME_COLUMNS: tuple[str, ...] = FRAME_COLUMNS + ("capsule_system", "vendor_fold") + tuple(
+    _label_column(c) for c in _LABEL_SOURCE
+)
+_SEED_SAMPLE = 0x53414D50  # domain separation of the sampling generator
+
+
+# --------------------------------------------------------------------------- sampling
+def _sample(cands: pd.DataFrame, frames_per_class: int | None, seed: int) -> pd.DataFrame:
+    if frames_per_class is None:
+        return cands
+    parts = []
+    for cls, grp in cands.groupby("class", sort=True):
+        grp = grp.sort_values(["vid", "frame_number"])
+        if len(grp) > frames_per_class:
+            rng = np.random.default_rng(
+                np.random.SeedSequence([int(seed), _SEED_SAMPLE, class_index(cls)])
+            )
+            grp = grp.iloc[np.sort(rng.choice(len(grp), size=frames_per_class, replace=False))]
+        parts.append(grp)
+    return pd.concat(parts, ignore_index=True) if parts else cands.iloc[:0]
+
+
+# --------------------------------------------------------------------------- labels
+@dataclass(frozen=True)
+class _LabelScan:
+    """Every selected label file parsed, with the candidate (frame, class) rows and tallies."""
+
+    tables: dict[int, LabelTable]
+    cands: pd.DataFrame  # vid, row, frame_number, class, multilabel
+    n_rows: int  # label rows read
+    n_multi: int  # rows positive for several mapped classes
+    n_unassigned: int  # rows with no mapped class that are not Normal either
+    combos: dict[str, int]  # "Blood - fresh+Ulcer" -> rows
+    unmapped: dict[str, int]  # unmapped (non-section) column -> positives
+    per_column: list[dict]  # the mapping table with positives and n_videos of this copy
+
+
+def _scan_labels(
+    sel: pd.DataFrame, labels_of: dict[int, Path], mapping: GalarMapping, multilabel: str,
+    progress: bool,
+) -> _LabelScan:
+    tables: dict[int, LabelTable] = {}
+    parts, unmapped, combos = [], Counter(), Counter()
+    n_rows = n_multi = n_unassigned = 0
+    other = [c for c, r in column_roles(mapping).items() if r["role"] != "mapped"
+             and c not in ("index", "frame", "section", *SECTION_COLUMNS)]
+    vids = [int(v) for v in sel["video_id"]]
+    with tqdm(total=len(vids), desc="read labels", unit="video", disable=not progress) as bar:
+        read = read_label_files([labels_of[v] for v in vids], on_file=bar.update)
+    for vid, t in zip(vids, read):
+        tables[vid] = t
+        rows, cls, n_mapped = assign_classes(t, mapping, multilabel=multilabel)
+        multi = np.nonzero(n_mapped > 1)[0]
+        n_rows += t.frame.shape[0]
+        n_multi += multi.size
+        n_unassigned += int(t.frame.shape[0] - np.unique(rows).size) - (
+            multi.size if multilabel == "exclude" else 0)
+        if multi.size:
+            pos = {k: np.zeros(t.frame.shape[0], bool) for k in mapping.priority}
+            for g, k in mapping.table:
+                v = t.column(g)
+                if v is not None:
+                    pos[k] |= v == 1
+            combos.update("+".join(k for k in mapping.priority if pos[k][r]) for r in multi)
+        for c in other:
+            v = t.column(c)
+            if v is not None:
+                unmapped[c] += int(v.sum())
+        parts.append(pd.DataFrame({
+            "vid": vid, "row": rows, "frame_number": t.frame[rows], "class": cls,
+            "multilabel": n_mapped[rows] > 1,
+        }))
+    per_column = []
+    for g, k in mapping.table:
+        pos = [int((c == 1).sum()) for c in (t.column(g) for t in tables.values()) if c is not None]
+        per_column.append({"galar_column": g, "kvasir_class": k, "positives": sum(pos),
+                           "n_videos": sum(1 for n in pos if n > 0)})
+    return _LabelScan(
+        tables=tables, cands=pd.concat(parts, ignore_index=True), n_rows=n_rows,
+        n_multi=n_multi, n_unassigned=n_unassigned, combos=dict(sorted(combos.items())),
+        unmapped=dict(sorted(unmapped.items())), per_column=per_column,
+    )
+
+
+def _source_labels(kept: pd.DataFrame, tables: dict[int, LabelTable]) -> dict[str, np.ndarray]:
+    """The Galar label columns of every kept row (-1 where the file lacks the column)."""
+    rows = kept["row"].to_numpy()
+    out = {}
+    groups = kept.groupby("vid").indices
+    for src_col in _LABEL_SOURCE:
+        vals = np.full(len(kept), -1, np.int8)
+        for vid, idx in groups.items():
+            v = tables[vid].column(src_col)
+            if v is not None:
+                vals[idx] = v[rows[idx]]
+        out[_label_column(src_col)] = vals
+    return out
+
+
+# --------------------------------------------------------------------------- staging
+def _check_args(frames_per_class, link, multilabel, calibration_fraction, out: Path) -> None:
+    if frames_per_class is not None and (
+        isinstance(frames_per_class, bool) or not isinstance(frames_per_class, int)
+        or frames_per_class < 1
+    ):
+        raise DataError(
+            f"frames_per_class must be an integer >= 1 or None, got {frames_per_class!r}"
+        )
+    if link not in ("hardlink", "symlink", "copy"):
+        raise DataError(f"link must be hardlink, symlink or copy, got {link!r}")
+    if multilabel not in MULTILABEL_RULES:
+        raise DataError(f"multilabel must be one of {list(MULTILABEL_RULES)}, got {multilabel!r}")
+    if not 0.0 <= calibration_fraction < 1.0:
+        raise DataError(f"calibration_fraction must be in [0, 1), got {calibration_fraction!r}")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise DataError(f"{out}: output folder exists and is not empty; choose a new --out")
+
+
+def _verify_images(kept: pd.DataFrame, tables, workers: int, progress: bool) -> dict[Path, str]:
+    """Fully decode and hash every kept image; errors name the label file and line."""
+    row_of = {s: (v, r) for s, v, r in zip(kept["src"], kept["vid"], kept["row"])}
+
+    def verify(p: Path) -> str:
+        try:
+            return _check_image(p)
+        except DataError as exc:
+            v, r = row_of[p]
+            raise DataError(
+                f"{exc} (listed in {tables[v].path}, line {line_of_row(tables[v], r)})"
+            ) from None
+
+    unique_src = list(row_of)
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        return dict(zip(unique_src, tqdm(
+            pool.map(verify, unique_src), total=len(unique_src), desc="verify images",
+            unit="img", disable=not progress,
+        )))
+
+
+def stage_galar(
+    root: Path,
+    out: Path,
+    *,
+    mapping: Path | GalarMapping | None = None,
+    frames_per_class: int | None = None,
+    capsule_systems: str | Iterable[str] | None = None,
+    videos: str | Iterable[int] | None = None,
+    seed: int = 0,
+    link: str = "hardlink",
+    multilabel: str = "priority",
+    calibration_fraction: float = 0.5,
+    workers: int = 4,
+    progress: bool = True,
+) -> StageResult:
+    """Stage a Galar release for zero-shot evaluation; see the module docstring.
+
+    Parameters
+    ----------
+    root : Path
+        The release: ``metadata.csv``, ``Labels/``, ``Frames/``.
+    out : Path
+        Staged folder to create (must not exist or be empty).
+    mapping : Path or GalarMapping, optional
+        A ``class_mapping.json`` (GalKva-2026 release format); default the paper's mapping.
+    frames_per_class : int, optional
+        Keep at most this many frames per class (seeded draw); default all.
+    capsule_systems : str or list of str, optional
+        Keep these ``Capsule System`` values ("PillCam SB3,Olympus"); default all.
+    videos : str or list of int, optional
+        Keep these video ids ("1-60,65"); default all, or the mapping's stratification
+        subsets when it lists any.
+    seed : int
+        Seeds the frame draw and the vendor folds.
+    link : {"hardlink", "symlink", "copy"}
+        How images are placed (hardlinks fall back to copies across devices).
+    multilabel : {"priority", "duplicate", "exclude"}
+        Rule for a frame positive for several mapped classes
+        (:func:`pipi.data.galar_mapping.assign_classes`).
+    calibration_fraction : float
+        Share of each capsule system's videos in the calibration fold.
+    workers : int
+        Threads that verify images.
+    progress : bool
+        Show progress bars.
+
+    Returns
+    -------
+    StageResult
+        As :func:`pipi.data.kvasir.stage_kvasir`; ``frames`` has :data:`GALAR_FRAME_COLUMNS`.
+    """
+    root, out = Path(root), Path(out)
+    _check_args(frames_per_class, link, multilabel, calibration_fraction, out)
+    if not root.is_dir():
+        raise DataError(f"{root}: Galar release folder not found")
+    if not isinstance(mapping, GalarMapping):
+        mapping = load_mapping(mapping)
+    meta_path = root / "metadata.csv"
+    meta = read_galar_metadata(meta_path, system_column=mapping.metadata_column)
+    labels_of = label_files(root, meta)
+    sel = select_videos(meta, mapping, videos, capsule_systems, meta_path)
+    absent = [(v, ln) for v, ln in zip(sel["video_id"], sel["line"]) if v not in labels_of]
+    if absent:
+        v, ln = absent[0]
+        raise DataError(
+            f"{meta_path}, line {ln}: video {v} has no label file {root / 'Labels' / f'{v}.csv'}"
+            f" ({len(absent)} selected video(s) lack one); pass --videos to leave them out"
+        )
+    frames_root = root / "Frames"
+    if not frames_root.is_dir():
+        raise DataError(f"{frames_root}: folder not found; a Galar release has ROOT/Frames/<id>/")
+
+    # 1. labels: columnar parse and classes (no image touched yet)
+    scan = _scan_labels(sel, labels_of, mapping, multilabel, progress)
+    if scan.cands.empty:
+        raise DataError(
+            f"{root}: no frame of the selected videos maps to a Kvasir-Capsule class under "
+            f"{mapping.source}"
+        )
+    # 2. vendor folds and the seeded draw
+    systems = dict(zip(sel["video_id"].astype(int), sel["capsule_system"]))
+    fold = vendor_folds(systems, seed=seed, calibration_fraction=calibration_fraction)
+    kept = _sample(scan.cands, frames_per_class, seed).copy()
+    kept["vid"] = kept["vid"].astype(int)
+    kept = kept.sort_values(["vid", "frame_number", "class"]).reset_index(drop=True)
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=out.parent))
+    try:
+        # 3. only the kept frames: find, verify (full decode), hash and place them
+        kept["src"] = resolve_frames(kept, scan.tables, frames_root, meta, meta_path)
+        shas = _verify_images(kept, scan.tables, workers, progress)
+        kept["video_id"] = kept["vid"].astype(str)
+        kept["split"] = "test"
+        kept["filename"] = [f"{v}_{f}{Path(s).suffix.lower()}"
+                            for v, f, s in zip(kept["vid"], kept["frame_number"], kept["src"])]
+        kept["path"] = [f"test/{c}/{f}" for c, f in zip(kept["class"], kept["filename"])]
+        kept["class_index"] = [class_index(c) for c in kept["class"]]
+        kept["capsule_system"] = kept["vid"].map(systems)
+        kept["vendor_fold"] = kept["vid"].map(fold)
+        kept = kept.assign(**_source_labels(kept, scan.tables))
+        stage_dir = tmp / "staged"
+        for r in tqdm(kept.itertuples(index=False), total=len(kept), desc="stage", unit="img",
+                      disable=not progress):
+            _place(r.src, stage_dir / r.path, link)
+
+        frames = (
+            kept.sort_values(["class_index", "vid", "frame_number"])
+            .reset_index(drop=True)[list(GALAR_FRAME_COLUMNS)]
+        )
+        frames["frame_number"] = frames["frame_number"].astype("int64")
+        counts = count_table(frames)
+        v2s = {str(v): "test" for v in sorted(systems)}
+        fold_content = split_sha256({str(v): f"test:{f}" for v, f in fold.items()})
+        digest = compute_data_digest(
+            fold_content,
+            [(p, c, shas[s]) for p, c, s in zip(kept["path"], kept["class"], kept["src"])],
+        )
+        manifest = {
+            "schema_version": SCHEMA_VERSION,
+            "dataset": "galar",
+            "video_to_split": v2s,
+            "content_sha256": split_sha256(v2s),
+            "data_digest": digest,
+            "split_source": "galar zero-shot: every selected video in test",
+            "seed": seed,
+            "classes": list(CLASSES),
+            "evaluable_classes": [c for c in CLASSES if counts.loc[c, "test"] > 0],
+            "counts": {s: {c: int(counts.loc[c, s]) for c in CLASSES} for s in SPLITS},
+            "videos": {s: sorted(v for v, x in v2s.items() if x == s) for s in SPLITS},
+            "n_frames": {s: int(counts.loc["Total", s]) for s in SPLITS},
+            "multilabel_frames": sorted(frames.loc[frames["multilabel"], "filename"].unique()),
+            "multilabel": {
+                "rule": multilabel,
+                "priority": list(mapping.priority),
+                "frames_in_selection": scan.n_multi,
+                "frames_excluded": scan.n_multi if multilabel == "exclude" else 0,
+                "frames_staged": int(frames.loc[frames["multilabel"], "filename"].nunique()),
+                "combinations": scan.combos,
+            },
+            **_fold_record(frames, systems, fold, calibration_fraction, seed, fold_content),
+            "galar_official_split": {
+                "train": [str(v) for v in sorted(systems) if v < 61],
+                "test": [str(v) for v in sorted(systems) if v >= 61],
+            },
+            "header_variants": {
+                str(k): [str(v) for v in sorted(systems) if scan.tables[v].header_variant == k]
+                for k in (27, 32)
+            },
+            "selection": {
+                "videos": None if videos is None else list(parse_video_spec(videos)),
+                "capsule_systems": None if capsule_systems is None
+                else sorted(set(systems.values())),
+                "frames_per_class": frames_per_class,
+            },
+            "label_rows": scan.n_rows,
+            "unstaged_rows": {
+                "no_mapped_class_and_not_normal": scan.n_unassigned,
+                "multilabel_excluded": scan.n_multi if multilabel == "exclude" else 0,
+                "not_drawn": int(len(scan.cands) - len(kept)),
+            },
+            "mapping": mapping.as_dict(),
+            "mapping_table_counts": scan.per_column,
+            "columns": column_roles(mapping),
+            "unmapped_positives": scan.unmapped,
+            "not_evaluable": dict(NOT_EVALUABLE),
+        }
+        frames.to_parquet(stage_dir / "frames.parquet", index=False)
+        (stage_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        (stage_dir / "counts.md").write_text(
+            format_count_table(counts) + "\n" + format_vendor_table(frames)
+        )
+        counts.to_csv(stage_dir / "counts.csv")
+        if out.exists():
+            out.rmdir()
+        os.replace(stage_dir, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    log.info("staged %d Galar frames of %d videos into %s", len(frames), len(systems), out)
+    return StageResult(out=out, manifest=manifest, frames=frames, counts=counts)
+
+
+def _fold_record(frames, systems, fold, calibration_fraction, seed, fold_content) -> dict:
+    """Manifest entries of the capsule systems and vendor folds."""
+    by_system = (frames.groupby(["capsule_system", "vendor_fold", "class"]).size()
+                 .unstack("class", fill_value=0))
+    return {
+        "capsule_systems": {str(v): s for v, s in sorted(systems.items())},
+        "video_to_fold": {str(v): f for v, f in fold.items()},
+        "vendor_folds": {
+            s: {f: [str(v) for v in sorted(fold) if fold[v] == f and systems[v] == s]
+                for f in FOLDS}
+            for s in sorted(set(systems.values()))
+        },
+        "fold_rule": {"calibration_fraction": calibration_fraction, "seed": seed,
+                      "within": "capsule system"},
+        "fold_sha256": fold_content,
+        "counts_by_capsule_system": {
+            s: {f: {c: int(by_system.loc[(s, f), c]) for c in by_system.columns}
+                for f in FOLDS if (s, f) in by_system.index}
+            for s in sorted(set(frames["capsule_system"]))
+        },
+    }
+
+
+def format_vendor_table(frames: pd.DataFrame) -> str:
+    """Markdown table of staged frames per capsule system and vendor fold."""
+    t = frames.groupby(["capsule_system", "vendor_fold"]).agg(
+        videos=("video_id", "nunique"), frames=("filename", "nunique"),
+    )
+    lines = ["| Capsule system | Fold | Videos | Frames |", "|---|---|---:|---:|"]
+    for (s, f), row in t.iterrows():
+        lines.append(f"| {s} | {f} | {row['videos']:,} | {row['frames']:,} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,297 @@
+"""Galar label files: the on-disk format and a fast, checked, columnar reader.
+
+Galar (Le Floch et al., Sci Data 2025) labels every frame of a video in
+``Labels/<video_id>.csv``: comma-delimited, one row per frame, one-hot 0/1 columns and a
+``frame`` column, in two header variants (``reference/datasets.md``)::
+
+    27 columns: index, z-line, pylorus, ..., lymphangioectasis, frame
+    32 columns: bubbles, dirt, no view, reduced view, good view, <the 27 above>
+
+:func:`read_label_files` parses many files with pyarrow's multithreaded CSV reader: files
+with the same header are concatenated and parsed in one call (a fixed ~1 ms per call would
+otherwise dominate small files), labels as int8 columns, no Python loop over rows. Only when
+a check fails does a slow ``csv``-module pass run, to name the file and line of the problem.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+from pipi.errors import DataError
+
+__all__ = [
+    "ALL_COLUMNS",
+    "HEADER_27",
+    "HEADER_32",
+    "LABEL_COLUMNS",
+    "SECTION_COLUMNS",
+    "TECHNICAL_COLUMNS",
+    "LabelTable",
+    "line_of_row",
+    "read_label_file",
+    "read_label_files",
+]
+
+#: One-hot columns of every Galar label file, in file order.
+LABEL_COLUMNS: tuple[str, ...] = (
+    "z-line", "pylorus", "ampulla of vater", "ileocecal valve", "section", "mouth", "esophagus",
+    "stomach", "small intestine", "colon", "ulcer", "polyp", "active bleeding", "blood",
+    "erythema", "erosion", "angiectasia", "IBD", "foreign body", "esophagitis", "varices",
+    "hematin", "celiac", "cancer", "lymphangioectasis",
+)
+#: Image-quality columns in front of the 32-column variant (6 of the 80 real videos).
+TECHNICAL_COLUMNS: tuple[str, ...] = ("bubbles", "dirt", "no view", "reduced view", "good view")
+HEADER_27: tuple[str, ...] = ("index",) + LABEL_COLUMNS + ("frame",)
+HEADER_32: tuple[str, ...] = TECHNICAL_COLUMNS + HEADER_27
+#: Every Galar column a label file may hold (the 32-column header).
+ALL_COLUMNS: frozenset[str] = frozenset(HEADER_32)
+#: Section (anatomical region) columns: exactly one of them is 1 on a frame.
+SECTION_COLUMNS: tuple[str, ...] = ("mouth", "esophagus", "stomach", "small intestine", "colon")
+
+
+@dataclass(frozen=True)
+class LabelTable:
+    """One parsed ``Labels/<video>.csv``: frame numbers and the 0/1 label columns."""
+
+    path: Path
+    columns: tuple[str, ...]  # label columns present (25, or 30 with the technical ones)
+    frame: np.ndarray  # (N,) int64 frame numbers
+    values: np.ndarray  # (N, len(columns)) int8, 0/1
+
+    @property
+    def header_variant(self) -> int:
+        return 32 if "good view" in self.columns or len(self.columns) > 25 else 27
+
+    def column(self, name: str) -> np.ndarray | None:
+        """(N,) int8 values of one column, or None if this file does not have it."""
+        try:
+            return self.values[:, self.columns.index(name)]
+        except ValueError:
+            return None
+
+
+def _check_header(path: Path, header: list[str]) -> None:
+    unknown = [c for c in header if c not in ALL_COLUMNS]
+    if unknown:
+        raise DataError(
+            f"{path}, line 1: unknown column(s) {unknown}. A Galar label file has the 27 "
+            f"columns {list(HEADER_27)}, optionally preceded by {list(TECHNICAL_COLUMNS)}"
+        )
+    dup = sorted({c for c in header if header.count(c) > 1})
+    if dup:
+        raise DataError(f"{path}, line 1: duplicated column(s) {dup}")
+    missing = [c for c in HEADER_27 if c not in header]
+    if missing:
+        raise DataError(
+            f"{path}, line 1: missing column(s) {missing}; every Galar label file has "
+            f"{list(HEADER_27)}"
+        )
+    tech = [c for c in TECHNICAL_COLUMNS if c in header]
+    if tech and len(tech) != len(TECHNICAL_COLUMNS):
+        raise DataError(
+            f"{path}, line 1: has {tech} but not {[c for c in TECHNICAL_COLUMNS if c not in tech]}; "
+            "the 32-column variant has all five image-quality columns"
+        )
+
+
+def _first_bad_line(path: Path, header: list[str]) -> str:
+    """Slow path, run only on error: find the first bad line with the csv module."""
+    n = len(header)
+    with open(path, encoding="utf-8-sig", newline="") as fh:
+        reader = csv.reader(fh)
+        next(reader, None)
+        for row in reader:
+            line = reader.line_num
+            if not row or not any(c.strip() for c in row):
+                continue
+            if len(row) != n:
+                return f"line {line}: {len(row)} fields, the header has {n}"
+            for name, cell in zip(header, row):
+                v = cell.strip()
+                if not v:
+                    return f"line {line}: column {name!r} is empty"
+                try:
+                    x = float(v)
+                except ValueError:
+                    return f"line {line}: column {name!r} holds {v!r}, not a number"
+                if name == "frame":
+                    if x != int(x) or x < 0:
+                        return f"line {line}: frame {v!r} is not a non-negative integer"
+                elif name != "index" and x not in (0.0, 1.0):
+                    return f"line {line}: column {name!r} holds {v!r}; labels are 0 or 1"
+    return "a value could not be parsed"
+
+
+#: CSV text parsed per pyarrow call when files are batched (64 MB: a dozen real videos).
+BATCH_BYTES = 1 << 26
+_THREADS_FROM = 1 << 22  # threads pay off from ~4 MB of text on
+
+
+@dataclass(frozen=True)
+class _Source:
+    path: Path
+    header: tuple[str, ...]
+    body: bytes  # the file after its header line, ending with a newline
+    rows: int | None  # data rows, when plain enough to batch (no blank lines, no CR)
+
+
+def _load(path: Path) -> _Source:
+    """Read one file's bytes and check its header (line 1)."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read label file ({exc})") from None
+    data = data.removeprefix(b"\xef\xbb\xbf")
+    nl = data.find(b"\n")
+    first, body = (data, b"") if nl < 0 else (data[:nl], data[nl + 1:])
+    header = [c.strip() for c in next(csv.reader([first.decode("utf-8", "replace")]), [])]
+    if not any(header):
+        raise DataError(f"{path}, line 1: empty label file; expected the Galar header")
+    _check_header(path, header)
+    if body and not body.endswith(b"\n"):
+        body += b"\n"
+    plain = b"\r" not in body and b"\n\n" not in body and not body.startswith(b"\n")
+    return _Source(path, tuple(header), body, body.count(b"\n") if plain else None)
+
+
+def _parse(buf: bytes, header: tuple[str, ...]):
+    """(table, numpy label dtype) of CSV text without its header; None if a cell is bad."""
+    cols = [c for c in header if c not in ("index", "frame")]
+    opts = pacsv.ReadOptions(column_names=list(header), block_size=1 << 22,
+                             use_threads=len(buf) > _THREADS_FROM)
+    for label_type, frame_type in ((pa.int8(), pa.int64()), (pa.float32(), pa.float64())):
+        types = {c: label_type for c in cols} | {"frame": frame_type}  # "index" unchecked
+        try:  # float: a file written as "1.0"
+            table = pacsv.read_csv(pa.py_buffer(buf), read_options=opts,
+                                   convert_options=pacsv.ConvertOptions(column_types=types))
+        except pa.ArrowInvalid:
+            continue
+        return table.combine_chunks(), label_type.to_pandas_dtype()
+    return None
+
+
+def _arrays(parsed, header: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray] | None:
+    """Checked (frame (N,) int64, values (N, C) int8); None if any check fails."""
+    if parsed is None:
+        return None
+    table, dtype = parsed
+    cols = [c for c in header if c not in ("index", "frame")]
+    if any(table.column(c).null_count for c in (*cols, "frame")):  # an empty cell
+        return None
+    frame = _numpy(table.column("frame"))
+    values = np.empty((table.num_rows, len(cols)), dtype=dtype)  # (N, C)
+    for i, c in enumerate(cols):
+        values[:, i] = _numpy(table.column(c))
+    if ((values != 0) & (values != 1)).any():
+        return None
+    if (frame < 0).any() or (frame != np.floor(frame)).any():
+        return None
+    return frame.astype(np.int64, copy=False), values.astype(np.int8, copy=False)
+
+
+def _table(src: _Source, frame: np.ndarray, values: np.ndarray) -> LabelTable:
+    if frame.shape[0] == 0:
+        raise DataError(f"{src.path}: no frame rows under the header")
+    if np.unique(frame).shape[0] != frame.shape[0]:
+        dup = _first_duplicate(frame)
+        line = _line_of_frame(src.path, list(src.header), dup, nth=2)
+        raise DataError(f"{src.path}, line {line}: frame {dup} is listed twice")
+    cols = tuple(c for c in src.header if c not in ("index", "frame"))
+    return LabelTable(path=src.path, columns=cols, frame=frame, values=values)
+
+
+def _read_one(src: _Source) -> LabelTable:
+    arrays = _arrays(_parse(src.body, src.header), src.header) if src.body else (
+        np.zeros(0, np.int64), np.zeros((0, len(src.header) - 2), np.int8))
+    if arrays is None:
+        raise DataError(f"{src.path}, {_first_bad_line(src.path, list(src.header))}")
+    return _table(src, *arrays)
+
+
+def _read_batch(batch: list[_Source]) -> list[LabelTable]:
+    """Parse files of one header in one pyarrow call; on any problem, file by file."""
+    if len(batch) > 1 and all(s.rows for s in batch):
+        arrays = _arrays(_parse(b"".join(s.body for s in batch), batch[0].header), batch[0].header)
+        if arrays is not None and arrays[0].shape[0] == sum(s.rows for s in batch):
+            frame, values = arrays
+            ends = np.cumsum([s.rows for s in batch])
+            return [_table(s, frame[e - s.rows:e], values[e - s.rows:e])
+                    for s, e in zip(batch, ends)]
+    return [_read_one(s) for s in batch]
+
+
+def read_label_files(
+    paths: Sequence[Path], *, on_file: Callable[[int], None] | None = None,
+) -> list[LabelTable]:
+    """Read and check Galar label files (either header variant), columnar and batched.
+
+    Labels must be 0/1 (``1.0`` accepted), frame numbers non-negative integers, unique
+    within a file. Errors name the file and the line. ``on_file(n)`` is called as files
+    finish (a progress bar's ``update``).
+    """
+    out: dict[int, LabelTable] = {}
+    pending: dict[tuple[str, ...], list[tuple[int, _Source]]] = {}
+
+    def flush(key: tuple[str, ...]) -> None:
+        items = pending.pop(key, [])
+        for (i, _), table in zip(items, _read_batch([s for _, s in items])):
+            out[i] = table
+        if on_file is not None and items:
+            on_file(len(items))
+
+    for i, p in enumerate(paths):
+        src = _load(Path(p))
+        pending.setdefault(src.header, []).append((i, src))
+        if sum(len(s.body) for _, s in pending[src.header]) >= BATCH_BYTES:
+            flush(src.header)
+    for key in list(pending):
+        flush(key)
+    return [out[i] for i in range(len(paths))]
+
+
+def read_label_file(path: Path) -> LabelTable:
+    """Read and check one Galar label file; see :func:`read_label_files`."""
+    return read_label_files([path])[0]
+
+
+def _numpy(col: pa.ChunkedArray) -> np.ndarray:
+    """One null-free column as numpy, zero-copy when it is a single chunk (the usual case)."""
+    return col.chunk(0).to_numpy(zero_copy_only=True) if col.num_chunks == 1 else col.to_numpy()
+
+
+def _first_duplicate(frame: np.ndarray) -> int:
+    seen: set[int] = set()
+    for f in frame.tolist():
+        if f in seen:
+            return f
+        seen.add(f)
+    raise AssertionError("no duplicate")
+
+
+def _line_of_frame(path: Path, header: list[str], frame: int, *, nth: int = 1) -> int | None:
+    k = header.index("frame")
+    hits = 0
+    with open(path, encoding="utf-8-sig", newline="") as fh:
+        reader = csv.reader(fh)
+        next(reader, None)
+        for row in reader:
+            if len(row) > k and row[k].strip() and float(row[k]) == frame:
+                hits += 1
+                if hits == nth:
+                    return reader.line_num
+    return None
+
+
+def line_of_row(table: LabelTable, row: int) -> int | None:
+    """Line of the file holding ``table`` row ``row`` (for error messages; slow path)."""
+    header = ["index", *table.columns, "frame"]  # only the frame column's position matters
+    with open(table.path, encoding="utf-8-sig", newline="") as fh:
+        header = [c.strip() for c in next(csv.reader(fh), header)]
+    return _line_of_frame(table.path, header, int(table.frame[row]))

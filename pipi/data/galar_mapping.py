@@ -1,0 +1,371 @@
+"""The Galar -> Kvasir-Capsule class mapping and the class of every Galar frame.
+
+:func:`load_mapping` reads a mapping in the format of the GalKva-2026 release's
+``class_mapping.json`` (the default, ``pipi/data/galar_mapping.json``, is the paper's);
+:func:`assign_classes` turns a label table into Kvasir classes under a stated rule for frames
+positive for several mapped classes; :func:`column_roles` says, for every Galar column,
+whether it is mapped, used by the Normal clean mucosa derivation, or dropped, and why.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from pipi.classes import CLASSES, canonical, is_known
+from pipi.data.galar_labelfile import ALL_COLUMNS, HEADER_32, LabelTable
+from pipi.errors import DataError
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "MULTILABEL_RULES",
+    "NOT_EVALUABLE",
+    "GalarMapping",
+    "NormalRule",
+    "assign_classes",
+    "column_roles",
+    "load_mapping",
+]
+
+#: Rules for a frame positive for several mapped classes (see :func:`assign_classes`).
+MULTILABEL_RULES: tuple[str, ...] = ("priority", "duplicate", "exclude")
+
+#: Why an unmapped column is not a class (reported in the staged manifest).
+_DROP_REASONS: dict[str, str] = {
+    "index": "row counter within the file (bookkeeping)",
+    "frame": "frame number: names the image file (bookkeeping)",
+    "section": "marks the first frame of a new section; no Kvasir-Capsule class",
+    "z-line": "landmark with no Kvasir-Capsule class",
+    "blood": "set together with 'active bleeding' and 'hematin'; those two are the mapped classes",
+    "IBD": "no Kvasir-Capsule class",
+    "esophagitis": "no Kvasir-Capsule class (oesophagus, outside the small-bowel classes)",
+    "varices": "no Kvasir-Capsule class",
+    "celiac": "no Kvasir-Capsule class",
+    "cancer": "no Kvasir-Capsule class",
+    "bubbles": "image-quality annotation (6 videos only)",
+    "dirt": "image-quality annotation (6 videos only)",
+    "no view": "image-quality annotation (6 videos only)",
+    "reduced view": (
+        "image quality of 6 videos only: Reduced Mucosal View is not evaluable on Galar "
+        "(74 of 80 videos carry no view-quality labels, so unlabelled frames are not negatives)"
+    ),
+    "good view": "image-quality annotation (6 videos only)",
+    "mouth": "anatomical section; Normal clean mucosa is small-bowel mucosa only",
+    "esophagus": "anatomical section; Normal clean mucosa is small-bowel mucosa only",
+    "stomach": "anatomical section; Normal clean mucosa is small-bowel mucosa only",
+    "small intestine": "anatomical section (not used by this mapping)",
+    "colon": "anatomical section; Normal clean mucosa is small-bowel mucosa only",
+}
+NOT_EVALUABLE: dict[str, str] = {"Reduced Mucosal View": _DROP_REASONS["reduced view"]}
+
+
+@dataclass(frozen=True)
+class NormalRule:
+    """How "Normal clean mucosa" is derived from Galar columns (it has no column of its own)."""
+
+    section_column: str  # the frame must be in this section ...
+    section_value: int  # ... i.e. have this value (1) in it
+    pathology_columns: tuple[str, ...]  # every one of these must be 0
+    view_column: str | None  # if the file has this column, it must be 1 (good view)
+
+
+@dataclass(frozen=True)
+class GalarMapping:
+    """A Galar -> Kvasir-Capsule mapping (the release's ``class_mapping.json`` format)."""
+
+    source: str  # file it was read from (or "pipi default")
+    table: tuple[tuple[str, str], ...]  # (galar column, canonical Kvasir class)
+    normal: NormalRule | None  # None: Normal clean mucosa is not derived
+    metadata_column: str  # metadata.csv column naming the capsule system
+    pillcam_subset: tuple[int, ...]  # video ids the release stratifies as PillCam ...
+    olympus_subset: tuple[int, ...]  # ... and as Olympus (empty: no restriction)
+    priority: tuple[str, ...]  # multilabel priority over the mapped classes, first wins
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        """Kvasir classes this mapping can produce, in class-index order."""
+        out = {k for _, k in self.table} | ({"Normal clean mucosa"} if self.normal else set())
+        return tuple(c for c in CLASSES if c in out)
+
+    def as_dict(self) -> dict:
+        """JSON form recorded in the staged manifest."""
+        return {
+            "source": self.source,
+            "table": [{"galar_column": g, "kvasir_class": k} for g, k in self.table],
+            "normal_clean_mucosa": None if self.normal is None else {
+                "section_column": self.normal.section_column,
+                "section_required_value": self.normal.section_value,
+                "pathology_columns_must_all_be_zero": list(self.normal.pathology_columns),
+                "view_quality_column_optional": self.normal.view_column,
+            },
+            "metadata_column": self.metadata_column,
+            "pillcam_video_subset": list(self.pillcam_subset),
+            "olympus_video_subset": list(self.olympus_subset),
+            "multilabel_priority": list(self.priority),
+        }
+
+
+# --------------------------------------------------------------------------- mapping
+def _line_of(text: str, needle: str) -> int | None:
+    """1-based line of the first occurrence of ``needle`` (a JSON string) in ``text``."""
+    pos = text.find(json.dumps(needle))
+    return None if pos < 0 else text.count("\n", 0, pos) + 1
+
+
+def _where(source: str, text: str, needle: str) -> str:
+    line = _line_of(text, needle) if text else None
+    return f"{source}, line {line}" if line else source
+
+
+def _galar_column(name, source: str, text: str, what: str) -> str:
+    if not isinstance(name, str) or name.strip() not in ALL_COLUMNS:
+        raise DataError(
+            f"{_where(source, text, str(name))}: {what} {name!r} is not a Galar label column. "
+            f"Galar columns: {sorted(ALL_COLUMNS - {'index', 'frame'})}"
+        )
+    return name.strip()
+
+
+def _video_ids(value, source: str, key: str) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    try:
+        return tuple(sorted({int(v) for v in value}))
+    except (TypeError, ValueError):
+        raise DataError(f"{source}: {key} must be a list of integer video ids, got {value!r}") from None
+
+
+def load_mapping(path: Path | None = None) -> GalarMapping:
+    """Read a Galar -> Kvasir mapping file; ``None`` reads pipi's default (the paper's).
+
+    Used keys: ``_galar_to_kvasir_mapping_table`` (rows ``{"galar_column", "kvasir_class"}``),
+    ``_normal_clean_mucosa_derivation``, ``_capsule_system_stratification`` and pipi's own
+    ``_multilabel_priority``; a plain ``{"<galar column>": "<Kvasir class>"}`` entry (a key
+    without ``_``) is a mapping row too. Other ``_`` keys are ignored. A Kvasir class that
+    does not exist, a Galar column that does not exist, a column mapped twice or a row
+    mapping to Reduced Mucosal View (not evaluable on Galar) raise :class:`DataError` naming
+    the file and line.
+    """
+    if path is None:
+        text = resources.files("pipi.data").joinpath("galar_mapping.json").read_text("utf-8")
+        source = "pipi default mapping (pipi/data/galar_mapping.json)"
+    else:
+        try:
+            text = Path(path).read_text(encoding="utf-8-sig")
+        except OSError as exc:
+            raise DataError(f"{path}: cannot read the mapping file ({exc})") from None
+        source = str(path)
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{source}, line {exc.lineno}: not valid JSON ({exc.msg})") from None
+    if not isinstance(doc, dict):
+        raise DataError(f"{source}: expected a JSON object with '_galar_to_kvasir_mapping_table'")
+
+    rows: list[tuple[str, str]] = []
+    table = doc.get("_galar_to_kvasir_mapping_table", [])
+    if not isinstance(table, list):
+        raise DataError(f"{source}: '_galar_to_kvasir_mapping_table' must be a list of rows")
+    for i, row in enumerate(table):
+        if not isinstance(row, dict) or "galar_column" not in row or "kvasir_class" not in row:
+            raise DataError(
+                f"{source}: _galar_to_kvasir_mapping_table[{i}] needs the keys 'galar_column' "
+                f"and 'kvasir_class', got {row!r}"
+            )
+        rows.append((row["galar_column"], row["kvasir_class"]))
+    for key, value in doc.items():
+        if key.startswith("_"):
+            continue
+        if isinstance(value, str):
+            rows.append((key, value))
+        else:
+            log.warning("%s: ignoring key %r (not a 'galar column': 'Kvasir class' entry)", source, key)
+    if not rows:
+        raise DataError(f"{source}: no mapping rows; add '_galar_to_kvasir_mapping_table'")
+
+    out: list[tuple[str, str]] = []
+    seen: dict[str, str] = {}
+    for g, k in rows:
+        col = _galar_column(g, source, text, "mapped column")
+        if not isinstance(k, str) or not is_known(k):
+            raise DataError(
+                f"{_where(source, text, str(k))}: unknown Kvasir-Capsule class {k!r} for Galar "
+                f"column {col!r}. Known classes: {list(CLASSES)}"
+            )
+        cls = canonical(k)
+        if cls in NOT_EVALUABLE:
+            raise DataError(
+                f"{_where(source, text, k)}: {cls} is not evaluable on Galar "
+                f"({NOT_EVALUABLE[cls]}); remove the row for {col!r}"
+            )
+        if cls == "Normal clean mucosa":
+            raise DataError(
+                f"{_where(source, text, k)}: Normal clean mucosa is derived "
+                "(_normal_clean_mucosa_derivation), not mapped from a column"
+            )
+        if col in seen and seen[col] != cls:
+            raise DataError(
+                f"{_where(source, text, g)}: Galar column {col!r} is mapped twice "
+                f"({seen[col]!r} and {cls!r}); keep one row"
+            )
+        if col not in seen:
+            seen[col] = cls
+            out.append((col, cls))
+
+    normal = None
+    deriv = doc.get("_normal_clean_mucosa_derivation")
+    if deriv is not None:
+        if not isinstance(deriv, dict) or "section_column" not in deriv:
+            raise DataError(f"{source}: _normal_clean_mucosa_derivation needs 'section_column'")
+        value = deriv.get("section_required_value", 1)
+        if value not in (0, 1, "0", "1", True, False):
+            raise DataError(
+                f"{source}: section_required_value must be 0 or 1, got {value!r}"
+            )
+        patho = deriv.get("pathology_columns_must_all_be_zero", [])
+        if not isinstance(patho, list):
+            raise DataError(f"{source}: pathology_columns_must_all_be_zero must be a list")
+        view = deriv.get("view_quality_column_optional")
+        normal = NormalRule(
+            section_column=_galar_column(deriv["section_column"], source, text, "section_column"),
+            section_value=int(value),
+            pathology_columns=tuple(
+                _galar_column(c, source, text, "pathology column") for c in patho
+            ),
+            view_column=None if view in (None, "") else _galar_column(
+                view, source, text, "view_quality_column_optional"
+            ),
+        )
+
+    strat = doc.get("_capsule_system_stratification") or {}
+    if not isinstance(strat, dict):
+        raise DataError(f"{source}: _capsule_system_stratification must be an object")
+    pill = _video_ids(strat.get("pillcam_video_subset"), source, "pillcam_video_subset")
+    oly = _video_ids(strat.get("olympus_video_subset"), source, "olympus_video_subset")
+    if set(pill) & set(oly):
+        raise DataError(
+            f"{source}: video(s) {sorted(set(pill) & set(oly))} are in both the PillCam and "
+            "the Olympus subsets"
+        )
+
+    mapped = [k for _, k in out]
+    prio_raw = doc.get("_multilabel_priority", [])
+    prio: list[str] = []
+    for k in prio_raw if isinstance(prio_raw, list) else []:
+        if not isinstance(k, str) or not is_known(k):
+            raise DataError(
+                f"{_where(source, text, str(k))}: unknown Kvasir-Capsule class {k!r} in "
+                f"_multilabel_priority. Known classes: {list(CLASSES)}"
+            )
+        if canonical(k) in mapped and canonical(k) not in prio:
+            prio.append(canonical(k))
+    # mapped classes the list leaves out come after it, in class-index order
+    prio += [c for c in CLASSES if c in mapped and c not in prio]
+    return GalarMapping(
+        source=source, table=tuple(out), normal=normal,
+        metadata_column=str(strat.get("metadata_column") or "Capsule System"),
+        pillcam_subset=pill, olympus_subset=oly, priority=tuple(prio),
+    )
+
+
+def column_roles(mapping: GalarMapping) -> dict[str, dict[str, str]]:
+    """Every Galar column -> {"role": mapped|derivation|dropped, "detail": ...}."""
+    roles: dict[str, dict[str, str]] = {}
+    mapped = dict(mapping.table)
+    used: dict[str, str] = {}
+    if mapping.normal is not None:
+        n = mapping.normal
+        used[n.section_column] = "Normal clean mucosa: section must be 1"
+        for c in n.pathology_columns:
+            used.setdefault(c, "Normal clean mucosa: must be 0")
+        if n.view_column:
+            used.setdefault(n.view_column, "Normal clean mucosa: must be 1 where annotated")
+    for col in HEADER_32:
+        if col in mapped:
+            detail = mapped[col]
+            if col in used:
+                detail += f"; {used[col]}"
+            roles[col] = {"role": "mapped", "detail": detail}
+        elif col in used:
+            roles[col] = {"role": "derivation", "detail": used[col]}
+        else:
+            roles[col] = {"role": "dropped", "detail": _DROP_REASONS.get(col, "not mapped")}
+    return roles
+
+
+
+# --------------------------------------------------------------------------- classes
+def assign_classes(
+    table: LabelTable, mapping: GalarMapping, *, multilabel: str = "priority",
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Kvasir class of every frame of a label table.
+
+    Returns ``(rows, classes, n_mapped)``: row indices into the table and the canonical
+    class name of each (a row may appear once per class under ``"duplicate"``), and the
+    number of mapped classes each *table row* is positive for (0 for derived Normal frames).
+
+    Rules, in order:
+
+    * a frame positive for one mapped column gets that column's class;
+    * a frame positive for several mapped classes (``n_mapped > 1``) follows ``multilabel``:
+      ``"priority"`` keeps the first of them in ``mapping.priority``, ``"duplicate"`` keeps
+      one row per class (Kvasir staging's convention for its 9 multilabel frames),
+      ``"exclude"`` drops the frame;
+    * a frame positive for no mapped class is Normal clean mucosa when the derivation holds
+      (section column equals the required value, every pathology column 0 and, where the
+      file has it, the view-quality column 1); otherwise it is not staged.
+    """
+    if multilabel not in MULTILABEL_RULES:
+        raise DataError(f"multilabel must be one of {list(MULTILABEL_RULES)}, got {multilabel!r}")
+    n = table.frame.shape[0]
+    classes = [k for k in mapping.priority]  # priority order
+    col_of = {}
+    for g, k in mapping.table:
+        col_of.setdefault(k, []).append(g)
+    pos = np.zeros((n, len(classes)), dtype=bool)  # (N, K) positive per mapped class
+    for j, k in enumerate(classes):
+        for g in col_of[k]:
+            v = table.column(g)
+            if v is not None:
+                pos[:, j] |= v == 1
+    n_mapped = pos.sum(axis=1)
+    rows_out: list[np.ndarray] = []
+    cls_out: list[np.ndarray] = []
+    single = n_mapped == 1
+    multi = n_mapped > 1
+    if multilabel == "duplicate":
+        r, j = np.nonzero(pos)
+        rows_out.append(r)
+        cls_out.append(np.asarray(classes, dtype=object)[j])
+    else:
+        keep = single | (multi if multilabel == "priority" else np.zeros(n, bool))
+        first = np.argmax(pos, axis=1)  # first True in priority order
+        r = np.nonzero(keep)[0]
+        rows_out.append(r)
+        cls_out.append(np.asarray(classes, dtype=object)[first[r]])
+    if mapping.normal is not None:
+        rule = mapping.normal
+        ok = n_mapped == 0
+        sec = table.column(rule.section_column)
+        ok &= sec == rule.section_value
+        for c in rule.pathology_columns:
+            v = table.column(c)
+            if v is not None:
+                ok &= v == 0
+        if rule.view_column:
+            v = table.column(rule.view_column)
+            if v is not None:
+                ok &= v == 1
+        r = np.nonzero(ok)[0]
+        rows_out.append(r)
+        cls_out.append(np.full(r.shape[0], "Normal clean mucosa", dtype=object))
+    rows = np.concatenate(rows_out) if rows_out else np.zeros(0, np.int64)
+    cls = np.concatenate(cls_out) if cls_out else np.zeros(0, object)
+    order = np.argsort(rows, kind="stable")  # per row: priority order, Normal last
+    return rows[order].astype(np.int64), cls[order], n_mapped.astype(np.int64)

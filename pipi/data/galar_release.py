@@ -1,0 +1,250 @@
+"""The Galar release on disk: metadata.csv, the label-file index, video selection, vendor
+folds and frame images (``Frames/<id or %03d>/frame_<frame:06d>.PNG``, PNG or JPEG).
+
+Helpers of :func:`pipi.data.galar.stage_galar`; every error names the file and line.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pipi.data.galar_labelfile import LabelTable, line_of_row
+from pipi.data.galar_mapping import GalarMapping
+from pipi.errors import DataError
+
+__all__ = [
+    "FOLDS",
+    "IMAGE_EXTENSIONS",
+    "label_files",
+    "parse_video_spec",
+    "read_galar_metadata",
+    "resolve_frames",
+    "select_videos",
+    "vendor_folds",
+]
+
+FOLDS = ("calibration", "evaluation")
+#: Frame image extensions tried, in order (the release uses .PNG).
+IMAGE_EXTENSIONS = (".PNG", ".png", ".jpg", ".JPG", ".jpeg", ".JPEG")
+_SEED_FOLD = 0x464F4C44  # domain separation of the fold generator
+
+
+# --------------------------------------------------------------------------- selection
+def parse_video_spec(spec: str | Iterable[int] | None) -> tuple[int, ...] | None:
+    """``"1-60,65"`` -> (1, ..., 60, 65); a list of ints passes through; None stays None."""
+    if spec is None:
+        return None
+    if isinstance(spec, str):
+        out: set[int] = set()
+        for part in (p.strip() for p in spec.split(",")):
+            if not part:
+                continue
+            m = re.fullmatch(r"(\d+)\s*-\s*(\d+)|(\d+)", part)
+            if not m:
+                raise DataError(
+                    f"video selection {spec!r}: cannot read {part!r}; use ids and ranges "
+                    "like '1-60,65'"
+                )
+            lo, hi = (int(m[1]), int(m[2])) if m[1] else (int(m[3]), int(m[3]))
+            if hi < lo:
+                raise DataError(f"video selection {spec!r}: empty range {part!r}")
+            out.update(range(lo, hi + 1))
+        return tuple(sorted(out))
+    try:
+        return tuple(sorted({int(v) for v in spec}))
+    except (TypeError, ValueError):
+        raise DataError(f"videos must be integer ids, got {spec!r}") from None
+
+
+def read_galar_metadata(path: Path, *, system_column: str = "Capsule System") -> pd.DataFrame:
+    """Read Galar's metadata.csv into columns video_id (int), capsule_system, line.
+
+    The delimiter is sniffed (comma or semicolon); other columns (Gender, Age, ...) are
+    ignored.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: metadata file not found; a Galar release has ROOT/metadata.csv")
+    text = path.read_text(encoding="utf-8-sig", errors="replace")
+    first = text.splitlines()[0] if text.strip() else ""
+    try:
+        delim = csv.Sniffer().sniff(first, delimiters=",;\t").delimiter
+    except csv.Error:
+        delim = ","
+    reader = csv.reader(io.StringIO(text), delimiter=delim)
+    header = [c.strip() for c in next(reader, [])]
+    missing = [c for c in ("File Name", system_column) if c not in header]
+    if missing:
+        raise DataError(
+            f"{path}, line 1: missing column(s) {missing}; found {header}. Galar's metadata.csv "
+            "has 'File Name' (the video id) and 'Capsule System'"
+        )
+    i_id, i_sys = header.index("File Name"), header.index(system_column)
+    records, seen = [], {}
+    for row in reader:
+        line = reader.line_num
+        if not any(c.strip() for c in row):
+            continue
+        raw = row[i_id].strip() if len(row) > i_id else ""
+        stem = Path(raw).stem if raw else raw
+        try:
+            vid = int(stem)
+        except ValueError:
+            raise DataError(
+                f"{path}, line {line}: File Name {raw!r} is not an integer video id"
+            ) from None
+        system = row[i_sys].strip() if len(row) > i_sys else ""
+        if not system:
+            raise DataError(f"{path}, line {line}: empty {system_column!r} for video {vid}")
+        if vid in seen:
+            raise DataError(f"{path}, line {line}: video {vid} already listed on line {seen[vid]}")
+        seen[vid] = line
+        records.append((vid, system, line))
+    if not records:
+        raise DataError(f"{path}: no video rows")
+    return pd.DataFrame(records, columns=["video_id", "capsule_system", "line"])
+
+
+def label_files(root: Path, meta: pd.DataFrame) -> dict[int, Path]:
+    labels = root / "Labels"
+    if not labels.is_dir():
+        raise DataError(f"{labels}: folder not found; a Galar release has ROOT/Labels/<video>.csv")
+    known = set(meta["video_id"])
+    out: dict[int, Path] = {}
+    for p in sorted(labels.iterdir()):
+        if p.suffix.lower() != ".csv":
+            continue
+        try:
+            vid = int(p.stem)
+        except ValueError:
+            raise DataError(f"{p}: label file name is not a video id (<id>.csv expected)") from None
+        if vid not in known:
+            raise DataError(
+                f"{p}: label file for video {vid}, which is not in metadata.csv; add the video "
+                "to metadata.csv or remove the file"
+            )
+        if vid in out:
+            raise DataError(f"{p}: second label file for video {vid} (also {out[vid].name})")
+        out[vid] = p
+    return out
+
+
+def select_videos(
+    meta: pd.DataFrame, mapping: GalarMapping, videos, capsule_systems, meta_path: Path,
+) -> pd.DataFrame:
+    by_id = meta.set_index("video_id")
+    for name, subset, word in (("pillcam_video_subset", mapping.pillcam_subset, "pillcam"),
+                               ("olympus_video_subset", mapping.olympus_subset, "olympus")):
+        unknown = sorted(set(subset) - set(by_id.index))
+        if unknown:
+            raise DataError(f"{mapping.source}: {name} names video(s) {unknown} not in {meta_path}")
+        wrong = [v for v in subset if word not in by_id.loc[v, "capsule_system"].lower()]
+        if wrong:
+            raise DataError(
+                f"{mapping.source}: {name} lists video(s) {wrong}, whose {mapping.metadata_column!r}"
+                f" in {meta_path} is {sorted(set(by_id.loc[wrong, 'capsule_system']))}"
+            )
+    sel = meta
+    ids = parse_video_spec(videos)
+    if ids is None and (mapping.pillcam_subset or mapping.olympus_subset):
+        ids = tuple(sorted(set(mapping.pillcam_subset) | set(mapping.olympus_subset)))
+    if ids is not None:
+        unknown = sorted(set(ids) - set(meta["video_id"]))
+        if unknown:
+            raise DataError(
+                f"video(s) {unknown} are not in {meta_path}; it lists {sorted(meta['video_id'])}"
+            )
+        sel = sel[sel["video_id"].isin(ids)]
+    if capsule_systems is not None:
+        if isinstance(capsule_systems, str):
+            capsule_systems = [s for s in capsule_systems.split(",")]
+        wanted = {s.strip().lower(): s.strip() for s in capsule_systems if s.strip()}
+        have = {s.lower() for s in meta["capsule_system"]}
+        unknown = sorted(v for k, v in wanted.items() if k not in have)
+        if unknown:
+            raise DataError(
+                f"capsule system(s) {unknown} not in {meta_path}; available: "
+                f"{sorted(set(meta['capsule_system']))}"
+            )
+        sel = sel[sel["capsule_system"].str.lower().isin(wanted)]
+    if sel.empty:
+        raise DataError("the video selection is empty; check --videos and --capsule-systems")
+    return sel.sort_values("video_id").reset_index(drop=True)
+
+
+def _stable_int(text: str) -> int:
+    return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16)
+
+
+def vendor_folds(
+    systems: dict[int, str], *, seed: int, calibration_fraction: float = 0.5,
+) -> dict[int, str]:
+    """Video -> "calibration" | "evaluation", disjoint within each capsule system (seeded)."""
+    out: dict[int, str] = {}
+    by_system: dict[str, list[int]] = {}
+    for v, s in systems.items():
+        by_system.setdefault(s, []).append(v)
+    for s, vids in sorted(by_system.items()):
+        vids = sorted(vids)
+        rng = np.random.default_rng(np.random.SeedSequence([int(seed), _SEED_FOLD, _stable_int(s)]))
+        order = [vids[i] for i in rng.permutation(len(vids))]
+        n = len(order)
+        n_cal = 0 if n < 2 else min(n - 1, max(1, round(calibration_fraction * n)))
+        out.update({v: "calibration" for v in order[:n_cal]})
+        out.update({v: "evaluation" for v in order[n_cal:]})
+    return dict(sorted(out.items()))
+
+
+# --------------------------------------------------------------------------- frames on disk
+def _frame_folder(frames_root: Path, vid: int, meta_path: Path, line: int) -> Path:
+    cands = [frames_root / str(vid), frames_root / f"{vid:03d}"]
+    found = list(dict.fromkeys(p for p in cands if p.is_dir()))
+    if not found:
+        raise DataError(
+            f"{meta_path}, line {line}: no frame folder for video {vid} "
+            f"(tried {[str(p) for p in cands]})"
+        )
+    if len(found) > 1:
+        raise DataError(
+            f"video {vid} has two frame folders, {found[0]} and {found[1]}; keep one"
+        )
+    return found[0]
+
+
+def resolve_frames(
+    kept: pd.DataFrame, tables: dict[int, LabelTable], frames_root: Path, meta: pd.DataFrame,
+    meta_path: Path,
+) -> list[Path]:
+    """Image path of every kept (video, frame); probes only the frames kept."""
+    line_of = dict(zip(meta["video_id"], meta["line"]))
+    folders: dict[int, Path] = {}
+    ext_of: dict[int, str] = {}
+    paths = []
+    for vid, frame, row in zip(kept["vid"], kept["frame_number"], kept["row"]):
+        if vid not in folders:
+            folders[vid] = _frame_folder(frames_root, vid, meta_path, line_of[vid])
+        stem = folders[vid] / f"frame_{int(frame):06d}"
+        exts = (ext_of.get(vid),) + IMAGE_EXTENSIONS if vid in ext_of else IMAGE_EXTENSIONS
+        for ext in exts:
+            p = stem.with_name(stem.name + ext)
+            if p.is_file():
+                ext_of[vid] = ext
+                break
+        else:
+            table = tables[vid]
+            raise DataError(
+                f"{table.path}, line {line_of_row(table, row)}: frame {int(frame)} has no image "
+                f"{stem}.PNG (also tried {list(IMAGE_EXTENSIONS[1:])})"
+            )
+        paths.append(p)
+    return paths
+
+
