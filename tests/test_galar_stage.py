@@ -443,3 +443,16 @@ def test_refuses_non_empty_out(release, tmp_path):
 
 def test_count_table_classes(staged):
     assert list(staged.counts.index) == list(CLASSES) + ["Total"]
+
+
+@pytest.mark.slow
+def test_stage_demo_release(tmp_path):
+    """The demo release (24 videos, ids >= 61 among them, all four capsule systems)."""
+    release = synthetic.synthesize_galar(tmp_path / "demo", preset="demo", seed=0, progress=False)
+    r = stage_galar(release, tmp_path / "out", frames_per_class=40, seed=0, progress=False)
+    m = r.manifest
+    assert set(m["vendor_folds"]) == set(synthetic.GALAR_CAPSULE_SYSTEMS)
+    assert m["galar_official_split"]["test"] and m["galar_official_split"]["train"]
+    assert r.frames.groupby("class").size().max() <= 40
+    assert set(m["evaluable_classes"]) >= {"Angiectasia", "Blood - fresh", "Lymphangiectasia",
+                                           "Normal clean mucosa", "Polyp", "Ulcer"}

@@ -1,0 +1,164 @@
+"""`pipi galkva`: validate, score and write GalKva-2026 submissions (pure: no MLflow here)."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import click
+
+from pipi.errors import PipiError
+from pipi.galkva import (
+    BENCHMARK_VERSION,
+    LEADERBOARD_HEADER,
+    SCORING_SETS,
+    InvalidSubmissionError,
+    MethodInfo,
+    Submitter,
+    build_submission,
+    load_prediction_dir,
+    recompute,
+    score_predictions,
+    score_submission,
+    validate_submission,
+    write_submission,
+)
+
+_TRAINED_ON = ("Kvasir-Capsule", "Galar", "Both", "Other")
+
+
+def _errors(fn):
+    """PipiError -> one 'error:' line and exit 2; an invalid submission -> its list, exit 1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kw):
+        try:
+            return fn(*args, **kw)
+        except InvalidSubmissionError as exc:
+            for v in exc.violations:
+                click.echo(str(v), err=True)
+            click.echo(f"invalid submission: {len(exc.violations)} problem(s)", err=True)
+            raise SystemExit(1) from None
+        except PipiError as exc:
+            click.echo(f"error: {exc}", err=True)
+            raise SystemExit(2) from None
+
+    return wrapper
+
+
+_resampling = [
+    click.option("--n-resamples", type=click.IntRange(min=100), default=2000, show_default=True,
+                 help="Video-bootstrap resamples per dataset."),
+    click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed."),
+]
+
+
+def _with(options):
+    def deco(fn):
+        for opt in reversed(options):
+            fn = opt(fn)
+        return fn
+    return deco
+
+
+@click.group("galkva")
+def galkva() -> None:
+    """GalKva-2026 cross-vendor benchmark: validate, score and write submissions.
+
+    Retention = Delta_Galar / Delta_Kvasir (each Delta = method minus its own RGB baseline,
+    macro-AUC over the scoring set); bands Strong >= 1.0, Positive 0.75-1.0, Partial
+    0.30-0.75, Null -0.10-0.30, Negative < -0.10; undefined when Delta_Kvasir <= 0.
+    """
+
+
+@galkva.command("validate")
+@click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
+@_errors
+def validate_cmd(file: Path) -> None:
+    """Check FILE against the draft-07 submission schema; exit 0 if valid, 1 if not."""
+    violations = validate_submission(file)
+    if violations:
+        for v in violations:
+            click.echo(str(v))
+        click.echo(f"{file}: INVALID ({len(violations)} problem(s))")
+        raise SystemExit(1)
+    click.echo(f"{file}: valid GalKva-2026 submission")
+
+
+@galkva.command("score")
+@click.argument("file", required=False, type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--predictions", type=click.Path(path_type=Path, file_okay=False, exists=True),
+              help="DIR/{kvasir,galar}/{baseline,method}/<seed>/ prediction folders: recompute "
+                   "every number (and check FILE's self-reported ones against them).")
+@click.option("--markdown", is_flag=True, help="Print only the leaderboard Markdown row.")
+@click.option("--tolerance", type=float, default=1e-3, show_default=True,
+              help="Largest accepted gap between a self-reported and a recomputed AUC.")
+@_with(_resampling)
+@_errors
+def score_cmd(file, predictions, markdown, tolerance, n_resamples, seed) -> None:
+    """Retention, band, sign-positive seeds and a leaderboard row for a submission FILE.
+
+    Without --predictions every number is self-reported and labelled so. With it, numbers
+    are recomputed from per-frame predictions (DeLong, video bootstrap CIs) and any
+    self-reported number of FILE that disagrees is flagged (exit 1).
+    """
+    if file is None and predictions is None:
+        raise click.UsageError("give a submission FILE, --predictions DIR, or both")
+    if file is not None:
+        violations = validate_submission(file)
+        if violations:
+            raise InvalidSubmissionError(str(file), violations)
+    if predictions is not None:
+        score = score_predictions(load_prediction_dir(predictions), submission=file,
+                                  tolerance=tolerance, n_resamples=n_resamples, rng=seed,
+                                  method_name=predictions.name)
+    else:
+        score = score_submission(file, tolerance=tolerance)
+    if markdown:
+        click.echo(LEADERBOARD_HEADER)
+        click.echo(score.markdown_row())
+    else:
+        click.echo(score.report())
+        click.echo("\nLeaderboard row:\n" + LEADERBOARD_HEADER + "\n" + score.markdown_row())
+    if score.discrepancies:
+        raise SystemExit(1)
+
+
+@galkva.command("submission")
+@click.option("--predictions", type=click.Path(path_type=Path, file_okay=False, exists=True),
+              required=True, help="DIR/{kvasir,galar}/{baseline,method}/<seed>/ prediction folders.")
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), required=True)
+@click.option("--submitter-name", required=True)
+@click.option("--affiliation", required=True)
+@click.option("--email", required=True)
+@click.option("--method-name", required=True, help="Method name (at most 120 characters).")
+@click.option("--description", required=True, help="At least 20 characters.")
+@click.option("--trained-on", type=click.Choice(_TRAINED_ON), default="Kvasir-Capsule",
+              show_default=True)
+@click.option("--code-url", default=None)
+@click.option("--preprint-url", default=None)
+@click.option("--notes", default=None)
+@click.option("--benchmark-version", type=click.Choice(sorted(SCORING_SETS)),
+              default=BENCHMARK_VERSION, show_default=True)
+@_with(_resampling)
+@_errors
+def submission_cmd(predictions, out, submitter_name, affiliation, email, method_name,
+                   description, trained_on, code_url, preprint_url, notes, benchmark_version,
+                   n_resamples, seed) -> None:
+    """Write a valid submission whose every number is computed from predictions.
+
+    Run ids (each seed folder's optional run.json) and the recomputed statistics go into
+    the schema's `provenance` block.
+    """
+    rec = recompute(load_prediction_dir(predictions), benchmark_version=benchmark_version,
+                    n_resamples=n_resamples, rng=seed)
+    doc = build_submission(
+        rec,
+        submitter=Submitter(name=submitter_name, affiliation=affiliation, email=email),
+        method=MethodInfo(name=method_name, description=description, trained_on=trained_on,
+                          code_url=code_url, preprint_url=preprint_url),
+        notes=notes,
+    )
+    write_submission(doc, out)
+    click.echo(score_predictions(rec, submission=doc).report())
+    click.echo(f"\nwrote {out} (valid against the GalKva-2026 schema)")

@@ -1,0 +1,422 @@
+"""GalKva-2026 numbers recomputed from per-frame predictions (what the published evaluator lacks).
+
+Input: for each dataset (``kvasir``, ``galar``) and arm (``baseline`` = the RGB cell,
+``method``), one per-frame predictions table per seed in the format of
+:mod:`pipi.predictions`; seeds are paired by name between the two arms and must score the
+same frames. On disk (:func:`load_prediction_dir`)::
+
+    DIR/{kvasir,galar}/{baseline,method}/<seed>/   a predictions folder (schema.json +
+                                                    test.parquet), or one holding predictions/
+    DIR/.../<seed>/run.json                         optional {"run_id": "..."}: provenance
+
+Scored frames: those whose label is in the benchmark version's scoring set (v1.0: the
+6-class intersection); class k is scored one-vs-rest on its probability column. Per dataset:
+per-seed macro-AUC and per-class AUC of both arms, paired deltas, sign-positive seeds, the
+paired DeLong test of each seed (:func:`pipi.stats.delong_macro_test`) and a video-clustered
+bootstrap of the cross-seed mean delta (:func:`pipi.stats.macro_auc_delta_bootstrap`). The
+retention interval is the percentile interval of Delta_Galar* / Delta_Kvasir* over
+independent bootstrap draws of the two datasets' videos.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pipi.classes import CLASSES, class_index
+from pipi.errors import DataError, PipiError
+from pipi.galkva.score import (
+    BENCHMARK_VERSION,
+    RECOMPUTED,
+    SCORING_SETS,
+    DatasetSummary,
+    Discrepancy,
+    Retention,
+    SubmissionScore,
+    classify_retention,
+)
+from pipi.galkva.validate import load_submission
+from pipi.predictions import PROB_COLUMNS, read_predictions
+from pipi.stats import (
+    ConfidenceInterval,
+    DegenerateDataWarning,
+    DeLongMacroResult,
+    DeltaBootstrapResult,
+    delong_macro_test,
+    macro_auc_delta_bootstrap,
+    per_class_auc,
+)
+
+__all__ = [
+    "ARMS",
+    "DATASETS",
+    "DatasetRecompute",
+    "DatasetRuns",
+    "Recomputed",
+    "SeedRun",
+    "compare_with_submission",
+    "load_prediction_dir",
+    "recompute",
+    "score_predictions",
+]
+
+DATASETS = ("kvasir", "galar")
+ARMS = ("baseline", "method")
+
+
+@dataclass(frozen=True)
+class SeedRun:
+    """One seed's per-frame predictions (pipi.predictions format) and the run that made them."""
+
+    seed: str  # pairing key between the baseline and method arms
+    predictions: pd.DataFrame
+    run_id: str | None = None
+
+
+@dataclass(frozen=True)
+class DatasetRuns:
+    """The two arms of one dataset, one SeedRun per seed each."""
+
+    baseline: tuple[SeedRun, ...]
+    method: tuple[SeedRun, ...]
+
+
+@dataclass(frozen=True)
+class DatasetRecompute:
+    """Everything recomputed on one dataset; arrays are (seeds,) or (seeds, classes)."""
+
+    dataset: str
+    seeds: tuple[str, ...]
+    classes: tuple[str, ...]  # scored classes (scoring set classes present in the frames)
+    missing_classes: tuple[str, ...]  # scoring set classes without positives here
+    n_test_frames: int
+    n_videos: int
+    n_positive: dict[str, int]
+    method_macro: np.ndarray  # (S,)
+    baseline_macro: np.ndarray  # (S,)
+    method_per_class: np.ndarray  # (S, K)
+    baseline_per_class: np.ndarray  # (S, K)
+    delong: tuple[DeLongMacroResult, ...]  # per seed, baseline -> method
+    bootstrap: DeltaBootstrapResult
+    run_ids: dict[str, dict[str, str | None]] = field(default_factory=dict)
+
+    @property
+    def deltas(self) -> np.ndarray:
+        return self.method_macro - self.baseline_macro
+
+    @property
+    def delta(self) -> float:
+        return float(self.deltas.mean())
+
+    @property
+    def sign_positive_seeds(self) -> str:
+        return f"{int((self.deltas > 0).sum())}/{len(self.seeds)}"
+
+    def sd(self, values: np.ndarray) -> float:
+        """Cross-seed sample sd (ddof=1); 0.0 for a single seed."""
+        return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+
+    def summary(self) -> DatasetSummary:
+        return DatasetSummary(
+            macro_auc_mean=float(self.method_macro.mean()), macro_auc_sd=self.sd(self.method_macro),
+            delta=self.delta, sign_positive_seeds=self.sign_positive_seeds,
+            n_test_frames=self.n_test_frames, source=RECOMPUTED,
+            delta_ci=self.bootstrap.confidence_interval,
+        )
+
+
+@dataclass(frozen=True)
+class Recomputed:
+    """Both datasets recomputed, and the retention with its bootstrap interval."""
+
+    benchmark_version: str
+    kvasir: DatasetRecompute
+    galar: DatasetRecompute
+    retention: Retention
+    retention_distribution: np.ndarray  # (B,) Delta_Galar* / Delta_Kvasir*
+
+    def __getitem__(self, dataset: str) -> DatasetRecompute:
+        return {"kvasir": self.kvasir, "galar": self.galar}[dataset]
+
+
+# --------------------------------------------------------------------------- input
+def _seed_run(seed_dir: Path, split: str) -> SeedRun:
+    folder = seed_dir if (seed_dir / "schema.json").is_file() else seed_dir / "predictions"
+    if not (folder / "schema.json").is_file():
+        raise DataError(
+            f"{seed_dir}: no predictions here (expected schema.json + {split}.parquet, or a "
+            "predictions/ folder holding them: a run's `predictions` artifact)"
+        )
+    try:
+        df = read_predictions(folder, split)
+    except (OSError, PipiError) as exc:
+        raise DataError(f"{folder}: cannot read {split} predictions ({exc})") from None
+    run_id = None
+    meta = seed_dir / "run.json"
+    if meta.is_file():
+        try:
+            run_id = json.loads(meta.read_text()).get("run_id")
+        except (json.JSONDecodeError, AttributeError):
+            raise DataError(f"{meta}: expected a JSON object like {{\"run_id\": \"...\"}}") from None
+    return SeedRun(seed=seed_dir.name, predictions=df, run_id=run_id)
+
+
+def load_prediction_dir(root: Path, *, split: str = "test") -> dict[str, DatasetRuns]:
+    """Read ``DIR/{kvasir,galar}/{baseline,method}/<seed>/`` (see the module docstring)."""
+    root = Path(root)
+    out = {}
+    for ds in DATASETS:
+        arms = {}
+        for arm in ARMS:
+            folder = root / ds / arm
+            seeds = sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+            if not seeds:
+                raise DataError(
+                    f"{folder}: no seed folders. A predictions directory holds "
+                    "{kvasir,galar}/{baseline,method}/<seed>/ with each run's predictions"
+                )
+            arms[arm] = tuple(_seed_run(p, split) for p in seeds)
+        out[ds] = DatasetRuns(**arms)
+    return out
+
+
+def _aligned(runs: DatasetRuns, dataset: str, cls_idx: list[int]):
+    """(seeds, y (N,), videos (N,), baseline (S, N, C), method (S, N, C)) on the scored frames."""
+    b = {r.seed: r for r in runs.baseline}
+    m = {r.seed: r for r in runs.method}
+    if set(b) != set(m):
+        raise DataError(
+            f"{dataset}: seeds are paired by name; baseline has {sorted(b)}, method {sorted(m)}"
+        )
+    seeds = sorted(b)
+    ref = b[seeds[0]].predictions
+    missing = [c for c in ("path", "video_id", "label", *PROB_COLUMNS) if c not in ref.columns]
+    if missing:
+        raise DataError(f"{dataset}: predictions lack column(s) {missing} (pipi.predictions format)")
+    ref = ref[ref["label"].isin(cls_idx)]
+    keys = pd.Index(ref["path"].astype(str) + "\t" + ref["label"].astype(str))
+    if keys.has_duplicates:
+        raise DataError(f"{dataset}: seed {seeds[0]} lists a (frame, label) twice")
+    if len(keys) == 0:
+        raise DataError(f"{dataset}: no predicted frame has a label in the scoring set")
+
+    def probs(run: SeedRun, arm: str) -> np.ndarray:
+        df = run.predictions
+        df = df[df["label"].isin(cls_idx)]
+        k = pd.Index(df["path"].astype(str) + "\t" + df["label"].astype(str))
+        if len(k) != len(keys) or not k.isin(keys).all() or k.has_duplicates:
+            raise DataError(
+                f"{dataset}: {arm} seed {run.seed} scores other frames than baseline seed "
+                f"{seeds[0]}; paired seeds must be evaluated on the same test frames"
+            )
+        return df.set_axis(k).reindex(keys)[list(PROB_COLUMNS)].to_numpy(np.float64)
+
+    base = np.stack([probs(b[s], "baseline") for s in seeds])  # (S, N, C)
+    meth = np.stack([probs(m[s], "method") for s in seeds])
+    return seeds, ref["label"].to_numpy(np.int64), ref["video_id"].astype(str).to_numpy(), base, meth
+
+
+def recompute_dataset(
+    dataset: str,
+    runs: DatasetRuns,
+    *,
+    classes: tuple[str, ...],
+    n_resamples: int,
+    confidence_level: float,
+    method: str,
+    rng: np.random.Generator,
+) -> DatasetRecompute:
+    """One dataset's numbers from its paired predictions."""
+    all_idx = [class_index(c) for c in classes]
+    seeds, y, videos, base, meth = _aligned(runs, dataset, all_idx)
+    present = [c for c in all_idx if 0 < int((y == c).sum()) < len(y)]
+    if not present:
+        raise DataError(f"{dataset}: no scoring-set class has both positive and negative frames")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DegenerateDataWarning)
+        bpc = np.stack([per_class_auc(y, base[s], classes=present) for s in range(len(seeds))])
+        mpc = np.stack([per_class_auc(y, meth[s], classes=present) for s in range(len(seeds))])
+        delong = tuple(delong_macro_test(y, base[s], meth[s], classes=present)
+                       for s in range(len(seeds)))
+    n_videos = len(set(videos))
+    clustered = n_videos >= 2
+    boot = macro_auc_delta_bootstrap(
+        y, base, meth, classes=present, clusters=videos if clustered else None,
+        strata=None if clustered else y, n_resamples=n_resamples,
+        confidence_level=confidence_level, method=method, rng=rng,
+    )
+    return DatasetRecompute(
+        dataset=dataset, seeds=tuple(seeds),
+        classes=tuple(CLASSES[c] for c in present),
+        missing_classes=tuple(CLASSES[c] for c in all_idx if c not in present),
+        n_test_frames=len(y), n_videos=n_videos,
+        n_positive={CLASSES[c]: int((y == c).sum()) for c in present},
+        method_macro=mpc.mean(axis=1), baseline_macro=bpc.mean(axis=1),
+        method_per_class=mpc, baseline_per_class=bpc, delong=delong, bootstrap=boot,
+        run_ids={"baseline": {r.seed: r.run_id for r in runs.baseline},
+                 "method": {r.seed: r.run_id for r in runs.method}},
+    )
+
+
+def recompute(
+    runs: Mapping[str, DatasetRuns],
+    *,
+    benchmark_version: str = BENCHMARK_VERSION,
+    n_resamples: int = 2000,
+    confidence_level: float = 0.95,
+    method: str = "BCa",
+    rng: np.random.Generator | int | None = 0,
+) -> Recomputed:
+    """Recompute every GalKva number of both datasets from paired per-frame predictions."""
+    if benchmark_version not in SCORING_SETS:
+        raise DataError(
+            f"unknown benchmark version {benchmark_version!r}; known: {sorted(SCORING_SETS)}"
+        )
+    missing = [d for d in DATASETS if d not in runs]
+    if missing:
+        raise DataError(f"predictions of {missing} are missing; GalKva needs kvasir and galar")
+    gen = np.random.default_rng(rng)
+    streams = dict(zip(DATASETS, gen.spawn(len(DATASETS))))
+    rec = {
+        ds: recompute_dataset(ds, runs[ds], classes=SCORING_SETS[benchmark_version],
+                              n_resamples=n_resamples, confidence_level=confidence_level,
+                              method=method, rng=streams[ds])
+        for ds in DATASETS
+    }
+    dk = rec["kvasir"].bootstrap.bootstrap.bootstrap_distribution
+    dg = rec["galar"].bootstrap.bootstrap.bootstrap_distribution
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = dg / dk  # independent draws of the two datasets' videos
+    finite = ratio[np.isfinite(ratio)]
+    alpha = (1 - confidence_level) / 2
+    ci = (ConfidenceInterval(float(np.quantile(finite, alpha)), float(np.quantile(finite, 1 - alpha)))
+          if finite.size else None)
+    retention = classify_retention(
+        rec["kvasir"].delta, rec["galar"].delta,
+        delta_kvasir_ci=rec["kvasir"].bootstrap.confidence_interval, confidence_interval=ci,
+    )
+    return Recomputed(benchmark_version, rec["kvasir"], rec["galar"], retention, ratio)
+
+
+# --------------------------------------------------------------------------- comparison
+def _differs(reported, computed: float, tol: float) -> bool:
+    return not math.isclose(float(reported), computed, abs_tol=tol)
+
+
+def compare_with_submission(
+    submission: dict, rec: Recomputed, *, tolerance: float = 1e-3,
+) -> list[Discrepancy]:
+    """Self-reported numbers of ``submission`` that the predictions do not reproduce.
+
+    AUCs, sds and deltas must agree within ``tolerance`` (default 0.001: numbers rounded to
+    three decimals pass); counts and "k/n" strings exactly. Per-seed values are compared as
+    sorted lists (seed order is not part of the format).
+    """
+    out: list[Discrepancy] = []
+
+    def check(path: str, reported, computed, *, exact: bool = False) -> None:
+        if reported is None:
+            return
+        if exact:
+            if reported != computed:
+                out.append(Discrepancy(path, reported, computed))
+        elif _differs(reported, computed, tolerance):
+            out.append(Discrepancy(path, reported, round(computed, 4)))
+
+    n_seeds = submission.get("n_seeds")
+    for ds in DATASETS:
+        r = rec[ds]
+        res = submission["results"][ds]
+        p = f"$.results.{ds}"
+        mac = res["macro_auc"]
+        check(f"{p}.macro_auc.mean", mac["mean"], float(r.method_macro.mean()))
+        sds = (r.sd(r.method_macro), float(np.std(r.method_macro)))
+        if min(abs(mac["sd"] - s) for s in sds) > tolerance:
+            out.append(Discrepancy(f"{p}.macro_auc.sd", mac["sd"], round(sds[0], 4)))
+        seeds = mac.get("per_seed_values")
+        if seeds is not None:
+            if len(seeds) != len(r.seeds):
+                out.append(Discrepancy(f"{p}.macro_auc.per_seed_values", f"{len(seeds)} values",
+                                       f"{len(r.seeds)} seeds"))
+            else:
+                for i, (a, b) in enumerate(zip(sorted(seeds), sorted(r.method_macro.tolist()))):
+                    check(f"{p}.macro_auc.per_seed_values[{i}] (sorted)", a, b)
+        for j, c in enumerate(r.classes):
+            entry = res["per_class_auc"].get(c)
+            if entry is None:
+                continue
+            q = f'{p}.per_class_auc["{c}"]'
+            check(f"{q}.mean", entry["mean"], float(r.method_per_class[:, j].mean()))
+            if entry.get("sd") is not None and len(r.seeds) > 1:
+                check(f"{q}.sd", entry["sd"], r.sd(r.method_per_class[:, j]))
+            check(f"{q}.n_positive", entry["n_positive"], r.n_positive[c], exact=True)
+        for c in r.missing_classes:
+            if c in res["per_class_auc"]:
+                out.append(Discrepancy(f'{p}.per_class_auc["{c}"]', "reported",
+                                       "no positive frame in the predictions"))
+        check(f"{p}.n_test_frames", res["n_test_frames"], r.n_test_frames, exact=True)
+        check(f"{p}.delta_vs_rgb_baseline", res.get("delta_vs_rgb_baseline"), r.delta)
+        check(f"{p}.sign_positive_seeds", res.get("sign_positive_seeds"), r.sign_positive_seeds,
+              exact=True)
+    if n_seeds is not None:
+        check("$.n_seeds", n_seeds, len(rec.kvasir.seeds), exact=True)
+    return out
+
+
+def _details(rec: Recomputed) -> list[str]:
+    lines = []
+    for ds in DATASETS:
+        r = rec[ds]
+        lines.append(
+            f"{ds}: {len(r.seeds)} seed pair(s), {r.n_videos} videos, RGB baseline macro-AUC "
+            f"{r.baseline_macro.mean():.3f} ± {r.sd(r.baseline_macro):.3f}; bootstrap over "
+            f"{r.bootstrap.bootstrap.unit} ({r.bootstrap.bootstrap.n_resamples} resamples, "
+            f"{r.bootstrap.bootstrap.method}), p = {r.bootstrap.pvalue:.3g}"
+        )
+        for s, d, dl in zip(r.seeds, r.deltas, r.delong):
+            lines.append(f"  seed {s}: Δ {d:+.4f}  DeLong z {dl.statistic:+.2f}  p {dl.pvalue:.3g}"
+                         "  (frames treated as independent)")
+        per = ", ".join(f"{c} {r.method_per_class[:, j].mean():.3f} "
+                        f"({r.method_per_class[:, j].mean() - r.baseline_per_class[:, j].mean():+.3f})"
+                        for j, c in enumerate(r.classes))
+        lines.append(f"  per-class AUC (Δ): {per}")
+        if r.missing_classes:
+            lines.append(f"  not scored (no positive frame): {list(r.missing_classes)}")
+    return lines
+
+
+def score_predictions(
+    runs_or_recomputed: Mapping[str, DatasetRuns] | Recomputed,
+    *,
+    submission=None,
+    tolerance: float = 1e-3,
+    method_name: str = "predictions",
+    n_resamples: int = 2000,
+    confidence_level: float = 0.95,
+    rng: np.random.Generator | int | None = 0,
+) -> SubmissionScore:
+    """Score from predictions: every number recomputed; with ``submission`` (a dict or a
+    JSON path, validated by the caller) its self-reported numbers are checked against them."""
+    doc = None if submission is None else load_submission(submission)
+    rec = runs_or_recomputed
+    if not isinstance(rec, Recomputed):
+        version = doc["benchmark_version"] if doc else BENCHMARK_VERSION
+        rec = recompute(rec, benchmark_version=version, n_resamples=n_resamples,
+                        confidence_level=confidence_level, rng=rng)
+    disc = compare_with_submission(doc, rec, tolerance=tolerance) if doc else []
+    return SubmissionScore(
+        method=doc["method"]["name"] if doc else method_name,
+        submitter=doc["submitter"]["name"] if doc else "n/a",
+        affiliation=doc["submitter"]["affiliation"] if doc else "n/a",
+        trained_on=doc["method"].get("trained_on", "n/a") if doc else "n/a",
+        benchmark_version=rec.benchmark_version,
+        kvasir=rec.kvasir.summary(), galar=rec.galar.summary(), retention=rec.retention,
+        discrepancies=tuple(disc), details=tuple(_details(rec)),
+    )
