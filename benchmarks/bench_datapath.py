@@ -88,7 +88,7 @@ def measure(root: Path, size: int, n_frames: int, workers: int) -> tuple[float, 
 
 
 def main(argv=None) -> int:
-    from pipi.cells import PROFILES
+    from pipi.config import PROFILES
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default="", help="staged folder (default: synthetic, 336 px frames)")

@@ -1,5 +1,6 @@
-"""MLproject entry point `train`: parses options and delegates to pipi (see pipi/cli.py)."""
+"""MLproject entry point `train`: parses options and delegates to pipi (see pipi/cli/)."""
 
+import _bootstrap  # noqa: F401  (re-runs under the project's .venv if this python lacks pipi)
 from pipi.cli import ENTRY_POINTS
 
 if __name__ == "__main__":

@@ -9,13 +9,9 @@ backbone a sequence cell builds on.
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 
 from pipi.errors import ConfigError, UnknownCellError
-
-#: The paper's six seeds (46 dropped in the paper; see paper.tex "Dataset and split").
-PAPER_SEEDS = (41, 42, 43, 44, 45, 47)
-
 
 @dataclass(frozen=True)
 class CellConfig:
@@ -107,100 +103,5 @@ def list_cells(pattern: str = "*") -> list[str]:
     return [n for n in CELLS if fnmatch.fnmatch(n, pattern)]
 
 
-# --------------------------------------------------------------------------- recipes
-@dataclass(frozen=True)
-class TrainConfig:
-    """Everything that determines a training run (logged as params; hashed for reuse)."""
-
-    cell: str = "a"
-    backbone: str = "efficientnet_b0"
-    seed: int = 42
-    profile: str = "paper"
-    weights: str = "imagenet"        # imagenet | none | path to a state_dict
-    image_size: int = 224            # paper: 224 x 224
-    epochs: int = 30                 # paper: 30 (cross-backbone recipe: 15)
-    batch_size: int = 32             # paper: 32 (temporal head: 64)
-    lr: float = 1e-3                 # paper: AdamW 1e-3 (cross-backbone: 1e-4; temporal 1e-4)
-    weight_decay: float = 1e-4       # paper
-    patience: int = 5                # early stopping on val macro-AUC (paper)
-    max_batches: int = 0             # >0 caps batches per epoch (smoke profile only)
-    # augmentation (identical in every arm; paper)
-    hflip: float = 0.5
-    rotation_deg: float = 10.0
-    jitter: tuple[float, float, float] = (0.15, 0.15, 0.1)  # brightness, contrast, saturation
-    # prior (paper "Analytic prior")
-    alpha: float = 4.0
-    lambda_eff: float = 0.0          # 0 = 0.25 x image diagonal
-    hb_index: str = "paper"          # paper: R/(R+G+B); "code": R/(G+B)
-    second_channel: str = "phi"      # paper: Phi; "log_gb_phi": the published code's variant
-    prior_init: str = "kaiming"      # extra first-conv channels: kaiming (paper) | zeros (code)
-    distill_lambda: float = 1.0      # weight of the auxiliary BCE (distill cell)
-    select_metric: str = "macro_auc"  # checkpoint selection + early stopping on val: macro_auc
-                                      # (paper) | macro_f1 (the published code)
-    # temporal / C3 (sequence cells)
-    window: int = 16
-    ae_epochs: int = 10
-    num_workers: int = 0
-
-    def __post_init__(self):
-        from pipi.models import ARCHS
-
-        get_cell(self.cell)
-        if self.backbone not in ARCHS:
-            raise ConfigError(f"Unknown backbone {self.backbone!r}. Available: {list(ARCHS)}")
-        if self.select_metric not in ("macro_auc", "macro_f1"):
-            raise ConfigError(f"select_metric must be macro_auc or macro_f1, got {self.select_metric!r}")
-        if self.lr <= 0:
-            raise ConfigError(f"lr must be > 0, got {self.lr}")
-        if self.epochs < 1 or self.batch_size < 1 or self.image_size < 16:
-            raise ConfigError("epochs and batch_size must be >= 1 and image_size >= 16")
-        if self.image_size % 32 and get_cell(self.cell).c3:
-            raise ConfigError(f"C3 needs image_size divisible by 32, got {self.image_size}")
-
-    @property
-    def cell_config(self) -> CellConfig:
-        return get_cell(self.cell)
-
-
-#: Machine profiles: what each sets (logged; nothing else changes silently).
-PROFILES: dict[str, dict] = {
-    # the paper's recipe (224 px, 30 epochs; cross-backbone 15 epochs at lr 1e-4)
-    "paper": {},
-    # a few minutes per cell on 2 CPU cores with the synthetic demo release
-    "demo": {"image_size": 64, "epochs": 4, "patience": 2, "ae_epochs": 2},
-    # seconds, for tests: tiny images, one epoch, two batches
-    "smoke": {"image_size": 32, "epochs": 1, "batch_size": 16, "max_batches": 2,
-              "patience": 1, "ae_epochs": 1, "window": 4},
-}
-
-#: The cross-backbone recipe (paper "Cross-backbone replication"): default for these archs.
-CROSS_BACKBONE = {"resnet18": {"lr": 1e-4, "epochs": 15}, "convnext_tiny": {"lr": 1e-4, "epochs": 15}}
-#: The temporal head's recipe (paper "Temporal Transformer").
-SEQUENCE_RECIPE = {"lr": 1e-4, "batch_size": 64}
-
-
-def make_config(*, cell: str, backbone: str = "efficientnet_b0", seed: int = 42,
-                profile: str = "paper", **overrides) -> TrainConfig:
-    """Compose recipe defaults: paper -> backbone recipe -> sequence recipe -> profile -> overrides."""
-    if profile not in PROFILES:
-        raise ConfigError(f"Unknown profile {profile!r}. Available: {list(PROFILES)}")
-    values: dict = {}
-    values.update(CROSS_BACKBONE.get(backbone, {}))
-    if get_cell(cell).is_sequence:
-        values.update(SEQUENCE_RECIPE)
-    prof = dict(PROFILES[profile])
-    if "epochs" in prof and "epochs" in values:
-        values.pop("epochs")
-    values.update(prof)
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    return TrainConfig(cell=cell, backbone=backbone, seed=seed, profile=profile, **values)
-
-
-def with_(cfg: TrainConfig, **changes) -> TrainConfig:
-    return replace(cfg, **changes)
-
-
-__all__ = [
-    "CELLS", "PER_FRAME_CELLS", "SEQUENCE_CELLS", "PAPER_SEEDS", "PROFILES", "CellConfig",
-    "TrainConfig", "get_cell", "list_cells", "make_config", "register_cell", "field",
-]
+__all__ = ["CELLS", "PER_FRAME_CELLS", "SEQUENCE_CELLS", "CellConfig", "get_cell", "list_cells",
+           "register_cell"]

@@ -15,12 +15,14 @@ device, with no I/O:
 
 Conventions (not fixed by the paper, chosen here and tested):
 
-* Pixel ``(i, j)`` sits at ``(i, j)``; the centre is ``((H - 1) / 2, (W - 1) / 2)`` and the
-  diagonal is measured between the centres of opposite corner pixels,
-  ``sqrt((H - 1)**2 + (W - 1)**2)``. The corner pixels are then exactly ``2 * lambda_eff`` from
-  the centre, so ``Phi = 1`` at the centre (odd sizes) and ``Phi = e**-2 = 0.1353`` in the
-  corners. At 224 x 224 this gives ``lambda_eff = 78.8`` px (the paper's "about 79"; ``0.25 x
-  224 sqrt 2 = 79.2`` would measure the diagonal between outer pixel edges).
+* Pixel ``(i, j)`` sits at ``(i, j)``; the centre is ``((H - 1) / 2, (W - 1) / 2)`` and
+  ``lambda_eff = 0.25 * sqrt(H**2 + W**2)``, as in the published implementation (79.2 px at
+  224 x 224, the paper's "about 79"), so ``Phi = 1`` at the centre (odd sizes) and
+  ``Phi = exp(-sqrt((H-1)**2 + (W-1)**2) / (0.5 * sqrt(H**2 + W**2)))``, slightly above
+  ``e**-2``, in the corners.
+* ``mask="fov"`` (not the published behaviour) takes the two percentiles over the field of view
+  only: the pixels ``valid`` marks (the ones a zero-filled rotation did not create), or, without
+  ``valid``, the pixels that are not black in all three channels.
 * Division is made safe by clamping denominators to at least ``EPS = 1e-6``: ``R / max(S, EPS)``
   (a black pixel has ``H = 0``), and ``log(max(G, EPS) / max(B, EPS))``. Every pixel whose
   denominator is at least ``EPS`` gets the exact formula.
@@ -107,6 +109,9 @@ HB_INDICES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 
 #: Second-channel variants: ``Phi`` (paper) or ``log(G / B) * Phi`` (published code).
 SECOND_CHANNELS: tuple[str, ...] = ("phi", "log_gb_phi")
+#: Where the per-image percentiles of ``H`` are taken: every pixel (the published behaviour,
+#: zero-filled rotation corners included) or only the field of view (``fov``).
+PRIOR_MASKS: tuple[str, ...] = ("none", "fov")
 
 
 @dataclass(frozen=True)
@@ -133,6 +138,11 @@ class PriorConfig:
     clip: tuple[float, float] = (0.01, 0.99)  # paper: suppress specular outliers
     hb_index: str = "paper"  # paper formula; "code" = published R/(G+B)
     second_channel: str = "phi"  # paper channel; "log_gb_phi" = published code
+    mask: str = "none"  # percentiles over every pixel (published) | "fov": the field of view only
+
+    def resolved_lambda(self, height: int, width: int) -> float:
+        """``lambda_eff`` in pixels for an image of this size (the default resolved)."""
+        return _default_lambda(height, width) if self.lambda_eff is None else float(self.lambda_eff)
 
     def __post_init__(self) -> None:
         alpha = self.alpha
@@ -165,6 +175,8 @@ class PriorConfig:
             raise ConfigError(
                 f"Unknown hb_index {self.hb_index!r}. Available: {sorted(HB_INDICES)}"
             )
+        if self.mask not in PRIOR_MASKS:
+            raise ConfigError(f"prior_mask={self.mask!r} is unknown. Available: {list(PRIOR_MASKS)}")
         if self.second_channel not in SECOND_CHANNELS:
             raise ConfigError(
                 f"Unknown second_channel {self.second_channel!r}. "
@@ -234,9 +246,26 @@ def exact_quantile(values: torch.Tensor, q: float) -> torch.Tensor:
 # --------------------------------------------------------------------------------------------
 
 
+def _fov_quantiles(x: torch.Tensor, flat: torch.Tensor, valid: torch.Tensor | None,
+                   qs: tuple[float, float]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-image quantiles of ``flat`` (B, N) over the field-of-view pixels only."""
+    bsz = flat.shape[0]
+    if valid is None:
+        valid = x.amax(dim=1) > 0  # (B, H, W): not black in every channel
+    valid = valid.reshape(bsz, -1).to(flat.device)
+    if valid.shape != flat.shape:
+        raise ValueError(f"valid must have shape (B, H, W) matching the images, got "
+                         f"{tuple(valid.shape)} for {tuple(flat.shape)} values")
+    empty = ~valid.any(dim=1)  # an all-black image: fall back to every pixel
+    masked = flat.masked_fill(~(valid | empty[:, None]), float("nan"))
+    q = torch.tensor(qs, dtype=flat.dtype, device=flat.device)
+    out = torch.nanquantile(masked, q, dim=1, interpolation="linear")  # (2, B)
+    return out[0], out[1]
+
+
 def _default_lambda(h: int, w: int) -> float:
-    """0.25 x the diagonal between the centres of opposite corner pixels."""
-    return 0.25 * math.hypot(h - 1, w - 1)
+    """0.25 x the image diagonal, ``0.25 * sqrt(H**2 + W**2)`` (published implementation)."""
+    return 0.25 * math.hypot(h, w)
 
 
 @functools.lru_cache(maxsize=32)
@@ -321,6 +350,8 @@ def prior_channels(
     clip: tuple[float, float] = (0.01, 0.99),
     hb_index: str = "paper",
     second_channel: str = "phi",
+    mask: str = "none",
+    valid: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The two analytic prior channels ``(P_blood, Phi)`` of a batch of RGB frames.
 
@@ -368,6 +399,7 @@ def prior_channels(
         clip=clip,
         hb_index=hb_index,
         second_channel=second_channel,
+        mask=mask,
     )
     single = isinstance(rgb01, torch.Tensor) and rgb01.ndim == 3
     x = rgb01.unsqueeze(0) if single else rgb01
@@ -381,8 +413,11 @@ def prior_channels(
 
     flat = hb.reshape(bsz, n)  # a copy only for non-contiguous (e.g. channels_last) input
     q_lo, q_hi = cfg.clip
-    lo = exact_quantile(flat, q_lo)  # (B,)
-    hi = exact_quantile(flat, q_hi)  # (B,)
+    if cfg.mask == "fov":
+        lo, hi = _fov_quantiles(x, flat, valid, (q_lo, q_hi))
+    else:
+        lo = exact_quantile(flat, q_lo)  # (B,)
+        hi = exact_quantile(flat, q_hi)  # (B,)
     span = hi - lo
     is_flat = span <= EPS  # no contrast: rescaling would amplify rounding noise
     scale = cfg.alpha / torch.where(is_flat, torch.ones_like(span), span)  # (B,)

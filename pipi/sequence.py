@@ -1,4 +1,7 @@
-"""Sequence-aware cells: the C1 summaries, C2 windows and C3 residuals, and their training.
+"""Sequence-aware cells (library half): C1 summaries, C2 windows, C3 residuals, the head's fit.
+
+The MLflow side (base runs, stored embeddings, the autoencoder run, the ``train`` run of a
+sequence cell) lives in ``pipi.workflows.streams`` and ``pipi.workflows.train``.
 
 A sequence cell (``b`` ... ``e_dagger``, see ``pipi.cells``) classifies each labelled frame
 from up to three feature streams computed around it:
@@ -40,9 +43,9 @@ validation macro-AUC (``pipi.cells.SEQUENCE_RECIPE`` + the profile).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
-import shutil
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -52,36 +55,33 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pipi import tracking
-from pipi.cells import TrainConfig, make_config
-from pipi.classes import NUM_CLASSES, class_index
-from pipi.data.cache import batches, build_cache, to_float
-from pipi.data.kvasir import load_staged
-from pipi.errors import ConfigError, DataError, PipiError
-from pipi.models import NormalAutoencoder, SequenceHead, TemporalEncoder, residual_features
+from pipi.config import TrainConfig, make_config
+from pipi.classes import NUM_CLASSES
+from pipi.data.cache import batches, to_float
+from pipi.errors import ConfigError, DataError
+from pipi.models import NormalAutoencoder, residual_features
+from pipi.models.sequence import SequenceModel
 from pipi.prior import c1_features, prior_channels
 from pipi.training import (
     FrameInputs,
-    build_frame_model,
     class_weights,
-    evaluable_classes,
     fit_epochs,
     optimizer_step,
     predictions_frame,
     seed_everything,
+    split_classes,
     split_metrics,
-    tmpdir,
 )
 
 log = logging.getLogger(__name__)
 
 SPLITS = ("train", "val", "test")
 #: TrainConfig fields a sequence run shares with the per-frame run it builds on.
-SHARED_WITH_BASE = ("weights", "image_size", "hflip", "rotation_deg", "jitter", "alpha",
-                    "lambda_eff", "hb_index", "second_channel", "prior_init", "distill_lambda")
+SHARED_WITH_BASE = ("weights", "image_size", "hflip", "rotation_deg", "jitter", "prior",
+                    "prior_init", "distill_lambda")
 #: Fields of the base run that must match for its embeddings to be reused (params, as logged).
 BASE_MATCH_PARAMS = ("weights", "image_size", "alpha", "lambda_eff", "hb_index",
-                     "second_channel", "prior_init", "distill_lambda")
+                     "second_channel", "prior_mask", "prior_init", "distill_lambda")
 NORMAL_CLASS = "Normal clean mucosa"
 EMBEDDINGS_DIR = "embeddings"
 C3_DIR = "c3"
@@ -206,8 +206,7 @@ def c1_raw(images: np.ndarray, cfg: TrainConfig, *, form: int, device: torch.dev
     out = []
     for idx in batches(len(images), batch_size):
         x01 = to_float(images, idx, device)
-        p = prior_channels(x01, alpha=cfg.alpha, lambda_eff=cfg.lambda_eff or None,
-                           hb_index=cfg.hb_index, second_channel=cfg.second_channel)
+        p = prior_channels(x01, **asdict(cfg.prior))
         out.append(c1_features(p[:, 0], form=form).cpu().numpy())
     return np.concatenate(out).astype(np.float32) if out else np.zeros((0, form), np.float32)
 
@@ -217,9 +216,9 @@ def c1_stream(frames: pd.DataFrame, images: np.ndarray, cfg: TrainConfig, *, cac
     """The C1 stream of the cell, normalised as the cell says (train or per-patient z)."""
     kind = cfg.cell_config.c1
     form = 13 if kind == "c13" else 8
-    key = tracking.config_hash({"digest": digest, "size": cfg.image_size, "form": form,
-                                "alpha": cfg.alpha, "lambda_eff": cfg.lambda_eff,
-                                "hb_index": cfg.hb_index, "second": cfg.second_channel})
+    blob = json.dumps({"digest": digest, "size": cfg.image_size, "form": form,
+                       "prior": asdict(cfg.prior)}, sort_keys=True, default=str)
+    key = hashlib.sha256(blob.encode()).hexdigest()[:16]
     path = Path(cache_dir) / "c1" / f"{digest[:24]}-{key}.npy"
     if path.is_file() and np.load(path, mmap_mode="r").shape == (len(frames), form):
         raw = np.load(path)
@@ -266,122 +265,12 @@ def residual_matrix(ae: NormalAutoencoder, images: np.ndarray, *, device: torch.
     return np.concatenate(out).astype(np.float32) if out else np.zeros((0, 192), np.float32)
 
 
-def ensure_autoencoder(cfg: TrainConfig, *, frames: pd.DataFrame, images: np.ndarray,
-                       manifest: dict, cache_dir: Path, device: torch.device,
-                       progress: bool = False) -> tuple[str, np.ndarray]:
-    """(run id, raw C3 features ``(N, 192)``): reuse the FINISHED AE run, or train one.
-
-    The AE run is keyed by ``pipi.config_hash`` over the recipe, the data digest and the code
-    version; a new one is started nested under the active run (if any).
-    """
-    digest = manifest["data_digest"]
-    recipe = AutoencoderRecipe.of(cfg)
-    key = tracking.config_hash({"c3_autoencoder": asdict(recipe), "data_digest": digest,
-                                "code": tracking.code_version()})
-    found = tracking.find_finished_run(key, **{tracking.TAG_ENTRY_POINT: "c3_autoencoder"})
-    if found is not None:
-        rid = found.info.run_id
-        local = Path(cache_dir) / "c3" / f"{rid}.npy"
-        if not local.is_file():
-            got = tracking.download_artifact(rid, f"{C3_DIR}/residuals.npy", tmpdir())
-            local.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(got, local)
-        res = np.load(local)
-        if res.shape == (len(frames), 192):
-            log.info("C3: reusing autoencoder run %s", rid)
-            return rid, res
-        log.warning("C3 run %s has residuals of shape %s; training a new one", rid, res.shape)
-
-    normal = np.flatnonzero((frames["split"].to_numpy() == "train")
-                            & (frames["class_index"].to_numpy() == class_index(NORMAL_CLASS)))
-    tags = {tracking.TAG_CONFIG_HASH: key, tracking.TAG_SEED: str(cfg.seed),
-            tracking.TAG_DATA_DIGEST: digest, tracking.TAG_DATASET: manifest.get("dataset", ""),
-            "pipi.image_size": cfg.image_size}
-    nested = tracking.active_experiment_id() is not None
-    work = tmpdir()
-    try:
-        with tracking.pipi_run(entry_point="c3_autoencoder", nested=nested, tags=tags,
-                               run_name=f"c3-autoencoder-s{cfg.seed}-{cfg.image_size}px") as run:
-            tracking.log_params({**asdict(recipe), "normal_train_frames": len(normal)})
-            ae = train_autoencoder(
-                images, normal, recipe, device=device,
-                on_epoch=lambda e, v: tracking.log_metrics({"c3/train_l1": v}, step=e))
-            res = residual_matrix(ae, images, device=device)
-            torch.save(ae.state_dict(), work / "autoencoder.pt")
-            np.save(work / "residuals.npy", res)
-            tracking.log_artifact(work / "autoencoder.pt", C3_DIR)
-            tracking.log_artifact(work / "residuals.npy", C3_DIR)
-            rid = run.info.run_id
-        local = Path(cache_dir) / "c3" / f"{rid}.npy"
-        local.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(work / "residuals.npy", local)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return rid, res
 
 
-# --------------------------------------------------------------------------- base runs
-def find_base_run(cfg: TrainConfig, digest: str) -> str | None:
-    """Run id of a FINISHED per-frame run this sequence configuration can build on.
-
-    The exact base configuration (same ``pipi.config_hash``) wins; otherwise the newest
-    FINISHED ``train`` run of the base cell with the same backbone, seed and data digest
-    whose image size, weights and prior parameters (``BASE_MATCH_PARAMS``) are equal.
-    """
-    from pipi.runner import config_key, run_params
-
-    bcfg = base_config(cfg)
-    exact = tracking.find_finished_run(tracking.config_hash(config_key(bcfg, digest)),
-                                       **{tracking.TAG_ENTRY_POINT: "train"})
-    if exact is not None:
-        return exact.info.run_id
-    want = {k: str(v) for k, v in run_params(bcfg).items() if k in BASE_MATCH_PARAMS}
-    for run in tracking.find_finished_runs({
-        tracking.TAG_ENTRY_POINT: "train", tracking.TAG_CELL: bcfg.cell,
-        tracking.TAG_BACKBONE: bcfg.backbone, tracking.TAG_SEED: bcfg.seed,
-        tracking.TAG_DATA_DIGEST: digest,
-    }):
-        if all(run.data.params.get(k) == v for k, v in want.items()):
-            return run.info.run_id
-    return None
 
 
-def ensure_base_run(cfg: TrainConfig, *, data: Path, digest: str, register: bool,
-                    progress: bool) -> tuple[str, bool]:
-    """(run id, trained now): the base per-frame run, trained nested when none exists."""
-    rid = find_base_run(cfg, digest)
-    if rid is not None:
-        log.info("cell %s builds on the FINISHED %s run %s", cfg.cell,
-                 cfg.cell_config.base_cell, rid)
-        return rid, False
-    from pipi.runner import train
-
-    bcfg = base_config(cfg)
-    log.info("no FINISHED %s run for backbone %s, seed %d: training it first",
-             bcfg.cell, bcfg.backbone, bcfg.seed)
-    summary = train(bcfg, data=str(data), register=register, progress=progress,
-                    nested=tracking.active_experiment_id() is not None)
-    return summary["run_id"], True
 
 
-def load_run_model(run_id: str) -> tuple[nn.Module, TrainConfig]:
-    """The best weights of a per-frame run (from its logged ``model``) and its config."""
-    import yaml
-
-    work = tmpdir()
-    try:
-        folder = tracking.download_model_files(run_id, work)
-        spec = yaml.safe_load((folder / "MLmodel").read_text())
-        arts = spec["flavors"]["python_function"]["artifacts"]
-        doc = json.loads((folder / arts["config"]["path"]).read_text())
-        doc["jitter"] = tuple(doc["jitter"])
-        cfg = TrainConfig(**{**doc, "weights": "none"})
-        model = build_frame_model(cfg)
-        state = torch.load(folder / arts["weights"]["path"], map_location="cpu", weights_only=True)
-        model.load_state_dict(state)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return model.eval(), cfg
 
 
 @torch.no_grad()
@@ -396,48 +285,9 @@ def frame_embeddings(model: nn.Module, images: np.ndarray, inputs: FrameInputs, 
     return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
 
 
-def base_embeddings(run_id: str, *, frames: pd.DataFrame, images: np.ndarray, digest: str,
-                    image_size: int, cache_dir: Path, device: torch.device) -> np.ndarray:
-    """Embeddings of every staged row under the base run's model, computed once.
-
-    Looked up in the local cache, then in the run's ``embeddings/`` artifact; else computed
-    from the run's model and logged to that run.
-    """
-    local = Path(cache_dir) / "embeddings" / f"{run_id}.npy"
-    meta = {"data_digest": digest, "rows": len(frames), "image_size": image_size,
-            "format": "pipi.embeddings", "version": 1}
-    if local.is_file():
-        emb = np.load(local)
-        if len(emb) == len(frames):
-            return emb
-    try:
-        folder = tracking.download_artifact(run_id, EMBEDDINGS_DIR, tmpdir())
-        got = json.loads((folder / "meta.json").read_text())
-        if all(got.get(k) == v for k, v in meta.items()):
-            emb = np.load(folder / "embeddings.npy")
-            _store(local, emb)
-            log.info("embeddings of run %s reused from its artifact", run_id)
-            return emb
-    except (PipiError, OSError, ValueError, json.JSONDecodeError):
-        pass
-    model, mcfg = load_run_model(run_id)
-    if mcfg.image_size != image_size:
-        raise ConfigError(f"base run {run_id} trained at {mcfg.image_size}px, "
-                          f"this run needs {image_size}px")
-    emb = frame_embeddings(model, images, FrameInputs(mcfg), device=device)
-    work = tmpdir()
-    try:
-        np.save(work / "embeddings.npy", emb)
-        (work / "meta.json").write_text(json.dumps({**meta, "dim": int(emb.shape[1])}))
-        tracking.log_artifact_to_run(run_id, work / "embeddings.npy", EMBEDDINGS_DIR)
-        tracking.log_artifact_to_run(run_id, work / "meta.json", EMBEDDINGS_DIR)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    _store(local, emb)
-    return emb
 
 
-def _store(path: Path, arr: np.ndarray) -> None:
+def store_array(path: Path, arr: np.ndarray) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp.npy")
     np.save(tmp, arr)
@@ -445,39 +295,6 @@ def _store(path: Path, arr: np.ndarray) -> None:
 
 
 # --------------------------------------------------------------------------- the model
-class SequenceModel(nn.Module):
-    """C2 encoder (optional) plus ``SequenceHead`` over the cell's streams.
-
-    ``forward(emb, centre, mask, c1=None, c3=None)``: ``emb`` (B, W, D) window embeddings,
-    ``centre`` (B,), ``mask`` (B, W) True at padding, ``c1`` (B, 8|13), ``c3`` (B, 192).
-    Without C2 the centre frame's embedding is used as is.
-    """
-
-    def __init__(self, *, emb_dim: int, window: int, temporal: bool, c1_dim: int = 0,
-                 c3_dim: int = 0, num_classes: int = NUM_CLASSES) -> None:
-        super().__init__()
-        self.temporal = TemporalEncoder(emb_dim, window=window) if temporal else None
-        dims = {"c2" if temporal else "emb": emb_dim}
-        if c1_dim:
-            dims["c1"] = c1_dim
-        if c3_dim:
-            dims["c3"] = c3_dim
-        self.spec = {"emb_dim": emb_dim, "window": window, "temporal": temporal,
-                     "c1_dim": c1_dim, "c3_dim": c3_dim, "num_classes": num_classes}
-        self.head = SequenceHead(dims, num_classes)
-
-    def forward(self, emb, centre, mask, c1=None, c3=None):
-        if self.temporal is not None:
-            streams = {"c2": self.temporal(emb, centre, key_padding_mask=mask)}
-        else:
-            streams = {"emb": emb[torch.arange(len(emb), device=emb.device), centre]}
-        if c1 is not None:
-            streams["c1"] = c1
-        if c3 is not None:
-            streams["c3"] = c3
-        return self.head(streams)
-
-
 @dataclass
 class Streams:
     """Per-row inputs of a sequence cell, all in ``frames`` row order."""
@@ -526,7 +343,8 @@ def fit_sequence(cfg: TrainConfig, frames: pd.DataFrame, streams: Streams, *, tr
     split = frames["split"].to_numpy()
     rows = {s: np.flatnonzero(split == s) for s in SPLITS}
     labels = frames["class_index"].to_numpy(np.int64)
-    classes = evaluable_classes(frames)
+    classes = split_classes(frames, "test")
+    val_classes = split_classes(frames, "val")
     gen = seed_everything(cfg.seed)
     model = build_model(cfg, streams).to(dev)
     weights = class_weights(labels[rows["train"]]).to(dev)
@@ -546,105 +364,13 @@ def fit_sequence(cfg: TrainConfig, frames: pd.DataFrame, streams: Streams, *, tr
 
     fit = fit_epochs(model, cfg=cfg, gen=gen, train_epoch=train_epoch,
                      predict_val=lambda: predict_sequence(model, streams, rows["val"], device=dev),
-                     val_frames=frames.iloc[rows["val"]], classes=classes, tracker=tracker,
+                     val_frames=frames.iloc[rows["val"]], classes=val_classes, tracker=tracker,
                      resume_state=resume_state, extra_state={"spec": model.spec})
     best, history = fit["best"], fit["history"]
     preds = {s: predictions_frame(frames.iloc[rows[s]],
                                   predict_sequence(model, streams, rows[s], device=dev))
              for s in ("val", "test")}
-    metrics = {**split_metrics(preds["val"], classes, "val"),
+    metrics = {**split_metrics(preds["val"], val_classes, "val"),
                **split_metrics(preds["test"], classes, "test"), "best_epoch": best["epoch"]}
     return {"model": model.cpu(), "predictions": preds, "metrics": metrics, "classes": classes,
-            "history": history}
-
-
-# --------------------------------------------------------------------------- streams for a run
-def build_streams(cfg: TrainConfig, *, base_run_id: str, frames: pd.DataFrame, manifest: dict,
-                  images: np.ndarray, cache_dir: Path, device: torch.device,
-                  progress: bool = False) -> tuple[Streams, dict]:
-    """All streams of the cell, plus the ids of the runs they came from."""
-    cell = cfg.cell_config
-    digest = manifest["data_digest"]
-    train_rows = frames["split"].to_numpy() == "train"
-    emb = base_embeddings(base_run_id, frames=frames, images=images, digest=digest,
-                          image_size=cfg.image_size, cache_dir=cache_dir, device=device)
-    streams = Streams(embeddings=zscore(emb, emb[train_rows]),
-                      windows=build_windows(frames, window=cfg.window))
-    sources = {tracking.TAG_BASE_RUN: base_run_id}
-    if cell.c1:
-        streams.c1 = c1_stream(frames, images, cfg, cache_dir=cache_dir, digest=digest,
-                               device=device)
-    if cell.c3:
-        rid, res = ensure_autoencoder(cfg, frames=frames, images=images, manifest=manifest,
-                                      cache_dir=cache_dir, device=device, progress=progress)
-        streams.c3 = zscore(res, res[train_rows])
-        sources[tracking.TAG_C3_RUN] = rid
-    return streams, sources
-
-
-# --------------------------------------------------------------------------- the run
-def train_sequence(cfg: TrainConfig, *, data: str | None = None, resume: str | None = None,
-                   experiment: str | None = None, register: bool = True, progress: bool = True,
-                   nested: bool = False) -> dict:
-    """Run one sequence cell inside an MLflow run (the run contract of ``train``).
-
-    The per-frame base run is found or trained first (nested); the sequence head is logged
-    as ``checkpoints/best_state.pt`` (state dict, model spec, config), not as a registered
-    pyfunc model: it needs a window of frames and the base backbone, not one image.
-    ``register`` applies to a base run trained here.
-    """
-    from pipi.runner import load_resume, log_results, run_params, run_tags
-    from pipi.paths import pipi_home
-    from pipi.staging import resolve_data
-
-    if not cfg.cell_config.is_sequence:
-        raise ConfigError(f"cell {cfg.cell!r} is not a sequence cell")
-    root = resolve_data(data, preset="tiny" if cfg.profile == "smoke" else "demo")
-    frames, manifest = load_staged(root)
-    digest = manifest["data_digest"]
-    resume_state, base_id = None, None
-    if resume:
-        cfg, resume_state = load_resume(resume, cfg)
-        base_id = tracking.get_run(resume).data.tags.get(tracking.TAG_BASE_RUN)
-    tags = run_tags(cfg, manifest)
-    dev = _device(None)
-    cache_dir = pipi_home() / "cache"
-    work = tmpdir()
-    try:
-        with tracking.pipi_run(entry_point="train", experiment=experiment, run_id=resume,
-                               nested=nested, run_name=f"{cfg.cell}-{cfg.backbone}-s{cfg.seed}",
-                               tags=tags):
-            if not resume:
-                tracking.log_params({**run_params(cfg), "data_dir": str(root),
-                                     "base_cell": cfg.cell_config.base_cell})
-                tracking.log_dict(asdict(cfg), "config.json")
-                tracking.log_dataset(frames, source=str(root), name=tags[tracking.TAG_DATASET],
-                                     digest=digest, context="training")
-            if base_id is None:
-                base_id, _ = ensure_base_run(cfg, data=root, digest=digest, register=register,
-                                             progress=progress)
-            tracking.set_tags({tracking.TAG_BASE_RUN: base_id})
-            images = build_cache(root, frames, size=cfg.image_size, digest=digest,
-                                 cache_dir=cache_dir, progress=progress)
-            streams, sources = build_streams(cfg, base_run_id=base_id, frames=frames,
-                                             manifest=manifest, images=images,
-                                             cache_dir=cache_dir, device=dev, progress=progress)
-            tracking.set_tags(sources)
-            out = fit_sequence(cfg, frames, streams, tracker=tracking.RunTracker(work / "ckpt"),
-                               resume_state=resume_state, device=dev, progress=progress)
-            summary = log_results(out, work)
-            torch.save({"model": out["model"].state_dict(), "spec": out["model"].spec,
-                        "config": asdict(cfg), **sources}, work / "best_state.pt")
-            tracking.log_artifact(work / "best_state.pt", "checkpoints")
-            summary.update(base_run_id=base_id, model_uri=None)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return summary
-
-
-__all__ = [
-    "AutoencoderRecipe", "SequenceModel", "Streams", "Windows", "base_config", "base_embeddings",
-    "build_streams", "build_windows", "c1_stream", "ensure_autoencoder", "ensure_base_run",
-    "find_base_run", "fit_sequence", "frame_embeddings", "load_run_model", "residual_matrix",
-    "train_autoencoder", "train_sequence", "zscore", "zscore_by_group",
-]
+            "val_classes": val_classes, "history": history}

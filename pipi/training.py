@@ -25,12 +25,13 @@ import torch.nn.functional as F
 from sklearn.metrics import f1_score
 from tqdm.auto import tqdm
 
-from pipi.cells import TrainConfig
+from pipi.config import TrainConfig
 from pipi.classes import CLASSES, NUM_CLASSES
 from pipi.data.cache import AugmentConfig, augment, batches, build_cache, normalize, to_float
 from pipi.data.kvasir import load_staged
 from pipi.errors import PipiError
-from pipi.models import DistillClassifier, FrameClassifier, build_backbone
+from pipi.paths import pipi_home
+from pipi.models import DistillClassifier, FrameClassifier, build_backbone, distill_loss
 from pipi.predictions import (  # noqa: F401  (re-exported: the format's home is pipi.predictions)
     PREDICTIONS_VERSION,
     PROB_COLUMNS,
@@ -59,10 +60,14 @@ def seed_everything(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def evaluable_classes(frames: pd.DataFrame) -> list[int]:
-    """Classes with positives in both val and test: the headline macro-AUC's classes."""
-    have = [set(frames.loc[frames["split"] == s, "class_index"]) for s in ("val", "test")]
-    return sorted(have[0] & have[1])
+def split_classes(frames: pd.DataFrame, split: str) -> list[int]:
+    """Classes with positives in ``split``.
+
+    On ``test`` these are the headline macro-AUC's classes (the paper's 11 on the canonical
+    split, Blood - fresh included although it has no val frames); on ``val`` they are the
+    classes that select the checkpoint and stop early.
+    """
+    return sorted(set(frames.loc[frames["split"] == split, "class_index"].tolist()))
 
 
 def class_weights(labels: np.ndarray) -> torch.Tensor:
@@ -95,20 +100,21 @@ class FrameInputs:
         cfg, cell = self.cfg, self.cfg.cell_config
         need_prior = cell.input_channels == 5 or cell.distill
         aug = AugmentConfig(cfg.hflip, cfg.rotation_deg, *cfg.jitter)
+        valid = None
         if train and not need_prior:
             # RGB-only: augmentation and normalisation in one fused pass
             return augment(x01, aug, gen, scale=scale, normalized=True), None
-        if train:
+        if train and cfg.prior.mask == "fov":
+            # the field of view: pixels the zero-filled rotation did not create
+            x01, valid = augment(x01, aug, gen, scale=scale, return_valid=True)
+        elif train:
             x01 = augment(x01, aug, gen, scale=scale)
         elif scale != 1.0:
             x01 = x01 / scale
         prior = None
         if need_prior:
             # The prior is computed after augmentation, on the un-normalised image (paper).
-            prior = prior_channels(
-                x01, alpha=cfg.alpha, lambda_eff=cfg.lambda_eff or None,
-                hb_index=cfg.hb_index, second_channel=cfg.second_channel,
-            )
+            prior = prior_channels(x01, **asdict(cfg.prior), valid=valid)
         x = normalize(x01)
         if cell.input_channels == 5:
             p = torch.zeros_like(prior) if strip_prior else prior.clone()
@@ -140,8 +146,6 @@ def train_one_epoch(model, images, labels, inputs: FrameInputs, optimizer, weigh
         y = torch.from_numpy(labels[idx]).to(device)
         x, p_blood = inputs(x255, train=True, gen=gen, scale=255.0)
         if cfg.cell_config.distill:
-            from pipi.models import distill_loss
-
             logits, aux = model(x)
             loss = distill_loss(logits, y, aux, p_blood, class_weights=weights,
                                 lam=cfg.distill_lambda)
@@ -246,7 +250,7 @@ def fit_epochs(model, *, cfg: TrainConfig, gen: torch.Generator, train_epoch, pr
             tracker.log_metrics({"train/loss": loss, "val/macro_auc": vauc,
                                  "val/macro_f1": vm["val/macro_f1"], "train/lr": lr}, step=epoch)
             tracker.log_checkpoint({
-                "config": asdict(cfg), "epoch": epoch, "model": model.state_dict(),
+                "config": cfg.to_dict(), "epoch": epoch, "model": model.state_dict(),
                 "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                 "best": best, "history": history, "gen_state": gen.get_state(),
                 "torch_rng": torch.get_rng_state(), **(extra_state or {})})
@@ -262,8 +266,6 @@ def run_frame_cell(cfg: TrainConfig, *, data: Path, resume_state: dict | None = 
     ``tracker`` (``pipi.tracking`` functions or a test double with ``log_metrics``,
     ``log_checkpoint``) receives per-epoch metrics and the resumable checkpoint.
     """
-    from pipi.paths import pipi_home
-
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     frames, manifest = load_staged(data)
     digest = manifest["data_digest"]
@@ -272,7 +274,8 @@ def run_frame_cell(cfg: TrainConfig, *, data: Path, resume_state: dict | None = 
     split_idx = {s: np.flatnonzero(frames["split"].to_numpy() == s) for s in ("train", "val", "test")}
     images = {s: cache[i] if len(i) else cache[:0] for s, i in split_idx.items()}
     labels = {s: frames["class_index"].to_numpy(np.int64)[i] for s, i in split_idx.items()}
-    classes = evaluable_classes(frames)
+    classes = split_classes(frames, "test")
+    val_classes = split_classes(frames, "val")
 
     gen = seed_everything(cfg.seed)
     model = build_frame_model(cfg).to(dev)
@@ -286,18 +289,18 @@ def run_frame_cell(cfg: TrainConfig, *, data: Path, resume_state: dict | None = 
 
     fit = fit_epochs(model, cfg=cfg, gen=gen, train_epoch=train_epoch,
                      predict_val=lambda: predict_probs(model, images["val"], inputs, device=dev),
-                     val_frames=frames.iloc[split_idx["val"]], classes=classes, tracker=tracker,
+                     val_frames=frames.iloc[split_idx["val"]], classes=val_classes, tracker=tracker,
                      resume_state=resume_state)
     best, history = fit["best"], fit["history"]
     preds = {}
     for s in ("val", "test"):
         preds[s] = predictions_frame(frames.iloc[split_idx[s]],
                                      predict_probs(model, images[s], inputs, device=dev))
-    metrics = {**split_metrics(preds["val"], classes, "val"),
+    metrics = {**split_metrics(preds["val"], val_classes, "val"),
                **split_metrics(preds["test"], classes, "test"),
                "best_epoch": best["epoch"]}
     return {"model": model.cpu(), "predictions": preds, "metrics": metrics,
-            "classes": classes, "history": history, "manifest": manifest, "frames": frames}
+            "classes": classes, "val_classes": val_classes, "history": history, "manifest": manifest, "frames": frames}
 
 
 def tmpdir() -> Path:

@@ -45,12 +45,9 @@ mix images).
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import math
-import shutil
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -58,7 +55,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, vmap
 
-from pipi.cells import TrainConfig
+from pipi.config import TrainConfig
 from pipi.data.cache import batches, to_float
 from pipi.errors import ConfigError
 from pipi.models import AuxDecoder
@@ -195,8 +192,7 @@ class _Batch:
 
 def _p_blood(x01: Tensor, cfg: TrainConfig) -> Tensor:
     """(B, 1, H, W) analytic P_blood with the run's prior parameters."""
-    return prior_channels(x01, alpha=cfg.alpha, lambda_eff=cfg.lambda_eff or None,
-                          hb_index=cfg.hb_index, second_channel=cfg.second_channel)[:, :1]
+    return prior_channels(x01, **asdict(cfg.prior))[:, :1]
 
 
 def _model_input(x01: Tensor, cfg: TrainConfig) -> Tensor:
@@ -458,118 +454,7 @@ def adapt_predict(model: nn.Module, fitted: FittedProbe, images: np.ndarray, *,
     return TTAOutput(variant, cat(probs, model.num_classes), cat(before), cat(after), cat(change))
 
 
-# --------------------------------------------------------------------------- MLflow child
-def tta_key(base_run_id: str, variant: str, tta: TTAConfig = TTAConfig()) -> str:
-    """Idempotency key of one PI-TTA evaluation of one ``a`` run."""
-    from pipi import tracking
-
-    return tracking.config_hash({"study": "pi_tta", "variant": check_variant(variant),
-                                 "tta": asdict(tta), "base_run_id": base_run_id,
-                                 "code": tracking.code_version()})
-
-
-def evaluate_tta(base_run_id: str, variant: str, *, data: Path, parent_run_id: str,
-                 tta: TTAConfig = TTAConfig(), progress: bool = False) -> str:
-    """Evaluate one PI-TTA variant on a FINISHED ``a`` run as a nested run; returns its id.
-
-    Scored on the test split (paper: "All three variants are scored on the test split"). The
-    child (entry point ``ablate``) logs the run contract's predictions artifact for the test
-    split (``predictions/test.parquet`` + ``schema.json``; no val file: nothing is selected on
-    val), ``test/*`` metrics, ``tta/loss_before`` and
-    ``tta/loss_after`` (mean probe loss over test frames before and after the ``K`` steps),
-    ``tta/param_change`` (mean relative change of the adapted parameters),
-    ``tta/fit_loss`` (last offline-fit epoch), ``tta/baseline_test_macro_auc`` and
-    ``tta/delta_test_macro_auc`` (against the base run's ``test/macro_auc``),
-    ``tta/max_abs_prob_diff`` and ``tta/argmax_changed_fraction`` (test predictions against
-    the base run's logged ones), and tags ``pipi.cell = a@tta_<variant>``, ``pipi.variant``,
-    ``pipi.study = pi_tta``, ``pipi.base_run_id``, ``pipi.paper_variant``, ``pipi.tta_note``.
-    """
-    from pipi import tracking
-    from pipi.classes import CLASSES
-    from pipi.data.cache import build_cache
-    from pipi.data.kvasir import load_staged
-    from pipi.predictions import predictions_frame, read_predictions, write_predictions
-    from pipi.runner import run_params
-    from pipi.sequence import load_run_model
-    from pipi.paths import pipi_home
-    from pipi.training import PROB_COLUMNS, evaluable_classes, split_metrics, tmpdir
-
-    check_variant(variant)
-    frames, manifest = load_staged(data)
-    digest = manifest["data_digest"]
-    model, cfg = load_run_model(base_run_id)
-    if cfg.cell_config.input_channels != 3 or cfg.cell_config.distill:
-        raise ConfigError(f"run {base_run_id} is cell {cfg.cell}; PI-TTA adapts RGB-only "
-                          "per-frame runs (cell a)")
-    if variant not in variants_for(cfg.backbone):
-        raise ConfigError(f"{variant} needs BatchNorm layers; {cfg.backbone} has none")
-    images = build_cache(data, frames, size=cfg.image_size, digest=digest,
-                         cache_dir=pipi_home() / "cache", progress=progress)
-    dev = _device(None)
-    split = frames["split"].to_numpy()
-    rows = {s: np.flatnonzero(split == s) for s in ("train", "test")}
-    paper = variant in PAPER_VARIANTS
-    tags = {tracking.TAG_DATASET: manifest.get("dataset", "kvasir-capsule"),
-            tracking.TAG_DATA_DIGEST: digest, tracking.TAG_SPLIT_SHA: manifest["content_sha256"],
-            tracking.TAG_CELL: f"{cfg.cell}@tta_{variant}", tracking.TAG_BACKBONE: cfg.backbone,
-            tracking.TAG_SEED: str(cfg.seed),
-            tracking.TAG_CONFIG_HASH: tta_key(base_run_id, variant, tta),
-            tracking.TAG_BASE_RUN: base_run_id, tracking.TAG_STUDY: "pi_tta",
-            tracking.TAG_VARIANT: f"tta_{variant}", tracking.TAG_PARENT_RUN: parent_run_id,
-            "pipi.paper_variant": str(paper).lower(),
-            "pipi.tta_note": NULL_NOTE if paper else BN_TENT_NOTE}
-    work = tmpdir()
-    try:
-        with tracking.pipi_run(entry_point="ablate", nested=True, tags=tags,
-                               run_name=f"{cfg.cell}@tta_{variant}-{cfg.backbone}-s{cfg.seed}"
-                               ) as run:
-            tracking.log_params({**run_params(cfg), "data_dir": str(data),
-                                 "variant": f"tta_{variant}", "tta_variant": variant,
-                                 "base_run_id": base_run_id,
-                                 **{f"tta_{k}": v for k, v in asdict(tta).items()}})
-            fitted = fit_probe(model, variant, images, rows=rows["train"], cfg=cfg, tta=tta,
-                               device=dev)
-            test = adapt_predict(model, fitted, images, rows=rows["test"], cfg=cfg, tta=tta,
-                                 device=dev)
-            preds = {"test": predictions_frame(frames.iloc[rows["test"]], test.probs)}
-            classes = evaluable_classes(frames)
-            metrics = split_metrics(preds["test"], classes, "test")
-            metrics.update({
-                "tta/loss_before": float(np.mean(test.loss_before)),
-                "tta/loss_after": float(np.mean(test.loss_after)),
-                "tta/loss_decreased_fraction": float(np.mean(test.loss_after < test.loss_before)),
-                "tta/param_change": float(np.mean(test.param_change)),
-                "tta/fit_loss": fitted.fit_losses[-1] if fitted.fit_losses else math.nan,
-                "tta/fit_frames": float(fitted.fit_frames),
-            })
-            base = tracking.get_run(base_run_id).data.metrics.get("test/macro_auc", math.nan)
-            metrics["tta/baseline_test_macro_auc"] = base
-            metrics["tta/delta_test_macro_auc"] = metrics["test/macro_auc"] - base
-            base_pred = read_predictions(tracking.download_artifact(
-                base_run_id, "predictions", work / "base"), "test")
-            if list(base_pred["path"]) == list(preds["test"]["path"]):
-                ours = preds["test"][list(PROB_COLUMNS)].to_numpy(np.float64)
-                theirs = base_pred[list(PROB_COLUMNS)].to_numpy(np.float64)
-                metrics["tta/max_abs_prob_diff"] = float(np.abs(ours - theirs).max(initial=0.0))
-                metrics["tta/argmax_changed_fraction"] = float(
-                    np.mean(ours.argmax(1) != theirs.argmax(1))) if len(ours) else 0.0
-            else:
-                log.warning("base run %s: test predictions list other frames; no comparison",
-                            base_run_id)
-            tracking.log_metrics({k: v for k, v in metrics.items() if math.isfinite(v)})
-            tracking.set_tags({"pipi.evaluable_classes": json.dumps([CLASSES[k] for k in classes]),
-                               "pipi.on_classifier_path": str(not paper).lower()})
-            tracking.log_artifacts(write_predictions(preds, work / "predictions"), "predictions")
-            log.info("PI-TTA %s on %s: test macro-AUC %.4f (delta %+.4f), probe loss %.5f -> "
-                     "%.5f", variant, base_run_id, metrics["test/macro_auc"],
-                     metrics["tta/delta_test_macro_auc"], metrics["tta/loss_before"],
-                     metrics["tta/loss_after"])
-            return run.info.run_id
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-
-
 __all__ = ["BN_ARCHS", "PAPER_VARIANTS", "VARIANTS", "EmbedProbe", "FittedProbe", "TTAConfig",
            "TTAOutput", "adapt_bn", "adapt_head", "adapt_predict", "build_probe",
-           "evaluate_tta", "fit_probe", "per_sample_bn_backbone", "per_sample_loss", "tta_key",
+           "fit_probe", "per_sample_bn_backbone", "per_sample_loss",
            "variants_for"]

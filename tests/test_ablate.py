@@ -15,8 +15,9 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from pipi import ablate
-from pipi.ablate import ChildResult, plan, run_ablation
+from pipi.sweeps import plan as ablate
+from pipi.sweeps.plan import ChildResult, plan
+from pipi.workflows.ablate import run_ablation
 from pipi.cells import SEQUENCE_CELLS
 from pipi.errors import ConfigError
 from pipi.models import ARCHS
@@ -44,10 +45,10 @@ def test_eight_cell_plan_puts_bases_first():
     assert set(cells[6:]) == set(SEQUENCE_CELLS) and len(kids) == 2 * (1 + 2 + 9)
     assert len({k.config_hash for k in kids}) == len(kids)
     # the hash is the one `train` tags its run with (config + data digest + code version)
-    from pipi import runner, tracking
+    from pipi import tracking
 
     k = kids[0]
-    assert k.config_hash == tracking.config_hash(runner.config_key(k.cfg, "d" * 64))
+    assert k.config_hash == tracking.config_hash(tracking.config_key(k.cfg, "d" * 64))
 
 
 def test_study_backbones_and_validation():
@@ -83,8 +84,8 @@ def test_summary_table_means_over_seeds():
 
 # --------------------------------------------------------------------------- sweeps
 def test_sweep_retries_reports_and_is_idempotent(tracking, tiny_staged, monkeypatch):
-    import pipi.runner as rmod
-    import pipi.sequence as smod
+    import pipi.workflows.train as rmod
+    import pipi.workflows.train as smod
 
     real_frame, real_fit, calls = rmod.run_frame_cell, smod.fit_sequence, {"n": 0}
 
@@ -211,7 +212,7 @@ def slurm(tmp_path_factory, monkeypatch):
 @pytest.mark.slow
 def test_slurm_executor_runs_children_as_a_job_array(tracking, tiny_staged, slurm,
                                                      monkeypatch):
-    import pipi.slurm as slurm_mod
+    import pipi.sweeps.slurm as slurm_mod
 
     real_command, seen = slurm_mod.train_command, set()
 

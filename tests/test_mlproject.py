@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipi.cli import ENTRY_POINTS
+from pipi.cli import CLI_ONLY_OPTIONS, ENTRY_POINTS
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = yaml.safe_load((ROOT / "MLproject").read_text())
@@ -40,14 +40,25 @@ def test_parameters_match_command_and_click(name):
         flag = "--" + pname.replace("_", "-")
         assert flag in flags, f"{name}: MLproject parameter {pname} has no click option {flag}"
         assert re.search(rf"{re.escape(flag)} \{{{pname}\}}", cmd), f"{flag} not fed {{{pname}}}"
-    # and no click option lacks an MLproject parameter, except optional overrides that are
-    # deliberately undeclared: MLflow appends undeclared -P key=value as `--key value`, so
-    # such an option must also accept the underscore spelling.
+    # and every click option is an MLproject parameter, except the documented CLI-only ones
     for p in ENTRY_POINTS[name].params:
-        long = [o for o in p.opts if o.startswith("--")]
-        if not any(o[2:].replace("-", "_") in params for o in long):
-            assert any("_" in o for o in long) or all("-" not in o[2:] for o in long), (
-                f"{name}: option {long} is neither declared nor reachable by -P")
+        names = {o[2:].replace("-", "_") for o in p.opts if o.startswith("--")}
+        if names & CLI_ONLY_OPTIONS:
+            continue
+        assert names & set(params), f"{name}: option {p.opts} is not an MLproject " \
+            "parameter (declare it, or list it in pipi.cli.CLI_ONLY_OPTIONS)"
+
+
+def test_parity_check_catches_an_undeclared_option(monkeypatch):
+    """The reverse half fails for an option MLproject does not declare (hyphen or not)."""
+    import click
+
+    cmd = ENTRY_POINTS["aggregate"]
+    for extra in ("--bogus", "--bogus-option"):
+        monkeypatch.setattr(cmd, "params", [*cmd.params, click.Option([extra])])
+        with pytest.raises(AssertionError, match="not an MLproject parameter"):
+            test_parameters_match_command_and_click("aggregate")
+        monkeypatch.undo()
 
 
 def test_conda_pins_match_pyproject():
@@ -62,4 +73,5 @@ def test_pending_entry_points_exit_nonzero_with_one_line():
         r = subprocess.run([sys.executable, str(ROOT / "entrypoints" / f"{name}.py")],
                            capture_output=True, text=True, cwd=ROOT)
         assert r.returncode != 0
-        assert r.stderr.strip().count("\n") == 0 and "not built yet" in r.stderr
+        last = r.stderr.strip().splitlines()[-1]
+        assert last.startswith("error: ") and "not built yet" in last

@@ -29,6 +29,11 @@ from pipi.prior import (
 E2 = math.exp(-2.0)
 
 
+def corner(n: int) -> float:
+    """Phi in a corner of an n x n image: r = (n-1)/sqrt 2, lambda_eff = 0.25 n sqrt 2."""
+    return math.exp(-2.0 * (n - 1) / n)
+
+
 def sigmoid(v: float) -> float:
     return 1.0 / (1.0 + math.exp(-v))
 
@@ -39,7 +44,7 @@ def sigmoid(v: float) -> float:
 
 
 def ref_phi(h, w, lambda_eff=None, dtype=torch.float64):
-    lam = 0.25 * math.sqrt((h - 1) ** 2 + (w - 1) ** 2) if lambda_eff is None else lambda_eff
+    lam = 0.25 * math.sqrt(h ** 2 + w ** 2) if lambda_eff is None else lambda_eff  # published
     phi = torch.empty(h, w, dtype=torch.float64)
     for i in range(h):
         for j in range(w):
@@ -145,17 +150,17 @@ def test_phi_centre_and_corners():
     phi = fluence_map(5, 5, dtype=torch.float64)
     assert phi[2, 2].item() == 1.0
     for i, j in [(0, 0), (0, 4), (4, 0), (4, 4)]:
-        assert phi[i, j].item() == pytest.approx(E2, abs=1e-12)
-    # 3 x 3: lambda = 0.25 * sqrt(8); edge midpoints at r = 1
+        assert phi[i, j].item() == pytest.approx(corner(5), abs=1e-12)
+    # 3 x 3: lambda = 0.25 * sqrt(18); edge midpoints at r = 1
     phi3 = fluence_map(3, 3, dtype=torch.float64)
-    assert phi3[0, 1].item() == pytest.approx(math.exp(-1 / (0.25 * math.sqrt(8))), abs=1e-12)
-    # 224 x 224: corners e^-2, lambda = 0.25 * 223 * sqrt 2 = 78.84 px
+    assert phi3[0, 1].item() == pytest.approx(math.exp(-1 / (0.25 * math.sqrt(18))), abs=1e-12)
+    # 224 x 224: lambda = 0.25 * 224 * sqrt 2 = 79.2 px (published implementation)
     x = torch.full((1, 3, 224, 224), 0.3)
     p = prior_channels(x)[0, 1]
     for i, j in [(0, 0), (0, 223), (223, 0), (223, 223)]:
-        assert p[i, j].item() == pytest.approx(E2, abs=1e-6)
+        assert p[i, j].item() == pytest.approx(corner(224), abs=1e-6)
     r = math.hypot(111.5, 111.5 - 100)  # pixel (0, 100)
-    assert p[0, 100].item() == pytest.approx(math.exp(-r / (0.25 * 223 * math.sqrt(2))), abs=1e-6)
+    assert p[0, 100].item() == pytest.approx(math.exp(-r / (0.25 * 224 * math.sqrt(2))), abs=1e-6)
     # explicit lambda_eff, odd size: exactly 1 at the centre, exp(-r/lambda) elsewhere
     q = prior_channels(torch.full((3, 9, 7), 0.5), lambda_eff=2.0)[1]
     assert q[4, 3].item() == 1.0
@@ -175,8 +180,8 @@ def test_tiny_image_hand_values_full_range():
     p = prior_channels(x, clip=(0.0, 1.0))  # (2, 2, 2)
     # H_norm = (H - 0.2) / 0.4 = 1, 0, 0.25, 0.75; all four pixels are corners: Phi = e^-2
     want = [sigmoid(4 * 0.5), sigmoid(-4 * 0.5), sigmoid(4 * -0.25), sigmoid(4 * 0.25)]
-    assert p[0].flatten().tolist() == pytest.approx([v * E2 for v in want], abs=1e-12)
-    assert p[1].flatten().tolist() == pytest.approx([E2] * 4, abs=1e-12)
+    assert p[0].flatten().tolist() == pytest.approx([v * corner(2) for v in want], abs=1e-12)
+    assert p[1].flatten().tolist() == pytest.approx([corner(2)] * 4, abs=1e-12)
 
 
 def test_tiny_image_hand_values_default_clip():
@@ -185,7 +190,7 @@ def test_tiny_image_hand_values_default_clip():
     # sorted H = 0.2, 0.3, 0.5, 0.6; rank 0.03 -> lo = 0.203; rank 2.97 -> hi = 0.597
     lo, hi = 0.203, 0.597
     hn = [1.0, 0.0, (0.3 - lo) / (hi - lo), (0.5 - lo) / (hi - lo)]
-    assert p == pytest.approx([sigmoid(4 * (v - 0.5)) * E2 for v in hn], abs=1e-9)
+    assert p == pytest.approx([sigmoid(4 * (v - 0.5)) * corner(2) for v in hn], abs=1e-9)
 
 
 def test_tiny_image_code_variants():
@@ -194,10 +199,10 @@ def test_tiny_image_code_variants():
     # H = R / (G + B) = 1.5, 0.25, 3/7, 1.0; min 0.25, max 1.5
     hn = [(v - 0.25) / 1.25 for v in (1.5, 0.25, 3 / 7, 1.0)]
     assert p[0].flatten().tolist() == pytest.approx(
-        [sigmoid(4 * (v - 0.5)) * E2 for v in hn], abs=1e-12
+        [sigmoid(4 * (v - 0.5)) * corner(2) for v in hn], abs=1e-12
     )
     gb = [math.log(0.2 / 0.2), math.log(0.2 / 0.6), math.log(0.3 / 0.4), math.log(1.0)]
-    assert p[1].flatten().tolist() == pytest.approx([v * E2 for v in gb], abs=1e-12)
+    assert p[1].flatten().tolist() == pytest.approx([v * corner(2) for v in gb], abs=1e-12)
 
 
 def test_flat_image_is_neutral():
@@ -243,7 +248,7 @@ def test_output_is_not_the_cached_phi():
     torch.testing.assert_close(prior_channels(x), ref_prior(x), atol=1e-5, rtol=0)
     f = fluence_map(8, 8)
     f.zero_()
-    assert fluence_map(8, 8)[0, 0].item() == pytest.approx(E2, abs=1e-6)
+    assert fluence_map(8, 8)[0, 0].item() == pytest.approx(corner(8), abs=1e-6)
 
 
 # ------------------------------------------------------------------------------------------
@@ -537,3 +542,36 @@ def test_c1_bad_input(bad, exc):
 def test_c1_bad_form():
     with pytest.raises(ConfigError, match="form"):
         c1_features(torch.rand(1, 4, 4), form=5)
+
+
+def test_phi_equals_the_published_implementation():
+    """lambda_eff = 0.25 * sqrt(H**2 + W**2), centre ((H-1)/2, (W-1)/2), as published (numpy)."""
+    for h, w in [(224, 224), (64, 64), (33, 20)]:
+        yy, xx = np.mgrid[0:h, 0:w].astype(np.float64)
+        r = np.sqrt((yy - (h - 1) / 2) ** 2 + (xx - (w - 1) / 2) ** 2)
+        published = np.exp(-r / (0.25 * np.sqrt(h ** 2 + w ** 2)))
+        ours = fluence_map(h, w, dtype=torch.float32).numpy()
+        assert np.abs(ours - published).max() < 1e-6
+    assert PriorConfig().resolved_lambda(224, 224) == pytest.approx(79.196, abs=1e-3)
+
+
+def test_fov_mask_ignores_zero_filled_corners():
+    """prior_mask=fov: percentiles over the field of view; zero fill no longer pulls the 1st."""
+    x = rand_images(1, 32, 32, seed=5)
+    filled = x.clone()
+    filled[:, :, :6, :6] = 0  # a rotation's zero-filled corner
+    valid = torch.ones(1, 32, 32, dtype=torch.bool)
+    valid[:, :6, :6] = False
+    every = prior_channels(filled)[0, 0]
+    fov = prior_channels(filled, mask="fov", valid=valid)[0, 0]
+    # independent: the same percentiles computed with numpy over the valid pixels only
+    r, g, b = (filled[0, c].double().numpy() for c in range(3))
+    hb = r / np.maximum(r + g + b, 1e-6)
+    lo, hi = np.quantile(hb[valid[0].numpy()], [0.01, 0.99])
+    hn = (np.clip(hb, lo, hi) - lo) / (hi - lo)
+    phi = fluence_map(32, 32, dtype=torch.float64).numpy()
+    want = phi / (1 + np.exp(-4.0 * (hn - 0.5)))
+    assert np.abs(fov.double().numpy() - want)[valid[0].numpy()].max() < 1e-5
+    assert not torch.allclose(every, fov)
+    with pytest.raises(ConfigError, match="prior_mask"):
+        PriorConfig(mask="bogus")

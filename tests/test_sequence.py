@@ -11,8 +11,11 @@ import pandas as pd
 import pytest
 import torch
 
-from pipi import runner, sequence
-from pipi.cells import SEQUENCE_CELLS, make_config
+from pipi import sequence
+from pipi.models.sequence import SequenceModel
+from pipi.workflows import train as runner
+from pipi.cells import SEQUENCE_CELLS
+from pipi.config import make_config
 from pipi.classes import CLASSES
 from pipi.data.cache import build_cache
 from pipi.data.kvasir import load_staged
@@ -97,9 +100,9 @@ def test_zscore_train_and_per_patient():
 
 def test_head_width_is_the_concatenated_streams():
     # paper: C2 + C3 = 1280 + 192 for EfficientNet-B0
-    m = sequence.SequenceModel(emb_dim=1280, window=16, temporal=True, c3_dim=192)
+    m = SequenceModel(emb_dim=1280, window=16, temporal=True, c3_dim=192)
     assert m.head.in_dim == 1280 + 192
-    m = sequence.SequenceModel(emb_dim=512, window=16, temporal=True, c1_dim=13)
+    m = SequenceModel(emb_dim=512, window=16, temporal=True, c1_dim=13)
     assert m.head.in_dim == 512 + 13
     out = m(torch.randn(3, 16, 512), torch.tensor([0, 8, 15]),
             torch.zeros(3, 16, dtype=torch.bool), c1=torch.randn(3, 13))

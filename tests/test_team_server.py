@@ -42,8 +42,8 @@ def team_server(tmp_path_factory):
 
 
 def test_train_against_postgres_and_s3(team_server, tiny_staged, monkeypatch):
-    from pipi import runner
-    from pipi.cells import make_config
+    from pipi.workflows import train as runner
+    from pipi.config import make_config
 
     server, s3 = team_server
     monkeypatch.setenv("MLFLOW_TRACKING_URI", server.uri)

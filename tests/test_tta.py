@@ -19,9 +19,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipi import ablate, tta
-from pipi.ablate import run_ablation
-from pipi.cells import make_config
+from pipi import tta
+from pipi.sweeps import plan as ablate
+from pipi.workflows.ablate import run_ablation
+from pipi.config import make_config
 from pipi.classes import CLASSES
 from pipi.errors import ConfigError
 from pipi.prior import c1_features, prior_channels

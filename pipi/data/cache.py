@@ -111,7 +111,7 @@ def _affine_grid(theta: torch.Tensor, h: int, w: int) -> torch.Tensor:
 
 
 def augment(x: torch.Tensor, cfg: AugmentConfig, gen: torch.Generator, *,
-            scale: float = 1.0, normalized: bool = False) -> torch.Tensor:
+            scale: float = 1.0, normalized: bool = False, return_valid: bool = False):
     """Batched train augmentation of float ``[B, 3, H, W]`` images with values in [0, scale].
 
     Per sample: a horizontal flip and a rotation about the centre (uniform in
@@ -123,10 +123,13 @@ def augment(x: torch.Tensor, cfg: AugmentConfig, gen: torch.Generator, *,
     results differ only where an intermediate value left [0, 1]). Returns values in [0, 1],
     or ImageNet-normalised values when ``normalized`` (the normalisation is folded into the
     same matrix, so it costs no extra pass). Random numbers come from ``gen`` (CPU), so a
-    seed fixes the whole pipeline.
+    seed fixes the whole pipeline. ``return_valid`` also returns the field of view, a
+    ``(B, H, W)`` bool mask of the pixels the rotation's zero fill did not create (the same
+    random numbers are drawn either way).
     """
     b, _, h, w = x.shape
     dev, dt = x.device, x.dtype
+    valid = torch.ones((b, h, w), dtype=torch.bool, device=dev)
     u = torch.rand(b, 5, generator=gen, dtype=torch.float64)
     # ---- geometry: flip folded into the rotation's sampling matrix (one grid_sample)
     if cfg.hflip > 0 or cfg.rotation_deg > 0:
@@ -139,6 +142,10 @@ def augment(x: torch.Tensor, cfg: AugmentConfig, gen: torch.Generator, *,
         grid = _affine_grid(theta, h, w)
         x = F.grid_sample(x, grid, mode=cfg.interpolation, padding_mode="zeros",
                           align_corners=False)
+        if return_valid:
+            ones = torch.ones((b, 1, h, w), dtype=dt, device=dev)
+            valid = F.grid_sample(ones, grid, mode="nearest", padding_mode="zeros",
+                                  align_corners=False)[:, 0] > 0.5
 
     # ---- colour: brightness f_b, contrast f_c (towards the mean grey), saturation f_s
     def factor(col, amount):
@@ -160,8 +167,9 @@ def augment(x: torch.Tensor, cfg: AugmentConfig, gen: torch.Generator, *,
         t = (t - mean) / std
         lo, hi = (lo - mean) / std, (hi - mean) / std
     out = torch.baddbmm(t.to(dev, dt).unsqueeze(2), a.to(dev, dt), x.reshape(b, 3, h * w))
-    return out.view(b, 3, h, w).clamp_(lo.to(dev, dt).view(1, 3, 1, 1),
-                                       hi.to(dev, dt).view(1, 3, 1, 1))
+    out = out.view(b, 3, h, w).clamp_(lo.to(dev, dt).view(1, 3, 1, 1),
+                                      hi.to(dev, dt).view(1, 3, 1, 1))
+    return (out, valid) if return_valid else out
 
 
 def normalize(x01: torch.Tensor) -> torch.Tensor:

@@ -23,7 +23,8 @@ from torch import Tensor, nn
 
 from pipi.errors import ConfigError
 
-__all__ = ["ARCHS", "FEATURE_DIMS", "PRIOR_INITS", "Backbone", "build_backbone", "widen_first_conv"]
+__all__ = ["ARCHS", "FEATURE_DIMS", "PRIOR_INITS", "Backbone", "build_backbone", "check_weights",
+           "widen_first_conv"]
 
 log = logging.getLogger(__name__)
 
@@ -245,7 +246,10 @@ def _read_state_dict(path: Path) -> dict[str, Tensor]:
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises several types for unreadable files
-        raise ConfigError(f"Cannot read weights file {path}: {exc}") from exc
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise ConfigError(f"weights={str(path)!r}: cannot read it as a torch state_dict file "
+                          f"({type(exc).__name__}: {first[:160]}); pass a .pth file saved "
+                          "with torch.save(model.state_dict(), path), or weights=none") from None
     if isinstance(obj, Mapping) and "state_dict" in obj and isinstance(obj["state_dict"], Mapping):
         obj = obj["state_dict"]
     if not isinstance(obj, Mapping) or not all(isinstance(v, Tensor) for v in obj.values()):
@@ -364,3 +368,11 @@ def build_backbone(
 
     log.debug("built %s backbone (weights=%s, in_channels=%d)", arch, source, in_channels)
     return Backbone(arch, body, in_channels=in_channels)
+
+
+def check_weights(weights: str) -> str:
+    """Validate a ``weights`` option before a run starts: imagenet, none, or a readable file."""
+    resolved = _resolve_weights(weights)
+    if isinstance(resolved, Path):
+        _read_state_dict(resolved)
+    return weights

@@ -20,6 +20,8 @@ import torch
 from PIL import Image
 
 from pipi.classes import CLASSES
+from pipi.config import TrainConfig
+from pipi.training import FrameInputs, build_frame_model
 
 
 def _as_images(model_input) -> list[np.ndarray]:
@@ -53,12 +55,8 @@ class PipiImageClassifier(mlflow.pyfunc.PythonModel):
     """pyfunc wrapper around a per-frame pipi model (see the module docstring)."""
 
     def load_context(self, context):
-        from pipi.cells import TrainConfig
-        from pipi.training import FrameInputs, build_frame_model
-
         cfg_doc = json.loads(Path(context.artifacts["config"]).read_text())
-        cfg_doc["jitter"] = tuple(cfg_doc["jitter"])
-        self.cfg = TrainConfig(**{**cfg_doc, "weights": "none"})
+        self.cfg = TrainConfig.from_dict(cfg_doc, weights="none")
         self.model = build_frame_model(self.cfg)
         state = torch.load(context.artifacts["weights"], map_location="cpu", weights_only=True)
         self.model.load_state_dict(state)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -25,7 +26,8 @@ log = logging.getLogger(__name__)
 RUN_COLUMNS = ("run_id", "experiment_id", "run_name", "status", "start_time", "entry_point",
                "cell", "backbone", "seed", "data_digest", "dataset", "study", "variant",
                "base_run_id", "parent_run_id", "evaluable_classes", "code_version",
-               "profile", "test_macro_auc")
+               "profile", "test_macro_auc", "test_classes", "val_classes", "recipe",
+               "recipe_hash", "failure_reason", "params", "tta_loss_before", "tta_loss_after")
 
 
 def experiment_id(experiment: str) -> str:
@@ -74,6 +76,14 @@ def load_runs(experiment: str, filter_string: str = "", *, page_size: int = 1000
                 "code_version": t.get(TAG_CODE_VERSION, ""),
                 "profile": r.data.params.get("profile", ""),
                 "test_macro_auc": r.data.metrics.get("test/macro_auc", float("nan")),
+                # literal names: the tags of the run contract (README "The run contract")
+                "test_classes": t.get("pipi.test_classes", ""),
+                "val_classes": t.get("pipi.val_classes", ""),
+                "recipe": t.get("pipi.recipe", ""), "recipe_hash": t.get("pipi.recipe_hash", ""),
+                "failure_reason": t.get(TAG_FAILURE, ""),
+                "params": json.dumps(dict(r.data.params), sort_keys=True),
+                "tta_loss_before": r.data.metrics.get("tta/loss_before", float("nan")),
+                "tta_loss_after": r.data.metrics.get("tta/loss_after", float("nan")),
             })
         token = page.token
         if not token:

@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import json
 import logging
-import os
-import subprocess
-import traceback
-import urllib.error
-import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import mlflow
 from mlflow.tracking import MlflowClient
 
-import pipi
 from pipi.errors import TrackingError
-from pipi.paths import PACKAGE_DIR, PROJECT_ROOT
+from pipi.paths import PACKAGE_DIR
 from pipi.tracking.tags import *  # noqa: F403
 
 log = logging.getLogger(__name__)

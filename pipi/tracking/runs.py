@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import logging
 import os
-import subprocess
 import traceback
-import urllib.error
-import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -18,9 +13,7 @@ from typing import Any
 import mlflow
 from mlflow.tracking import MlflowClient
 
-import pipi
 from pipi.errors import TrackingError
-from pipi.paths import PACKAGE_DIR, PROJECT_ROOT
 from pipi.tracking.tags import *  # noqa: F403
 
 log = logging.getLogger(__name__)
@@ -28,12 +21,27 @@ from pipi.tracking.store import code_version
 
 
 # --------------------------------------------------------------------------- runs
+def default_experiment() -> str:
+    """The experiment every entry point uses unless told otherwise: MLflow's own choice.
+
+    ``MLFLOW_EXPERIMENT_NAME`` / ``MLFLOW_EXPERIMENT_ID`` (``mlflow run --experiment-name``
+    sets the latter), else the experiment of ``MLFLOW_RUN_ID``, else MLflow's ``Default``.
+    ``mlflow run . -e train`` and ``pipi train`` therefore land in the same experiment, and
+    ``aggregate`` reads that one by default.
+    """
+    if os.environ.get("MLFLOW_EXPERIMENT_NAME"):
+        return os.environ["MLFLOW_EXPERIMENT_NAME"]
+    if os.environ.get("MLFLOW_EXPERIMENT_ID"):
+        return os.environ["MLFLOW_EXPERIMENT_ID"]
+    if os.environ.get("MLFLOW_RUN_ID"):
+        with contextlib.suppress(Exception):
+            return mlflow.get_run(os.environ["MLFLOW_RUN_ID"]).info.experiment_id
+    return DEFAULT_EXPERIMENT
+
+
 def _set_experiment(experiment: str | None) -> None:
     if experiment:
         mlflow.set_experiment(experiment)
-    elif not (os.environ.get("MLFLOW_EXPERIMENT_NAME") or os.environ.get("MLFLOW_EXPERIMENT_ID")
-              or os.environ.get("MLFLOW_RUN_ID")):
-        mlflow.set_experiment(DEFAULT_EXPERIMENT)
 
 
 @contextlib.contextmanager
@@ -49,13 +57,17 @@ def pipi_run(
     """Start (or resume, or attach to ``mlflow run``'s) run; mark it FAILED with a reason on error."""
     all_tags = {TAG_ENTRY_POINT: entry_point, TAG_CODE_VERSION: code_version(),
                 **{k: str(v) for k, v in (tags or {}).items()}}  # REST needs strings
+    env_run = os.environ.get("MLFLOW_RUN_ID")
+    side_run = False
     if nested and mlflow.active_run() is None:
         nested = False
-        if os.environ.get("MLFLOW_RUN_ID") and run_id is None:
+        if env_run and run_id is None:
             # Inside `mlflow run` but before its run is active here: a side run (e.g. staging
-            # the default data) must not take over the project's run id.
-            exp_id = mlflow.get_run(os.environ["MLFLOW_RUN_ID"]).info.experiment_id
+            # the default data) must not take over the project's run id, and ending it must
+            # not forget that id (mlflow.end_run clears MLFLOW_RUN_ID).
+            exp_id = mlflow.get_run(env_run).info.experiment_id
             run_id = MlflowClient().create_run(exp_id, tags=all_tags, run_name=run_name).info.run_id
+            side_run = True
     if not nested and run_id is None:
         _set_experiment(experiment)
     run = mlflow.start_run(run_id=run_id, run_name=run_name, nested=nested, tags=all_tags)
@@ -71,6 +83,9 @@ def pipi_run(
         raise
     else:
         mlflow.end_run("FINISHED")
+    finally:
+        if side_run and env_run:
+            os.environ["MLFLOW_RUN_ID"] = env_run
 
 
 def _same_param(logged: str, new: str) -> bool:

@@ -2,25 +2,22 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
 import os
 import subprocess
-import traceback
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import mlflow
-from mlflow.tracking import MlflowClient
 
 import pipi
 from pipi.errors import TrackingError
-from pipi.paths import PACKAGE_DIR, PROJECT_ROOT
+from pipi.paths import PROJECT_ROOT
 from pipi.tracking.tags import *  # noqa: F403
 
 log = logging.getLogger(__name__)
@@ -101,3 +98,9 @@ def config_hash(config: Mapping[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+
+
+def write_json(obj: Any, path: Path) -> Path:
+    """Write ``obj`` as indented JSON (a model artifact written before it is logged)."""
+    Path(path).write_text(json.dumps(obj, indent=2, default=str))
+    return Path(path)

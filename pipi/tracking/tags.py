@@ -1,6 +1,7 @@
 """Tag names of the run contract (README "The run contract") and the default experiment."""
 
-DEFAULT_EXPERIMENT = "pipi"
+#: MLflow's own default experiment: runs land where `mlflow run` puts them.
+DEFAULT_EXPERIMENT = "Default"
 
 # Tag names (the run contract; README "Run contract").
 TAG_ENTRY_POINT = "pipi.entry_point"
@@ -19,3 +20,8 @@ TAG_STUDY = "pipi.study"
 TAG_VARIANT = "pipi.variant"
 TAG_C3_RUN = "pipi.c3_run_id"
 
+TAG_RECIPE = "pipi.recipe"
+TAG_RECIPE_HASH = "pipi.recipe_hash"
+TAG_TEST_CLASSES = "pipi.test_classes"
+TAG_VAL_CLASSES = "pipi.val_classes"
+TAG_SOURCE_RUN = "pipi.source_run_id"

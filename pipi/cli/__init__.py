@@ -1,0 +1,36 @@
+"""The ``pipi`` command line: one short module per entry point, options from the registries.
+
+``pipi <name>`` exists for every MLproject entry point with the same options (the
+``entrypoints/<name>.py`` scripts run ``ENTRY_POINTS[name]``), plus ``pipi synthesize`` and
+``pipi stage kvasir`` for releases on disk.
+"""
+
+from __future__ import annotations
+
+import click
+
+from pipi.cli.ablate import ablate
+from pipi.cli.aggregate import aggregate
+from pipi.cli.common import CLI_ONLY_OPTIONS, PipiGroup, setup_logging
+from pipi.cli.pending import calibrate, galar, promote, robustness, transplant
+from pipi.cli.stage import stage
+from pipi.cli.synthesize import synthesize
+from pipi.cli.train import train
+
+
+@click.group(cls=PipiGroup)
+@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+def main(verbose: bool) -> None:
+    """pipi: training-time optical priors for capsule endoscopy, on MLflow."""
+    setup_logging(verbose)
+
+
+ENTRY_POINTS: dict[str, click.Command] = {
+    "stage": stage, "train": train, "ablate": ablate, "transplant": transplant,
+    "galar": galar, "calibrate": calibrate, "robustness": robustness, "aggregate": aggregate,
+    "promote": promote,
+}
+for _cmd in (synthesize, *ENTRY_POINTS.values()):
+    main.add_command(_cmd)
+
+__all__ = ["CLI_ONLY_OPTIONS", "ENTRY_POINTS", "main"]

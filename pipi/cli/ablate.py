@@ -1,0 +1,58 @@
+"""`pipi ablate` / `mlflow run . -e ablate`: sweeps as nested runs."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from pipi import tracking
+from pipi.cli.common import (
+    PipiCommand,
+    choice,
+    data_option,
+    experiment_option,
+    overrides_from,
+    profile_option,
+    setup_logging,
+    train_override_options,
+    weights_option,
+    with_options,
+)
+from pipi.config import PAPER_SEEDS, make_config
+from pipi.models.backbones import check_weights
+from pipi.sweeps.plan import EXECUTORS, STUDIES, parse_list
+from pipi.workflows.ablate import run_ablation
+
+
+@click.command("ablate", cls=PipiCommand)
+@click.option("--study", default="eight_cell", show_default=True, type=choice(STUDIES))
+@click.option("--seeds", default=",".join(map(str, PAPER_SEEDS)), show_default=True,
+              help="Comma-separated seeds (default: the paper's six).")
+@click.option("--backbones", default="efficientnet_b0", show_default=True,
+              help="Comma-separated backbones (cross_backbone: all three unless changed).")
+@click.option("--cells", default="", help="Comma-separated cells (default: the study's).")
+@profile_option
+@click.option("--executor", type=choice(EXECUTORS), default="local", show_default=True,
+              help="slurm: one job-array task per child (PIPI_SLURM_*).")
+@data_option
+@weights_option
+@with_options(train_override_options)
+@experiment_option
+def ablate(study, seeds, backbones, cells, profile, executor, data, weights, experiment, **kw):
+    """Sweep cells x seeds x backbones as nested runs; idempotent (README, "ablate")."""
+    setup_logging()
+    overrides = overrides_from(kw)
+    parse_list(seeds, cast=int, name="seeds")
+    make_config(cell="a", profile="paper" if profile == "auto" else profile, **overrides)
+    check_weights(weights)
+    tracking.configure()
+    result = run_ablation(study=study, seeds=seeds, backbones=backbones, cells=cells,
+                          profile=profile, executor=executor, data=data, weights=weights,
+                          overrides=overrides, experiment=experiment or None)
+    click.echo(result.table)
+    click.echo(tracking.ui_hint(result.parent_run_id))
+    if result.failed:
+        click.echo(f"error: {len(result.failed)} child run(s) failed twice (see the table)",
+                   err=True)
+        sys.exit(1)

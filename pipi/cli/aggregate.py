@@ -1,0 +1,31 @@
+"""`pipi aggregate` / `mlflow run . -e aggregate`: the paper's tables from predictions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from pipi import tracking
+from pipi.cli.common import PipiCommand, setup_logging
+from pipi.workflows.aggregate import run_aggregate
+
+
+@click.command("aggregate", cls=PipiCommand)
+@click.option("--experiment", default="", show_default=True,
+              help="MLflow experiment whose runs are aggregated (default: where train and "
+                   "ablate put them: MLFLOW_EXPERIMENT_NAME/ID or Default).")
+@click.option("--filter", "filter_", default="",
+              help="MLflow search filter, e.g. \"tags.`pipi.backbone` = 'resnet18'\".")
+@click.option("--out", default="", help="Also write a local copy of everything logged here.")
+@click.option("--resample", type=click.Choice(["video", "frame"]), default="video",
+              show_default=True, help="Bootstrap unit: test videos (paper) or frames "
+              "(the published code).")
+def aggregate(experiment, filter_, out, resample):
+    """Paper tables, cross-seed statistics, figures and a dashboard from per-frame predictions."""
+    setup_logging()
+    tracking.configure()
+    res = run_aggregate(experiment=experiment or tracking.default_experiment(),
+                        filter_string=filter_, out=Path(out) if out else None,
+                        resample=resample)
+    click.echo(res.summary)

@@ -1,0 +1,168 @@
+"""What every command shares: error handling, logging, option types and registry choices."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import click
+
+from pipi import tracking
+from pipi.cells import CELLS
+from pipi.config import PROFILE_CHOICES, SELECT_METRICS
+from pipi.errors import PipiError
+from pipi.models.backbones import ARCHS, PRIOR_INITS
+from pipi.prior import HB_INDICES, PRIOR_MASKS, SECOND_CHANNELS
+
+
+def _fail(message: str) -> None:
+    """One clear line and exit 2; under ``mlflow run`` its run is marked FAILED with the reason."""
+    click.echo(f"error: {message}", err=True)
+    run_id = os.environ.get("MLFLOW_RUN_ID")
+    if run_id:
+        try:
+            tracking.configure()
+            if tracking.get_run(run_id).info.status in ("RUNNING", "SCHEDULED"):
+                tracking.terminate_run(run_id, "FAILED", message)
+        except PipiError:
+            pass
+    sys.exit(2)
+
+
+class PipiCommand(click.Command):
+    """Turns PipiError (and a bad option) into one clear line and a non-zero exit."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except PipiError as exc:
+            _fail(str(exc))
+
+    def main(self, *args, standalone_mode: bool = True, **kw):
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kw)
+        try:
+            return super().main(*args, standalone_mode=False, **kw)
+        except click.exceptions.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        except click.ClickException as exc:  # a bad option: same path as any other error
+            _fail(exc.format_message())
+        except click.exceptions.Exit as exc:
+            sys.exit(exc.exit_code)
+
+
+class PipiGroup(click.Group):
+    command_class = PipiCommand
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except PipiError as exc:
+            _fail(str(exc))
+
+
+def setup_logging(verbose: bool = False) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    for noisy in ("alembic", "urllib3", "matplotlib", "PIL"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+class Auto(click.ParamType):
+    """A number or ``auto`` (also empty): "not set", the recipe/profile decides. -> None."""
+
+    def __init__(self, cast=int, *, minimum: float | None = None, strict: bool = False):
+        self.cast, self.minimum, self.strict = cast, minimum, strict
+        self.name = f"{cast.__name__}|auto"
+
+    def convert(self, value, param, ctx):
+        if value is None or (isinstance(value, str) and value.strip().lower() in ("auto", "")):
+            return None
+        try:
+            v = self.cast(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not {'an integer' if self.cast is int else 'a number'} "
+                      "or 'auto'", param, ctx)
+        if self.minimum is not None and (v <= self.minimum if self.strict else v < self.minimum):
+            op = ">" if self.strict else ">="
+            self.fail(f"{value!r}: must be {op} {self.minimum} (or 'auto')", param, ctx)
+        return v
+
+
+def choice(values) -> click.Choice:
+    return click.Choice(list(values))
+
+
+def with_options(options):
+    def deco(f):
+        for o in reversed(options):
+            f = o(f)
+        return f
+    return deco
+
+
+cell_option = click.option("--cell", default="pi", show_default=True, type=choice(CELLS),
+                           help="A cell of the cell table (pipi/cells.py).")
+backbone_option = click.option("--backbone", default="efficientnet_b0", show_default=True,
+                               type=choice(ARCHS))
+profile_option = click.option(
+    "--profile", type=choice(PROFILE_CHOICES), default="auto", show_default=True,
+    help="Image size and epochs for the machine (logged); auto: paper on real data, demo on "
+         "the synthetic release.")
+data_option = click.option("--data", default="synthetic", show_default=True,
+                           help="A staged folder, or 'synthetic' (the demo release, staged if needed).")
+weights_option = click.option("--weights", default="imagenet", show_default=True,
+                              help="imagenet, none, or a state_dict file.")
+
+#: The recipe and prior options of `train` (and every child of `ablate`): TRAIN_OVERRIDES.
+train_override_options = [
+    click.option("--epochs", type=Auto(int, minimum=1), default="auto", show_default=True,
+                 help="Epochs (auto: the profile's)."),
+    click.option("--image-size", type=Auto(int, minimum=16), default="auto", show_default=True,
+                 help="Training resolution in px (auto: the profile's)."),
+    click.option("--lr", type=Auto(float, minimum=0, strict=True), default="auto",
+                 show_default=True, help="AdamW learning rate (auto: the recipe's)."),
+    click.option("--batch-size", type=Auto(int, minimum=1), default="auto", show_default=True),
+    click.option("--patience", type=Auto(int, minimum=1), default="auto", show_default=True,
+                 help="Early-stopping patience in epochs."),
+    click.option("--alpha", type=Auto(float, minimum=0, strict=True), default="4.0",
+                 show_default=True, help="Prior steepness (4.0: the published default, not a "
+                 "fitted value)."),
+    click.option("--lambda-eff", type=Auto(float, minimum=0, strict=True), default="auto",
+                 show_default=True, help="Prior attenuation length in px (auto: 0.25 x the "
+                 "image diagonal)."),
+    click.option("--hb-index", type=choice(HB_INDICES), default="paper", show_default=True,
+                 help="paper: R/(R+G+B); code: the published R/(G+B)."),
+    click.option("--second-channel", type=choice(SECOND_CHANNELS), default="phi",
+                 show_default=True, help="phi (paper) or log_gb_phi (published code)."),
+    click.option("--prior-mask", type=choice(PRIOR_MASKS), default="none", show_default=True,
+                 help="none: percentiles over every pixel (published); fov: the field of view "
+                      "only (rotation fill excluded)."),
+    click.option("--prior-init", type=choice(PRIOR_INITS), default="kaiming", show_default=True,
+                 help="Init of the extra first-conv channels: kaiming (paper) or zeros (code)."),
+    click.option("--distill-lambda", type=Auto(float, minimum=0), default="1.0",
+                 show_default=True, help="Weight of the distill cell's auxiliary loss."),
+    click.option("--select-metric", type=choice(SELECT_METRICS), default="macro_auc",
+                 show_default=True, help="Validation metric that selects the checkpoint and "
+                 "stops early: macro_auc (paper) or macro_f1 (the published code)."),
+]
+TRAIN_OVERRIDE_KEYS = ("epochs", "image_size", "lr", "batch_size", "patience", "alpha",
+                       "lambda_eff", "hb_index", "second_channel", "prior_mask", "prior_init",
+                       "distill_lambda", "select_metric")
+
+#: Options of the `pipi` commands that are deliberately not MLproject parameters (under
+#: `mlflow run`, MLflow's own `--experiment-name` chooses the experiment).
+CLI_ONLY_OPTIONS = {"experiment"}
+experiment_option = click.option(
+    "--experiment", default="",
+    help="MLflow experiment (default: MLflow's own choice, MLFLOW_EXPERIMENT_NAME or Default). "
+         "Under `mlflow run`, use `mlflow run --experiment-name` instead.")
+
+
+def overrides_from(kw: dict) -> dict:
+    """The train overrides of a command's keyword arguments (None: not set)."""
+    return {k: kw.pop(k) for k in TRAIN_OVERRIDE_KEYS if k in kw}

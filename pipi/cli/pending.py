@@ -1,0 +1,30 @@
+"""Entry points whose issues have not landed: declared options, a one-line exit."""
+
+from __future__ import annotations
+
+import click
+
+from pipi.cli.common import PipiCommand
+from pipi.errors import NotBuiltYetError
+
+
+def pending(name: str, issue: str, *options) -> click.Command:
+    @click.command(name, cls=PipiCommand)
+    def cmd(**_kw):
+        raise NotBuiltYetError(f"entry point '{name}' is not built yet ({issue})")
+
+    for o in reversed(options):
+        cmd = o(cmd)
+    cmd.help = f"Not built yet ({issue})."
+    return cmd
+
+
+_run_ids = click.option("--run-ids", default="", help="Comma-separated MLflow run ids.")
+transplant = pending("transplant", "transplant issue", _run_ids)
+galar = pending("galar", "cross-vendor issue", click.option("--data", default="synthetic"),
+                _run_ids)
+calibrate = pending("calibrate", "Optuna calibration issue",
+                    click.option("--n-trials", default=20), click.option("--storage", default=""))
+robustness = pending("robustness", "robustness issue", _run_ids)
+promote = pending("promote", "promotion issue", click.option("--model", default=""),
+                  click.option("--version", default=""), click.option("--alias", default="champion"))

@@ -1,0 +1,55 @@
+"""`pipi stage` / `mlflow run . -e stage`, and `pipi stage kvasir` for a release on disk."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from pipi import tracking
+from pipi.cli.common import PipiGroup, setup_logging
+from pipi.workflows import stage as workflow
+
+_link = click.option("--link", type=click.Choice(["hardlink", "symlink", "copy"]),
+                     default="hardlink", show_default=True)
+
+
+@click.group("stage", cls=PipiGroup, invoke_without_command=True)
+@click.option("--source", default="synthetic", show_default=True,
+              help="'synthetic', 'synthetic-tiny', or a labelled_images folder/zip.")
+@click.option("--metadata", default="", help="metadata.csv (default: beside the images).")
+@click.option("--out", default="", help="Output folder (default under .pipi/data for synthetic).")
+@click.option("--split-manifest", default="", help="JSON with video_to_split.")
+@click.option("--seed", type=int, default=42, show_default=True)
+@_link
+@click.pass_context
+def stage(ctx, source, metadata, out, split_manifest, seed, link):
+    """Stage a release into the patient-disjoint layout pipi trains on (MLproject `stage`).
+
+    Without a subcommand: synthesize-then-stage (idempotent), or stage a real release.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    setup_logging()
+    tracking.configure()
+    workflow.stage_source(source, metadata=metadata or None, out=out or None,
+                          split_manifest=Path(split_manifest) if split_manifest else None,
+                          seed=seed, link=link)
+
+
+@stage.command("kvasir")
+@click.option("--images", type=click.Path(path_type=Path), required=True,
+              help="labelled_images folder or labelled_images.zip.")
+@click.option("--metadata", type=click.Path(path_type=Path), required=True)
+@click.option("--out", type=click.Path(path_type=Path), required=True)
+@click.option("--split-manifest", type=click.Path(path_type=Path), default=None,
+              help="JSON with video_to_split: reproduce a split exactly.")
+@click.option("--seed", type=int, default=42, show_default=True)
+@_link
+@click.option("--no-mlflow", is_flag=True, help="Do not log a stage run.")
+def stage_kvasir_cmd(images, metadata, out, split_manifest, seed, link, no_mlflow):
+    """Stage Kvasir-Capsule: split, layout, frame index, manifest, count table."""
+    if not no_mlflow:
+        tracking.configure()
+    workflow.run_stage(images=images, metadata=metadata, out=out, split_manifest=split_manifest,
+                       seed=seed, link=link, log_run=not no_mlflow)

@@ -1,0 +1,54 @@
+"""`pipi train` / `mlflow run . -e train`: one cell, one seed, one backbone."""
+
+from __future__ import annotations
+
+import click
+
+from pipi import tracking
+from pipi.cli.common import (
+    PipiCommand,
+    backbone_option,
+    cell_option,
+    data_option,
+    experiment_option,
+    overrides_from,
+    profile_option,
+    setup_logging,
+    train_override_options,
+    weights_option,
+    with_options,
+)
+from pipi.config import make_config
+from pipi.models.backbones import check_weights
+from pipi.workflows import train as workflow
+
+
+@click.command("train", cls=PipiCommand)
+@cell_option
+@click.option("--seed", type=int, default=42, show_default=True)
+@backbone_option
+@data_option
+@profile_option
+@weights_option
+@with_options(train_override_options)
+@click.option("--resume", default="", help="Run id of an interrupted run to continue.")
+@experiment_option
+def train(cell, seed, backbone, data, profile, weights, resume, experiment, **kw):
+    """Train one cell and register its model (the run contract: README)."""
+    setup_logging()
+    overrides = overrides_from(kw)
+    # every option is checked before anything is staged, loaded or started
+    make_config(cell=cell, backbone=backbone, seed=seed,
+                profile="paper" if profile == "auto" else profile, **overrides)
+    check_weights(weights)
+    tracking.configure()
+    cfg, _ = workflow.prepare(cell=cell, backbone=backbone, seed=seed, profile=profile,
+                              data=data, weights=weights, **overrides)
+    s = workflow.train(cfg, data=data, resume=resume or None, experiment=experiment or None)
+    click.echo(f"run {s['run_id']}: test macro-AUC {s['test_macro_auc']:.4f} "
+               f"(val {s['val_macro_auc']:.4f}, best epoch {s['best_epoch']}; profile "
+               f"{cfg.profile}, {cfg.image_size} px)")
+    if s.get("registered"):
+        click.echo(f"registered {s['registered']} (alias candidate: "
+                   f"models:/{s['registered_name']}@candidate)")
+    click.echo(tracking.ui_hint(s["run_id"]))

@@ -1,0 +1,229 @@
+"""Run configuration: the frozen ``TrainConfig`` (holding a ``PriorConfig``), profiles, recipes.
+
+``make_config`` composes the paper recipe, the backbone's recipe, the sequence recipe, the
+machine profile and explicit overrides, in that order. ``TrainConfig.from_dict`` is the one
+way back from a logged ``config.json`` / checkpoint / model config (older flat documents
+included). ``train_params`` is what ``mlflow run . -e train`` needs to rebuild a config, so
+the SLURM executor, sweep children and the ``pipi.recipe`` tag all use it.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+from pipi.cells import get_cell
+from pipi.errors import ConfigError
+from pipi.models.backbones import ARCHS
+from pipi.prior import PriorConfig
+
+#: The paper's six seeds (46 dropped in the paper; see paper.tex "Dataset and split").
+PAPER_SEEDS = (41, 42, 43, 44, 45, 47)
+SELECT_METRICS = ("macro_auc", "macro_f1")
+#: Prior fields exposed flat (run params, MLproject parameters) -> PriorConfig field.
+PRIOR_PARAMS = {"alpha": "alpha", "lambda_eff": "lambda_eff", "hb_index": "hb_index",
+                "second_channel": "second_channel", "prior_mask": "mask"}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything that determines a training run (logged as params; hashed for reuse)."""
+
+    cell: str = "a"
+    backbone: str = "efficientnet_b0"
+    seed: int = 42
+    profile: str = "paper"
+    weights: str = "imagenet"        # imagenet | none | path to a state_dict
+    image_size: int = 224            # paper: 224 x 224
+    epochs: int = 30                 # paper: 30 (cross-backbone recipe: 15)
+    batch_size: int = 32             # paper: 32 (temporal head: 64)
+    lr: float = 1e-3                 # paper: AdamW 1e-3 (cross-backbone: 1e-4; temporal 1e-4)
+    weight_decay: float = 1e-4       # paper
+    patience: int = 5                # early stopping on val macro-AUC (paper)
+    max_batches: int = 0             # >0 caps batches per epoch (smoke profile only)
+    # augmentation (identical in every arm; paper)
+    hflip: float = 0.5
+    rotation_deg: float = 10.0
+    jitter: tuple[float, float, float] = (0.15, 0.15, 0.1)  # brightness, contrast, saturation
+    # the analytic prior (paper "Analytic prior"): alpha, lambda_eff, hb_index, ...
+    prior: PriorConfig = field(default_factory=PriorConfig)
+    prior_init: str = "kaiming"      # extra first-conv channels: kaiming (paper) | zeros (code)
+    distill_lambda: float = 1.0      # weight of the auxiliary BCE (distill cell)
+    select_metric: str = "macro_auc"  # checkpoint selection + early stopping on val: macro_auc
+                                      # (paper) | macro_f1 (the published code)
+    # temporal / C3 (sequence cells)
+    window: int = 16
+    ae_epochs: int = 10
+
+    def __post_init__(self):
+        get_cell(self.cell)
+        if self.backbone not in ARCHS:
+            raise ConfigError(f"backbone={self.backbone!r} is unknown. Available: {list(ARCHS)}")
+        if self.select_metric not in SELECT_METRICS:
+            raise ConfigError(f"select_metric={self.select_metric!r}; use one of "
+                              f"{list(SELECT_METRICS)}")
+        for name, low in (("epochs", 1), ("batch_size", 1), ("image_size", 16), ("patience", 1),
+                          ("window", 1), ("ae_epochs", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ConfigError(f"{name}={value!r}: must be an integer >= {low}")
+        for name in ("lr", "weight_decay", "distill_lambda"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value)
+                    and (value > 0 if name == "lr" else value >= 0)):
+                raise ConfigError(f"{name}={value!r}: must be a finite number "
+                                  f"{'> 0' if name == 'lr' else '>= 0'}")
+        if self.prior_init not in ("kaiming", "zeros"):
+            raise ConfigError(f"prior_init={self.prior_init!r}; use kaiming (paper) or zeros")
+        if not isinstance(self.prior, PriorConfig):
+            raise ConfigError(f"prior must be a PriorConfig, got {type(self.prior).__name__}")
+        if self.image_size % 32 and get_cell(self.cell).c3:
+            raise ConfigError(f"image_size={self.image_size}: C3 needs a multiple of 32")
+
+    @property
+    def cell_config(self):
+        return get_cell(self.cell)
+
+    @property
+    def lambda_eff(self) -> float:
+        """The attenuation length in pixels actually used at ``image_size``."""
+        return self.prior.resolved_lambda(self.image_size, self.image_size)
+
+    def to_dict(self) -> dict:
+        """JSON-ready nested document (``config.json``); inverse of :meth:`from_dict`."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any], **changes) -> TrainConfig:
+        """A config from a logged document: nested (``prior: {...}``) or the older flat form."""
+        doc = {**dict(doc), **changes}
+        doc.pop("num_workers", None)  # logged by older versions, never used
+        prior = dict(doc.pop("prior", None) or {})
+        for flat, key in PRIOR_PARAMS.items():
+            if flat in doc:
+                prior[key] = doc.pop(flat)
+        if prior.get("lambda_eff") in (0, 0.0, "auto", ""):  # older sentinel for the default
+            prior["lambda_eff"] = None
+        if "clip" in prior:
+            prior["clip"] = tuple(prior["clip"])
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(doc) - known)
+        if unknown:
+            raise ConfigError(f"unknown configuration keys {unknown}; known: {sorted(known)}")
+        if "jitter" in doc:
+            doc["jitter"] = tuple(doc["jitter"])
+        return cls(**doc, prior=PriorConfig(**prior))
+
+
+#: Machine profiles: what each sets (logged; nothing else changes silently).
+PROFILES: dict[str, dict] = {
+    # the paper's recipe (224 px, 30 epochs; cross-backbone 15 epochs at lr 1e-4)
+    "paper": {},
+    # a few minutes per cell on 2 CPU cores with the synthetic demo release
+    "demo": {"image_size": 64, "epochs": 4, "patience": 2, "ae_epochs": 2},
+    # seconds, for tests: tiny images, one epoch, two batches
+    "smoke": {"image_size": 32, "epochs": 1, "batch_size": 16, "max_batches": 2,
+              "patience": 1, "ae_epochs": 1, "window": 4},
+}
+#: ``profile=auto``: paper on real staged data, demo on a synthetic release (resolve_profile).
+PROFILE_CHOICES = ("auto", *PROFILES)
+
+#: The cross-backbone recipe (paper "Cross-backbone replication"): default for these archs.
+CROSS_BACKBONE = {"resnet18": {"lr": 1e-4, "epochs": 15}, "convnext_tiny": {"lr": 1e-4, "epochs": 15}}
+#: The temporal head's recipe (paper "Temporal Transformer").
+SEQUENCE_RECIPE = {"lr": 1e-4, "batch_size": 64}
+
+
+def resolve_profile(profile: str, dataset: str) -> str:
+    """``auto`` -> ``demo`` on a synthetic release, ``paper`` on real data."""
+    if profile != "auto":
+        if profile not in PROFILES:
+            raise ConfigError(f"profile={profile!r} is unknown. Available: {list(PROFILE_CHOICES)}")
+        return profile
+    return "demo" if "synthetic" in (dataset or "") else "paper"
+
+
+def make_config(*, cell: str, backbone: str = "efficientnet_b0", seed: int = 42,
+                profile: str = "paper", **overrides) -> TrainConfig:
+    """Compose recipe defaults: paper -> backbone recipe -> sequence recipe -> profile -> overrides.
+
+    Overrides use the flat names of the run params (``alpha``, ``lambda_eff``, ``hb_index``,
+    ``second_channel``, ``prior_mask`` go into the ``PriorConfig``); ``None`` means "not set".
+    """
+    if profile not in PROFILES:
+        raise ConfigError(f"profile={profile!r} is unknown. Available: {list(PROFILES)}")
+    values: dict = {}
+    values.update(CROSS_BACKBONE.get(backbone, {}))
+    if get_cell(cell).is_sequence:
+        values.update(SEQUENCE_RECIPE)
+    prof = dict(PROFILES[profile])
+    if "epochs" in prof and "epochs" in values:
+        values.pop("epochs")
+    values.update(prof)
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    prior = {PRIOR_PARAMS[k]: values.pop(k) for k in list(values) if k in PRIOR_PARAMS}
+    if isinstance(values.get("prior"), PriorConfig):
+        prior = {**asdict(values.pop("prior")), **prior}
+    return TrainConfig(cell=cell, backbone=backbone, seed=seed, profile=profile,
+                       prior=PriorConfig(**prior), **values)
+
+
+# --------------------------------------------------------------------------- params, recipe
+def run_params(cfg: TrainConfig) -> dict:
+    """The flat run params of the run contract (also the basis of the config hash)."""
+    p = {k: v for k, v in asdict(cfg).items() if k != "prior"}
+    p["jitter"] = ",".join(str(j) for j in cfg.jitter)
+    for flat, key in PRIOR_PARAMS.items():
+        p[flat] = getattr(cfg.prior, key)
+    p["lambda_eff"] = "auto" if cfg.prior.lambda_eff is None else cfg.prior.lambda_eff
+    p["prior_clip"] = ",".join(str(c) for c in cfg.prior.clip)
+    p["streams"] = ",".join(cfg.cell_config.streams) or "RGB"
+    p["input_channels"] = cfg.cell_config.input_channels
+    return p
+
+
+#: Options of ``mlflow run . -e train`` beyond cell/seed/backbone/profile/weights/data.
+TRAIN_OVERRIDES = ("epochs", "image_size", "lr", "batch_size", "patience", "alpha",
+                   "lambda_eff", "hb_index", "second_channel", "prior_mask", "prior_init",
+                   "distill_lambda", "select_metric")
+
+
+def overrides_of(cfg: TrainConfig) -> dict:
+    """The ``TRAIN_OVERRIDES`` whose value differs from what the profile alone would give."""
+    base = run_params(make_config(cell=cfg.cell, backbone=cfg.backbone, seed=cfg.seed,
+                                  profile=cfg.profile))
+    mine = run_params(cfg)
+    return {k: mine[k] for k in TRAIN_OVERRIDES if mine[k] != base[k]}
+
+
+def train_params(cfg: TrainConfig, *, data: str | None = None) -> dict:
+    """``-P`` parameters of ``mlflow run . -e train`` that rebuild exactly ``cfg``."""
+    out = {"cell": cfg.cell, "seed": cfg.seed, "backbone": cfg.backbone, "profile": cfg.profile,
+           "weights": cfg.weights}
+    if data:
+        out["data"] = str(data)
+    out.update(overrides_of(cfg))
+    if cfg.max_batches != PROFILES[cfg.profile].get("max_batches", 0):
+        raise ConfigError("max_batches is set only by the smoke profile; it cannot be passed "
+                          "to mlflow run")
+    return out
+
+
+def recipe_command(cfg: TrainConfig, *, data: str | None = None) -> str:
+    """The command that reproduces a run (tag ``pipi.recipe`` and the registry's ``recipe``)."""
+    args = ["mlflow", "run", ".", "-e", "train", "--env-manager", "local"]
+    for k, v in train_params(cfg, data=data).items():
+        args += ["-P", f"{k}={v}"]
+    return shlex.join(args)
+
+
+def recipe_key(cfg: TrainConfig, data_digest: str) -> dict:
+    """What makes two runs the same recipe on the same data (code version excluded)."""
+    return {"config": run_params(cfg), "data_digest": data_digest}
+
+
+__all__ = ["CROSS_BACKBONE", "PAPER_SEEDS", "PROFILES", "PROFILE_CHOICES", "SEQUENCE_RECIPE",
+           "TRAIN_OVERRIDES", "TrainConfig", "make_config", "overrides_of", "recipe_command",
+           "recipe_key", "replace", "resolve_profile", "run_params", "train_params"]

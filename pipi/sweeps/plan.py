@@ -1,0 +1,242 @@
+"""What a sweep is made of: studies, planned children, their results and the summary table.
+
+A child of a training study is the configuration ``mlflow run . -e train`` would build from
+the sweep's options (every recipe and prior option passed through, ``config.make_config``);
+its idempotency key is the hash of ``tracking.config_key`` (recipe, data digest, code).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from pipi import tracking
+from pipi.cells import get_cell
+from pipi.config import TrainConfig, make_config
+from pipi.errors import ConfigError
+from pipi.models.backbones import ARCHS
+
+log = logging.getLogger(__name__)
+
+EXECUTORS = ("local", "slurm")
+
+
+@dataclass(frozen=True)
+class Study:
+    """A named sweep: which cells (and, for cross_backbone, which backbones) it trains."""
+
+    name: str
+    description: str
+    cells: tuple[str, ...] = ()
+    backbones: tuple[str, ...] | None = None   # None: the user's backbones
+    kind: str = "train"                        # train | channel_infer | pi_tta
+
+
+STUDIES: dict[str, Study] = {s.name: s for s in (
+    Study("eight_cell", "per-frame baseline a and the nine sequence cells (paper Table 8-cell)",
+          ("a", "b", "c", "c_prime", "c_dprime", "d", "e", "b_plus", "e_plus", "e_dagger")),
+    Study("per_frame", "the per-frame arms: RGB, +PI input fusion, distillation",
+          ("a", "pi", "distill")),
+    Study("cross_backbone", "a and pi on EfficientNet-B0, ResNet-18 and ConvNeXt-Tiny",
+          ("a", "pi"), backbones=ARCHS),
+    Study("channel_train", "training-time channel ablation: both, P_blood only, Phi only",
+          ("pi", "pblood_only", "phi_only")),
+    Study("channel_infer", "inference-time channel ablation of finished pi runs",
+          ("pi",), kind="channel_infer"),
+    Study("pi_tta", "PI test-time adaptation probes (paper null result) of finished a runs",
+          ("a",), kind="pi_tta"),
+)}
+
+
+def get_study(name: str) -> Study:
+    try:
+        return STUDIES[name]
+    except KeyError:
+        raise ConfigError(f"study={name!r} is unknown. Available: {list(STUDIES)}") from None
+
+
+@dataclass(frozen=True)
+class Child:
+    """One planned child run."""
+
+    cfg: TrainConfig
+    config_hash: str
+    role: str = "study"              # study | base (a per-frame run a sequence cell needs)
+    variant: str = ""                # channel_infer: zero_phi | ...; pi_tta: tta_aux_sgd | ...
+
+    @property
+    def label(self) -> str:
+        cell = f"{self.cfg.cell}@{self.variant}" if self.variant else self.cfg.cell
+        return f"{cell}-{self.cfg.backbone}-s{self.cfg.seed}"
+
+
+@dataclass(frozen=True)
+class ChildResult:
+    """What happened to one child (a row of the summary table)."""
+
+    cell: str
+    backbone: str
+    seed: int
+    role: str
+    status: str                      # reused | trained | retried | failed
+    run_id: str | None
+    attempts: int
+    val_macro_auc: float = math.nan
+    test_macro_auc: float = math.nan
+    base_run_id: str = ""
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    parent_run_id: str
+    study: str
+    children: tuple[ChildResult, ...]
+    table: str = field(repr=False, default="")
+
+    @property
+    def failed(self) -> tuple[ChildResult, ...]:
+        return tuple(c for c in self.children if c.status == "failed")
+
+    @property
+    def trained(self) -> tuple[ChildResult, ...]:
+        return tuple(c for c in self.children if c.status in ("trained", "retried"))
+
+
+def parse_list(text: str | Sequence | None, *, cast=str, name: str = "value") -> tuple:
+    """'41,42' -> (41, 42); empty -> (); a bad item is a ConfigError naming ``name``."""
+    if text is None:
+        return ()
+    if isinstance(text, str):
+        text = [t for t in (s.strip() for s in text.split(",")) if t]
+    out = []
+    for t in text:
+        try:
+            out.append(cast(t))
+        except (TypeError, ValueError):
+            raise ConfigError(f"{name}={t!r} is not a valid {getattr(cast, '__name__', 'value')}; "
+                              f"pass a comma-separated list such as {name}=41,42") from None
+    return tuple(out)
+
+
+def child_config(cell: str, *, backbone: str, seed: int, profile: str, weights: str,
+                 overrides: dict | None = None) -> TrainConfig:
+    """The configuration ``mlflow run . -e train -P cell=... <overrides>`` builds."""
+    return make_config(cell=cell, backbone=backbone, seed=seed, profile=profile,
+                       weights=weights, **(overrides or {}))
+
+
+def plan(study: Study, *, seeds: Sequence[int], backbones: Sequence[str],
+         cells: Sequence[str] = (), profile: str, weights: str, digest: str,
+         overrides: dict | None = None) -> list[Child]:
+    """Children of a sweep: per-frame (and implied base) runs first, then sequence runs."""
+    chosen = tuple(cells) or study.cells
+    for c in chosen:
+        get_cell(c)
+    if study.kind == "channel_infer" and set(chosen) != {"pi"}:
+        raise ConfigError("channel_infer evaluates pi runs; leave cells empty or pass cells=pi")
+    if study.kind == "pi_tta" and set(chosen) != {"a"}:
+        raise ConfigError("pi_tta evaluates a runs; leave cells empty or pass cells=a")
+    frame_cells = [c for c in chosen if not get_cell(c).is_sequence]
+    seq_cells = [c for c in chosen if get_cell(c).is_sequence]
+    bases = [b for b in dict.fromkeys(get_cell(c).base_cell for c in seq_cells)
+             if b not in frame_cells]
+    out: list[Child] = []
+    for group, role in ((frame_cells, "study"), (bases, "base"), (seq_cells, "study")):
+        for cell in group:
+            for backbone in backbones:
+                for seed in seeds:
+                    cfg = child_config(cell, backbone=backbone, seed=seed, profile=profile,
+                                       weights=weights, overrides=overrides)
+                    key = tracking.config_hash(tracking.config_key(cfg, digest))
+                    out.append(Child(cfg, key, role))
+    return out
+
+
+# --------------------------------------------------------------------------- results
+def result_of(child: Child, run, status: str, attempts: int, error: str = "") -> ChildResult:
+    """A summary row from a child and its MLflow run (None when it failed)."""
+    m = run.data.metrics if run is not None else {}
+    return ChildResult(
+        cell=f"{child.cfg.cell}@{child.variant}" if child.variant else child.cfg.cell,
+        backbone=child.cfg.backbone, seed=child.cfg.seed, role=child.role, status=status,
+        run_id=run.info.run_id if run is not None else None, attempts=attempts,
+        val_macro_auc=float(m.get("val/best_macro_auc", m.get("val/macro_auc", math.nan))),
+        test_macro_auc=float(m.get("test/macro_auc", math.nan)),
+        base_run_id=(run.data.tags.get(tracking.TAG_BASE_RUN, "") if run is not None else ""),
+        error=error)
+
+
+def find_done(child: Child, *, entry_point: str) -> ChildResult | None:
+    """The child's FINISHED run with the same config hash, as a ``reused`` result."""
+    found = tracking.find_finished_run(child.config_hash,
+                                       **{tracking.TAG_ENTRY_POINT: entry_point})
+    if found is None:
+        return None
+    log.info("child %s: reusing FINISHED run %s", child.label, found.info.run_id)
+    return result_of(child, found, "reused", 0)
+
+
+def run_with_retry(child: Child, fn: Callable[[], str], *, retries: int = 1) -> ChildResult:
+    """Run ``fn`` (returns a run id); retry on failure; a child that fails twice is reported."""
+    errors = []
+    for attempt in range(1, retries + 2):
+        try:
+            run = tracking.get_run(fn())
+        except Exception as exc:  # noqa: BLE001  (recorded in the summary and retried)
+            errors.append(f"attempt {attempt}: {type(exc).__name__}: {exc}")
+            log.error("child %s failed (attempt %d): %s\n%s", child.label, attempt, exc,
+                      traceback.format_exc())
+            continue
+        return result_of(child, run, "trained" if attempt == 1 else "retried", attempt,
+                         "; ".join(errors))
+    return result_of(child, None, "failed", retries + 1, "; ".join(errors))
+
+
+def find_or_run(child: Child, fn: Callable[[], str], *, entry_point: str,
+                retries: int = 1) -> ChildResult:
+    """Reuse the child's FINISHED run (same config hash) or run it, retrying once."""
+    return find_done(child, entry_point=entry_point) or run_with_retry(child, fn, retries=retries)
+
+
+# --------------------------------------------------------------------------- summary
+def summary_frames(children: Sequence[ChildResult]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(one row per child, one row per cell x backbone with cross-seed mean and sd)."""
+    rows = pd.DataFrame([asdict(c) for c in children])
+    if rows.empty:
+        return rows, rows
+    ok = rows[rows["status"] != "failed"]
+    agg = (ok.groupby(["cell", "backbone"], sort=False)["test_macro_auc"]
+           .agg(seeds="count", mean="mean", sd="std").reset_index())
+    return rows, agg
+
+
+def format_table(children: Sequence[ChildResult], *, study: str, parent_run_id: str) -> str:
+    """The sweep's summary as Markdown (children, then cross-seed means)."""
+    rows, agg = summary_frames(children)
+    lines = [f"# ablate: {study} (parent run {parent_run_id})", ""]
+    if rows.empty:
+        return "\n".join([*lines, "no children"]) + "\n"
+    counts = rows["status"].value_counts().to_dict()
+    lines += [", ".join(f"{k}: {v}" for k, v in sorted(counts.items())), "",
+              ("| cell | backbone | seed | role | status | attempts | val macro-AUC | "
+               "test macro-AUC | run | note |"), "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows.itertuples(index=False):
+        note = r.error[:120].replace("|", "/").replace("\n", " ")
+        lines.append(f"| {r.cell} | {r.backbone} | {r.seed} | {r.role} | {r.status} | "
+                     f"{r.attempts} | {_fmt(r.val_macro_auc)} | {_fmt(r.test_macro_auc)} | "
+                     f"{r.run_id or '-'} | {note} |")
+    lines += ["", "| cell | backbone | seeds | test macro-AUC mean | sd |", "|---|---|---|---|---|"]
+    for r in agg.itertuples(index=False):
+        lines.append(f"| {r.cell} | {r.backbone} | {r.seeds} | {_fmt(r.mean)} | {_fmt(r.sd)} |")
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(v: float) -> str:
+    return "-" if v is None or not np.isfinite(v) else f"{v:.4f}"

@@ -1,0 +1,81 @@
+"""The run contract's keys and tags, built in one place for every kind of run.
+
+``config_key`` (recipe + data digest + code version) is what makes two runs the same
+experiment: its hash, tag ``pipi.config_hash``, is the idempotency key of sweeps.
+``recipe_key`` leaves the code version out: its hash, ``pipi.recipe_hash``, tells
+``aggregate`` which runs share a recipe.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pipi.classes import CLASSES
+from pipi.config import TrainConfig, recipe_command, recipe_key
+from pipi.tracking.store import code_version, config_hash
+from pipi.tracking.tags import (
+    TAG_BACKBONE,
+    TAG_BASE_RUN,
+    TAG_CELL,
+    TAG_CONFIG_HASH,
+    TAG_DATA_DIGEST,
+    TAG_DATASET,
+    TAG_PARENT_RUN,
+    TAG_RECIPE,
+    TAG_RECIPE_HASH,
+    TAG_SEED,
+    TAG_SOURCE_RUN,
+    TAG_SPLIT_SHA,
+    TAG_STUDY,
+    TAG_TEST_CLASSES,
+    TAG_VAL_CLASSES,
+    TAG_VARIANT,
+)
+
+
+def config_key(cfg: TrainConfig, data_digest: str) -> dict:
+    """What makes two training runs the same experiment (the idempotency key of sweeps)."""
+    return {**recipe_key(cfg, data_digest), "code": code_version()}
+
+
+def data_tags(manifest: Mapping[str, Any]) -> dict:
+    """Which data, exactly: dataset name, data digest, split hash."""
+    return {TAG_DATASET: manifest.get("dataset", "kvasir-capsule"),
+            TAG_DATA_DIGEST: manifest["data_digest"], TAG_SPLIT_SHA: manifest["content_sha256"]}
+
+
+def train_tags(cfg: TrainConfig, manifest: Mapping[str, Any], *, data: str | None = None) -> dict:
+    """The tags of a training run: data, arm, config and recipe hashes, the recipe command."""
+    digest = manifest["data_digest"]
+    return {**data_tags(manifest), TAG_CELL: cfg.cell, TAG_BACKBONE: cfg.backbone,
+            TAG_SEED: str(cfg.seed), TAG_CONFIG_HASH: config_hash(config_key(cfg, digest)),
+            TAG_RECIPE_HASH: config_hash(recipe_key(cfg, digest)),
+            TAG_RECIPE: recipe_command(cfg, data=data)}
+
+
+def evaluation_key(*, study: str, variant: str, source_run_id: str, data_digest: str,
+                   options: Mapping[str, Any] | None = None) -> str:
+    """Idempotency key of scoring a finished run under a transform (a child of a study)."""
+    return config_hash({"study": study, "variant": variant, "source_run_id": source_run_id,
+                        "data_digest": data_digest, "options": dict(options or {}),
+                        "code": code_version()})
+
+
+def evaluation_tags(cfg: TrainConfig, manifest: Mapping[str, Any], *, study: str, variant: str,
+                    source_run_id: str, key: str, parent_run_id: str | None) -> dict:
+    """Tags of an evaluation child: arm ``<cell>@<variant>``, study, source run, data."""
+    tags = {**data_tags(manifest), TAG_CELL: f"{cfg.cell}@{variant}", TAG_BACKBONE: cfg.backbone,
+            TAG_SEED: str(cfg.seed), TAG_CONFIG_HASH: key, TAG_BASE_RUN: source_run_id,
+            TAG_SOURCE_RUN: source_run_id, TAG_STUDY: study, TAG_VARIANT: variant}
+    if parent_run_id:
+        tags[TAG_PARENT_RUN] = parent_run_id
+    return tags
+
+
+def class_tags(*, test: Sequence[int], val: Sequence[int]) -> dict:
+    """Headline classes (test positives) and selection classes (val positives), by name."""
+    names = json.dumps([CLASSES[k] for k in test])
+    return {TAG_TEST_CLASSES: names, TAG_VAL_CLASSES: json.dumps([CLASSES[k] for k in val]),
+            "pipi.evaluable_classes": names}

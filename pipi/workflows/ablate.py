@@ -1,0 +1,210 @@
+"""The ``ablate`` workflow: sweeps of cells x seeds x backbones as nested MLflow runs.
+
+A sweep is one parent run (entry point ``ablate``) with one nested child run per
+(cell, seed, backbone). Each child is the ordinary ``train`` run of that configuration (the
+same run contract, every recipe and prior option of the sweep passed through), so
+``aggregate`` sees no difference between a sweep and single runs.
+
+* **Idempotent.** A child whose exact configuration (recipe, prior, data digest, code
+  version: ``tracking.config_key``) already FINISHED is reused (``pipi.sweeps.plan``).
+* **Retry once.** A child that fails is retried once; one that fails twice is reported.
+* **Bases first.** Sequence cells' per-frame bases are planned (role ``base``) ahead of them.
+* **Executors.** ``local`` (this process) or ``slurm`` (one array task per child).
+
+``channel_infer`` scores each FINISHED ``pi`` run with Phi, P_blood or both zeroed, and
+``pi_tta`` each FINISHED ``a`` run with the PI-TTA probes, as ``evaluate_run`` children.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from pipi import tracking
+from pipi.config import PAPER_SEEDS, make_config
+from pipi.data.kvasir import load_staged
+from pipi.errors import ConfigError
+from pipi.evaluate import (
+    CHANNEL_VARIANTS,
+    EvalContext,
+    Evaluation,
+    channel_evaluation,
+    evaluate_run,
+    find_evaluation,
+)
+from pipi.models.backbones import ARCHS
+from pipi.predictions import PROB_COLUMNS, read_predictions
+from pipi.sweeps.local import run_local
+from pipi.sweeps.plan import (
+    EXECUTORS,
+    Child,
+    ChildResult,
+    SweepResult,
+    format_table,
+    get_study,
+    parse_list,
+    plan,
+    result_of,
+    run_with_retry,
+    summary_frames,
+)
+from pipi.sweeps.slurm import run_slurm
+from pipi.tta import BN_TENT_NOTE, NULL_NOTE, PAPER_VARIANTS, TTAConfig, adapt_predict, fit_probe
+from pipi.tta import check_variant, variants_for
+from pipi.workflows.stage import resolve_data
+from pipi.workflows.train import train
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BACKBONES = ("efficientnet_b0",)
+
+
+# --------------------------------------------------------------------------- evaluation studies
+def _evaluate_children(results: Sequence[ChildResult], evaluations, *, cell: str, data: Path,
+                       digest: str, parent_run_id: str, progress: bool,
+                       retries: int) -> list[ChildResult]:
+    """One ``evaluate_run`` child per (finished run of ``cell``, evaluation), reused if done."""
+    out = []
+    for res in results:
+        if res.run_id is None or res.cell != cell:
+            continue
+        for ev in evaluations(res.backbone):
+            child = Child(make_config(cell=cell, backbone=res.backbone, seed=res.seed), "",
+                          "study", ev.variant)
+            found = find_evaluation(res.run_id, ev, data_digest=digest)
+            if found is not None:
+                out.append(result_of(child, found, "reused", 0))
+                continue
+            out.append(run_with_retry(child, lambda r=res, e=ev: evaluate_run(
+                r.run_id, e, data=data, parent_run_id=parent_run_id, progress=progress),
+                retries=retries))
+    return out
+
+
+def tta_evaluation(variant: str, tta: TTAConfig = TTAConfig()) -> Evaluation:
+    """A PI-TTA probe on an ``a`` run, scored on test (paper: "scored on the test split")."""
+    check_variant(variant)
+    paper = variant in PAPER_VARIANTS
+
+    def check(cfg) -> None:
+        if cfg.cell_config.input_channels != 3 or cfg.cell_config.distill:
+            raise ConfigError(f"cell {cfg.cell}: PI-TTA adapts RGB-only per-frame runs (cell a)")
+        if variant not in variants_for(cfg.backbone):
+            raise ConfigError(f"{variant} needs BatchNorm layers; {cfg.backbone} has none")
+
+    def scorer(ctx: EvalContext, rows: np.ndarray, split: str):
+        train_rows = np.flatnonzero(ctx.frames["split"].to_numpy() == "train")
+        fitted = fit_probe(ctx.model, variant, ctx.images, rows=train_rows, cfg=ctx.cfg,
+                           tta=tta, device=ctx.device)
+        out = adapt_predict(ctx.model, fitted, ctx.images, rows=rows, cfg=ctx.cfg, tta=tta,
+                            device=ctx.device)
+        m = {"tta/loss_before": float(np.mean(out.loss_before)),
+             "tta/loss_after": float(np.mean(out.loss_after)),
+             "tta/loss_decreased_fraction": float(np.mean(out.loss_after < out.loss_before)),
+             "tta/param_change": float(np.mean(out.param_change)),
+             "tta/fit_loss": fitted.fit_losses[-1] if fitted.fit_losses else math.nan,
+             "tta/fit_frames": float(fitted.fit_frames)}
+        base = tracking.get_run(ctx.source_run_id).data.metrics.get("test/macro_auc", math.nan)
+        m["tta/baseline_test_macro_auc"] = base
+        base_pred = read_predictions(tracking.download_artifact(
+            ctx.source_run_id, "predictions", ctx.work / "base"), "test")
+        paths = ctx.frames.iloc[rows]["path"].astype(str).tolist()
+        if list(base_pred["path"].astype(str)) == paths:
+            theirs = base_pred[list(PROB_COLUMNS)].to_numpy(np.float64)
+            ours = out.probs.astype(np.float64)
+            m["tta/max_abs_prob_diff"] = float(np.abs(ours - theirs).max(initial=0.0))
+            m["tta/argmax_changed_fraction"] = (float(np.mean(ours.argmax(1) != theirs.argmax(1)))
+                                                if len(ours) else 0.0)
+        return out.probs, m
+
+    return Evaluation(study="pi_tta", variant=f"tta_{variant}", scorer=scorer, splits=("test",),
+                      options={"tta_variant": variant, **asdict(tta)}, check=check,
+                      tags={"pipi.paper_variant": str(paper).lower(),
+                            "pipi.tta_note": NULL_NOTE if paper else BN_TENT_NOTE,
+                            "pipi.on_classifier_path": str(not paper).lower()})
+
+
+# --------------------------------------------------------------------------- the workflow
+def run_ablation(*, study: str = "eight_cell", seeds: Sequence[int] | str = PAPER_SEEDS,
+                 backbones: Sequence[str] | str = DEFAULT_BACKBONES,
+                 cells: Sequence[str] | str = (), profile: str = "auto",
+                 executor: str = "local", data: str | None = "synthetic",
+                 weights: str = "imagenet", overrides: dict | None = None,
+                 experiment: str | None = None, progress: bool = True,
+                 retries: int = 1) -> SweepResult:
+    """Run a sweep (see the module docstring); returns the per-child results and the table.
+
+    ``backbones`` equal to the default (EfficientNet-B0 only) means the study's own backbones
+    where it has some (``cross_backbone``: all three). ``overrides`` are the train options
+    (``config.TRAIN_OVERRIDES``) every child gets.
+    """
+    st = get_study(study)
+    seeds = parse_list(seeds, cast=int, name="seeds")
+    backbones = parse_list(backbones, name="backbones") or DEFAULT_BACKBONES
+    if st.backbones and tuple(backbones) == DEFAULT_BACKBONES:
+        backbones = st.backbones
+    for b in backbones:
+        if b not in ARCHS:
+            raise ConfigError(f"backbones: {b!r} is unknown. Available: {list(ARCHS)}")
+    cells = parse_list(cells, name="cells")
+    if not seeds:
+        raise ConfigError("seeds is empty; pass e.g. seeds=41,42")
+    if executor not in EXECUTORS:
+        raise ConfigError(f"executor={executor!r}; use one of {list(EXECUTORS)}")
+    root = resolve_data(data, preset="tiny" if profile == "smoke" else "demo")
+    _, manifest = load_staged(root)
+    digest = manifest["data_digest"]
+    if profile == "auto":
+        profile = "demo" if "synthetic" in manifest.get("dataset", "") else "paper"
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    children = plan(st, seeds=seeds, backbones=backbones, cells=cells, profile=profile,
+                    weights=weights, digest=digest, overrides=overrides)
+    tags = {tracking.TAG_STUDY: st.name, tracking.TAG_DATA_DIGEST: digest,
+            tracking.TAG_DATASET: manifest.get("dataset", "kvasir-capsule")}
+    with tracking.pipi_run(entry_point="ablate", experiment=experiment, tags=tags,
+                           run_name=f"ablate-{st.name}") as parent:
+        pid = parent.info.run_id
+        tracking.log_params({"study": st.name, "seeds": ",".join(map(str, seeds)),
+                             "backbones": ",".join(backbones), "cells": ",".join(cells),
+                             "profile": profile, "executor": executor, "data": data or "",
+                             "data_dir": str(root), "weights": weights,
+                             "overrides": json.dumps(overrides, sort_keys=True),
+                             "children": len(children)})
+        if executor == "slurm":
+            results = run_slurm(children, data=root, parent_run_id=pid, retries=retries)
+        else:
+            results = run_local(children, retries=retries, train_child=lambda c: _train_child(
+                c, data=root, progress=progress, parent_run_id=pid))
+        kw = {"data": root, "digest": digest, "parent_run_id": pid, "progress": progress,
+              "retries": retries}
+        if st.kind == "channel_infer":
+            results += _evaluate_children(
+                results, lambda b: [channel_evaluation(v) for v in CHANNEL_VARIANTS],
+                cell="pi", **kw)
+        elif st.kind == "pi_tta":
+            results += _evaluate_children(
+                results, lambda b: [tta_evaluation(v) for v in variants_for(b)], cell="a", **kw)
+        table = format_table(results, study=st.name, parent_run_id=pid)
+        rows, agg = summary_frames(results)
+        tracking.log_text(table, "summary/summary.md")
+        if not rows.empty:
+            tracking.log_text(rows.to_csv(index=False), "summary/children.csv")
+            tracking.log_text(agg.to_csv(index=False), "summary/cells.csv")
+        counts = {s: sum(r.status == s for r in results)
+                  for s in ("reused", "trained", "retried", "failed")}
+        tracking.log_metrics({f"children_{k}": v for k, v in counts.items()})
+        tracking.set_tags({"pipi.failed_children": counts["failed"]})
+    return SweepResult(parent_run_id=pid, study=st.name, children=tuple(results), table=table)
+
+
+def _train_child(child: Child, *, data: Path, progress: bool, parent_run_id: str) -> str:
+    summary = train(child.cfg, data=str(data), nested=True, progress=progress)
+    tracking.set_run_tags(summary["run_id"], {tracking.TAG_PARENT_RUN: parent_run_id,
+                                              "pipi.sweep_role": child.role})
+    return summary["run_id"]

@@ -1,0 +1,148 @@
+"""The ``stage`` workflow: synthesize or read a release, stage it, log the MLflow run.
+
+Staging the default synthetic release is idempotent: a staged folder whose manifest is
+complete is reused (the data digest in its manifest identifies it), whoever asks for it.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from pipi import tracking
+from pipi.data.kvasir import StageResult, format_count_table, load_staged, stage_kvasir
+from pipi.data.synthetic import synthesize_kvasir
+from pipi.errors import ConfigError, DataError
+from pipi.paths import pipi_home
+
+log = logging.getLogger(__name__)
+
+#: Split seed of the embedded default data (the paper's headline seed).
+DEFAULT_SPLIT_SEED = 42
+SYNTHETIC_PRESETS = ("tiny", "demo")
+
+
+def synthetic_release(preset: str, seed: int) -> Path:
+    """Path of the synthetic Kvasir-format release for (preset, seed), built if missing."""
+    release = pipi_home() / "releases" / f"kvasir-synthetic-{preset}-s{seed}"
+    if not (release / "metadata.csv").is_file():
+        log.info("synthesizing the %s release (seed %d) into %s", preset, seed, release)
+        synthesize_kvasir(release, preset=preset, seed=seed)
+    return release
+
+
+def default_staged(preset: str = "demo", seed: int = 0) -> Path:
+    return pipi_home() / "data" / f"kvasir-synthetic-{preset}-s{seed}"
+
+
+def ensure_synthetic_staged(preset: str = "demo", seed: int = 0, *, log_run: bool = True) -> Path:
+    """The staged synthetic release, staging (and logging a ``stage`` run) when missing."""
+    out = default_staged(preset, seed)
+    if not (out / "manifest.json").is_file():
+        release = synthetic_release(preset, seed)
+        run_stage(
+            images=release / "labelled_images", metadata=release / "metadata.csv", out=out,
+            dataset=f"kvasir-synthetic-{preset}", log_run=log_run, nested=log_run,
+        )
+    return out
+
+
+def run_stage(
+    *,
+    images: Path,
+    metadata: Path,
+    out: Path,
+    split_manifest: Path | None = None,
+    seed: int = DEFAULT_SPLIT_SEED,
+    link: str = "hardlink",
+    dataset: str = "kvasir-capsule",
+    log_run: bool = True,
+    nested: bool = False,
+    experiment: str | None = None,
+    progress: bool = True,
+) -> StageResult:
+    """Stage a Kvasir-format release and record it as an MLflow ``stage`` run."""
+    result = stage_kvasir(
+        images, metadata, out, split_manifest=split_manifest, seed=seed, link=link,
+        progress=progress,
+    )
+    table = format_count_table(result.counts)
+    print(table, flush=True)
+    if log_run:
+        with tracking.pipi_run(
+            entry_point="stage", experiment=experiment, nested=nested,
+            run_name=f"stage-{dataset}",
+            tags={
+                tracking.TAG_DATASET: dataset,
+                tracking.TAG_DATA_DIGEST: result.data_digest,
+                tracking.TAG_SPLIT_SHA: result.manifest["content_sha256"],
+            },
+        ) as run:
+            # prefixed: `mlflow run -e stage` already logs its own raw parameters
+            tracking.log_params({
+                "stage.images": images, "stage.metadata": metadata, "stage.out": out,
+                "stage.seed": seed, "stage.split_manifest": split_manifest or "",
+                "stage.link": link,
+            })
+            tracking.log_metrics({f"frames_{s}": n for s, n in result.manifest["n_frames"].items()})
+            tracking.log_artifact(out / "manifest.json")
+            tracking.log_artifact(out / "counts.md")
+            tracking.log_artifact(out / "counts.csv")
+            tracking.log_dataset(
+                result.frames, source=str(out.resolve()), name=dataset,
+                digest=result.data_digest, context="staging",
+            )
+            print(f"stage run {run.info.run_id}; {tracking.ui_hint(run.info.run_id)}", flush=True)
+    return result
+
+
+def resolve_data(data: str | None, *, preset: str = "demo") -> Path:
+    """A staged folder from a user's ``data`` parameter ('synthetic' or empty: the default)."""
+    if not data or data in ("synthetic", f"synthetic-{preset}"):
+        return ensure_synthetic_staged(preset)
+    if data.startswith("synthetic-"):
+        preset = data.removeprefix("synthetic-")
+        if preset not in SYNTHETIC_PRESETS:
+            raise ConfigError(f"data={data!r}: unknown synthetic preset; use a staged folder, "
+                              "'synthetic', " + " or ".join(f"'synthetic-{p}'" for p in SYNTHETIC_PRESETS))
+        return ensure_synthetic_staged(preset)
+    path = Path(data).expanduser().resolve()
+    if not (path / "manifest.json").is_file():
+        raise ConfigError(f"data={data!r}: {path} is not a staged folder (no manifest.json); "
+                          "stage a release first (`pipi stage kvasir ...` or "
+                          "`mlflow run . -e stage`), or pass data=synthetic")
+    load_staged(path)  # clear error if the staged folder is damaged
+    return path
+
+
+def stage_source(source: str, *, metadata: str | None, out: str | None, **kw) -> StageResult | Path:
+    """The MLproject ``stage`` entry point: ``source`` is 'synthetic[-preset]' or a release.
+
+    The default synthetic staging (no ``out``) is reused when it exists: the staged folder is
+    returned and a line says so.
+    """
+    if source.startswith("synthetic"):
+        preset = source.partition("-")[2] or "demo"
+        if preset not in SYNTHETIC_PRESETS:
+            raise DataError(f"source={source!r}: unknown synthetic preset {preset!r}; use "
+                            + " or ".join(f"synthetic-{p}" for p in SYNTHETIC_PRESETS))
+        target = Path(out) if out else default_staged(preset, 0)
+        if not out and (target / "manifest.json").is_file():
+            _, manifest = load_staged(target)
+            print(f"reusing the staged synthetic-{preset} release at {target} "
+                  f"(data digest {manifest['data_digest'][:12]}); nothing to do", flush=True)
+            return target
+        release = synthetic_release(preset, 0)
+        return run_stage(
+            images=release / "labelled_images", metadata=release / "metadata.csv",
+            out=target, dataset=f"kvasir-synthetic-{preset}", **kw,
+        )
+    src = Path(source)
+    if metadata is None:
+        cand = (src if src.is_dir() else src.parent) / "metadata.csv"
+        if not cand.is_file():
+            raise DataError(f"{source}: pass --metadata (no metadata.csv beside the images)")
+        metadata = str(cand)
+    if out is None:
+        raise DataError("pass --out for a real release")
+    return run_stage(images=src, metadata=Path(metadata), out=Path(out), **kw)

@@ -1,0 +1,208 @@
+"""The ``train`` workflow: configuration -> MLflow run -> training -> run contract -> registry.
+
+One run body serves per-frame and sequence cells: resolve the data, start (or resume, or
+attach to ``mlflow run``'s) run with the contract's tags, log params, config and dataset,
+fit, log metrics and predictions, then the model (a registered pyfunc for per-frame cells,
+a checkpoint for sequence cells).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from pipi import tracking
+from pipi.classes import CLASSES
+from pipi.config import TrainConfig, make_config, recipe_command, resolve_profile, run_params
+from pipi.data.cache import build_cache
+from pipi.data.kvasir import load_staged
+from pipi.errors import ConfigError
+from pipi.paths import pipi_home
+from pipi.sequence import base_config, fit_sequence
+from pipi.tracking.pyfunc import PipiImageClassifier, preprocess
+from pipi.training import FrameInputs, run_frame_cell, tmpdir, write_predictions
+from pipi.workflows.stage import resolve_data
+from pipi.workflows.streams import build_streams, find_base_run
+
+log = logging.getLogger(__name__)
+
+
+def registered_name(cfg: TrainConfig) -> str:
+    return f"pipi-{cfg.backbone}-{cfg.cell}"
+
+
+def prepare(*, cell: str, backbone: str, seed: int, profile: str, data: str | None,
+            **overrides) -> tuple[TrainConfig, Path]:
+    """Resolve the data and ``profile=auto``, then build the config (every option checked)."""
+    requested = "smoke" if profile == "smoke" else "demo"
+    root = resolve_data(data, preset="tiny" if requested == "smoke" else "demo")
+    _, manifest = load_staged(root)
+    profile = resolve_profile(profile, manifest.get("dataset", ""))
+    return make_config(cell=cell, backbone=backbone, seed=seed, profile=profile,
+                       **overrides), root
+
+
+def load_resume(resume: str, cfg: TrainConfig) -> tuple[TrainConfig, dict]:
+    """The checkpoint of an interrupted run and the configuration it was started with."""
+    run = tracking.get_run(resume)
+    if run.info.status == "FINISHED":
+        raise ConfigError(
+            f"resume={resume}: that run FINISHED; resume continues an interrupted (FAILED, "
+            "KILLED or RUNNING) run. To train again, start a new run without resume")
+    ckpt = tracking.download_artifact(resume, "checkpoints/last.pt", tmpdir())
+    state = torch.load(ckpt, map_location="cpu", weights_only=False)
+    saved = TrainConfig.from_dict(state["config"])
+    if saved != cfg:
+        log.warning("resuming run %s with its own configuration, not the one passed", resume)
+    return saved, state
+
+
+def log_results(out: dict, work: Path) -> dict:
+    """Log a fitted cell's final metrics, predictions and history; return the summary."""
+    m = {k: v for k, v in out["metrics"].items() if isinstance(v, float) and math.isfinite(v)}
+    # val/macro_auc is the per-epoch series; the selected epoch's value gets its own name
+    m["val/best_macro_auc"] = m.pop("val/macro_auc", float("nan"))
+    tracking.log_metrics(m)
+    tracking.set_tags({**tracking.class_tags(test=out["classes"], val=out["val_classes"]),
+                       "pipi.best_epoch": out["metrics"]["best_epoch"]})
+    tracking.log_artifacts(write_predictions(out["predictions"], work / "predictions"),
+                           "predictions")
+    tracking.log_dict(out["history"], "history.json")
+    return {"run_id": tracking.active_run_id(),
+            "test_macro_auc": out["metrics"]["test/macro_auc"],
+            "val_macro_auc": out["metrics"]["val/macro_auc"],
+            "best_epoch": out["metrics"]["best_epoch"], "registered": None}
+
+
+def train(cfg: TrainConfig, *, data: str | None = None, resume: str | None = None,
+          experiment: str | None = None, register: bool = True, progress: bool = True,
+          nested: bool = False) -> dict:
+    """Run one cell end to end inside an MLflow run and return a summary."""
+    root = resolve_data(data, preset="tiny" if cfg.profile == "smoke" else "demo")
+    frames, manifest = load_staged(root)
+    resume_state, base_id = None, None
+    if resume:
+        cfg, resume_state = load_resume(resume, cfg)
+        base_id = tracking.get_run(resume).data.tags.get(tracking.TAG_BASE_RUN)
+    seq = cfg.cell_config.is_sequence
+    tags = tracking.train_tags(cfg, manifest, data=None if data in (None, "", "synthetic")
+                               else str(root))
+    work = tmpdir()
+    try:
+        with tracking.pipi_run(entry_point="train", experiment=experiment, run_id=resume,
+                               nested=nested, run_name=f"{cfg.cell}-{cfg.backbone}-s{cfg.seed}",
+                               tags=tags) as run:
+            if not resume:
+                params = {**run_params(cfg), "data_dir": str(root)}
+                if seq:
+                    params["base_cell"] = cfg.cell_config.base_cell
+                tracking.log_params(params)
+                tracking.log_dict(cfg.to_dict(), "config.json")
+                tracking.log_dataset(frames, source=str(root), name=tags[tracking.TAG_DATASET],
+                                     digest=manifest["data_digest"], context="training")
+            tracker = tracking.RunTracker(work / "ckpt")
+            if seq:
+                summary = _fit_sequence(cfg, root=root, frames=frames, manifest=manifest,
+                                        base_id=base_id, tracker=tracker, work=work,
+                                        resume_state=resume_state, register=register,
+                                        progress=progress)
+            else:
+                out = run_frame_cell(cfg, data=root, resume_state=resume_state, tracker=tracker,
+                                     progress=progress)
+                summary = log_results(out, work)
+                summary.update(_log_model(cfg, out["model"], work, run.info.run_id,
+                                          summary["test_macro_auc"], register, tags))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return summary
+
+
+# --------------------------------------------------------------------------- sequence cells
+def ensure_base_run(cfg: TrainConfig, *, data: Path, digest: str, register: bool,
+                    progress: bool) -> tuple[str, bool]:
+    """(run id, trained now): the base per-frame run, trained nested when none exists."""
+    rid = find_base_run(cfg, digest)
+    if rid is not None:
+        log.info("cell %s builds on the FINISHED %s run %s", cfg.cell,
+                 cfg.cell_config.base_cell, rid)
+        return rid, False
+    bcfg = base_config(cfg)
+    log.info("no FINISHED %s run for backbone %s, seed %d: training it first",
+             bcfg.cell, bcfg.backbone, bcfg.seed)
+    summary = train(bcfg, data=str(data), register=register, progress=progress,
+                    nested=tracking.active_experiment_id() is not None)
+    return summary["run_id"], True
+
+
+def _fit_sequence(cfg: TrainConfig, *, root: Path, frames: pd.DataFrame, manifest: dict,
+                  base_id: str | None, tracker, work: Path, resume_state: dict | None,
+                  register: bool, progress: bool) -> dict:
+    """The sequence part of a ``train`` run: base run, streams, head; checkpoint, not pyfunc."""
+    digest = manifest["data_digest"]
+    if base_id is None:
+        base_id, _ = ensure_base_run(cfg, data=root, digest=digest, register=register,
+                                     progress=progress)
+    base_code = tracking.get_run(base_id).data.tags.get(tracking.TAG_CODE_VERSION, "")
+    tracking.set_tags({tracking.TAG_BASE_RUN: base_id, "pipi.base_code_version": base_code})
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    cache_dir = pipi_home() / "cache"
+    images = build_cache(root, frames, size=cfg.image_size, digest=digest, cache_dir=cache_dir,
+                         progress=progress)
+    streams, sources = build_streams(cfg, base_run_id=base_id, frames=frames, manifest=manifest,
+                                     images=images, cache_dir=cache_dir, device=dev,
+                                     progress=progress)
+    tracking.set_tags(sources)
+    out = fit_sequence(cfg, frames, streams, tracker=tracker, resume_state=resume_state,
+                       device=dev, progress=progress)
+    summary = log_results(out, work)
+    torch.save({"model": out["model"].state_dict(), "spec": out["model"].spec,
+                "config": cfg.to_dict(), **sources}, work / "best_state.pt")
+    tracking.log_artifact(work / "best_state.pt", "checkpoints")
+    summary.update(base_run_id=base_id, model_uri=None)
+    return summary
+
+
+# --------------------------------------------------------------------------- the model
+def _log_model(cfg: TrainConfig, model, work: Path, run_id: str, test_auc: float,
+               register: bool, tags: dict) -> dict:
+    wpath = work / "model_state.pt"
+    torch.save(model.state_dict(), wpath)
+    cpath = work / "model_config.json"
+    tracking.write_json(cfg.to_dict(), cpath)
+    rng = np.random.default_rng(0)
+    example = rng.integers(0, 256, (2, cfg.image_size, cfg.image_size, 3), dtype=np.uint8)
+    name = registered_name(cfg) if register else None
+    # the output example is computed by the real model, so the signature is exact
+    model.eval()
+    with torch.no_grad():
+        if hasattr(model, "deploy_mode"):
+            model.deploy_mode = True
+        x, _ = FrameInputs(cfg)(preprocess(list(example), cfg.image_size), train=False)
+        probs = torch.softmax(model(x), 1).numpy().astype(np.float64)
+    out_example = pd.DataFrame(probs, columns=list(CLASSES))
+    out_example["predicted_class"] = [CLASSES[i] for i in probs.argmax(1)]
+    info = tracking.log_pyfunc_model(
+        python_model=PipiImageClassifier(), artifacts={"weights": str(wpath), "config": str(cpath)},
+        input_example=example, registered_model_name=name, signature_output=out_example,
+    )
+    result = {"model_uri": info.model_uri, "registered": None}
+    if name:
+        version = tracking.registered_version_of(info, name)
+        tracking.tag_model_version(
+            name, version,
+            {"run_id": run_id, "test_macro_auc": f"{test_auc:.6f}",
+             "recipe": tags.get(tracking.TAG_RECIPE, recipe_command(cfg)),
+             "recipe_hash": tags.get(tracking.TAG_RECIPE_HASH, ""),
+             "git_commit": tracking.code_version(), "cell": cfg.cell, "seed": cfg.seed},
+            alias="candidate",
+        )
+        result["registered"] = f"models:/{name}/{version}"
+        result["registered_name"] = name
+        result["registered_version"] = version
+    return result
