@@ -12,6 +12,7 @@ import click
 from pipi.cli.ablate import ablate
 from pipi.cli.aggregate import aggregate
 from pipi.cli.common import CLI_ONLY_OPTIONS, PipiGroup, setup_logging
+from pipi.cli.galkva import galkva
 from pipi.cli.pending import calibrate, galar, promote, robustness, transplant
 from pipi.cli.stage import stage
 from pipi.cli.synthesize import synthesize
@@ -30,7 +31,7 @@ ENTRY_POINTS: dict[str, click.Command] = {
     "galar": galar, "calibrate": calibrate, "robustness": robustness, "aggregate": aggregate,
     "promote": promote,
 }
-for _cmd in (synthesize, *ENTRY_POINTS.values()):
+for _cmd in (synthesize, galkva, *ENTRY_POINTS.values()):
     main.add_command(_cmd)
 
 __all__ = ["CLI_ONLY_OPTIONS", "ENTRY_POINTS", "main"]

@@ -8,6 +8,7 @@ import click
 
 from pipi import tracking
 from pipi.cli.common import PipiGroup, setup_logging
+from pipi.data.galar_mapping import MULTILABEL_RULES
 from pipi.workflows import stage as workflow
 
 _link = click.option("--link", type=click.Choice(["hardlink", "symlink", "copy"]),
@@ -53,3 +54,28 @@ def stage_kvasir_cmd(images, metadata, out, split_manifest, seed, link, no_mlflo
         tracking.configure()
     workflow.run_stage(images=images, metadata=metadata, out=out, split_manifest=split_manifest,
                        seed=seed, link=link, log_run=not no_mlflow)
+
+
+@stage.command("galar")
+@click.option("--root", type=click.Path(path_type=Path), required=True,
+              help="The Galar release: metadata.csv, Labels/, Frames/.")
+@click.option("--out", type=click.Path(path_type=Path), required=True)
+@click.option("--mapping", type=click.Path(path_type=Path), default=None,
+              help="The benchmark release's class_mapping.json (default: the shipped mapping).")
+@click.option("--frames-per-class", type=int, default=None, help="Up to N frames per class.")
+@click.option("--capsule-systems", default=None, help='e.g. "PillCam SB3,Olympus".')
+@click.option("--videos", default=None, help="e.g. 1-60.")
+@click.option("--multilabel", type=click.Choice(MULTILABEL_RULES), default="priority",
+              show_default=True, help="A frame positive for several mapped classes.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@_link
+@click.option("--no-mlflow", is_flag=True, help="Do not log a stage run.")
+def stage_galar_cmd(root, out, mapping, frames_per_class, capsule_systems, videos, multilabel,
+                    seed, link, no_mlflow):
+    """Stage Galar for zero-shot evaluation: mapped classes, vendor folds, Kvasir layout."""
+    if not no_mlflow:
+        tracking.configure()
+    workflow.run_stage_galar(root=root, out=out, mapping=mapping,
+                             frames_per_class=frames_per_class, capsule_systems=capsule_systems,
+                             videos=videos, multilabel=multilabel, seed=seed, link=link,
+                             log_run=not no_mlflow)

@@ -10,6 +10,7 @@ import logging
 from pathlib import Path
 
 from pipi import tracking
+from pipi.data.galar import stage_galar
 from pipi.data.kvasir import StageResult, format_count_table, load_staged, stage_kvasir
 from pipi.data.synthetic import synthesize_kvasir
 from pipi.errors import ConfigError, DataError
@@ -66,33 +67,50 @@ def run_stage(
         images, metadata, out, split_manifest=split_manifest, seed=seed, link=link,
         progress=progress,
     )
-    table = format_count_table(result.counts)
-    print(table, flush=True)
-    if log_run:
-        with tracking.pipi_run(
-            entry_point="stage", experiment=experiment, nested=nested,
-            run_name=f"stage-{dataset}",
-            tags={
-                tracking.TAG_DATASET: dataset,
-                tracking.TAG_DATA_DIGEST: result.data_digest,
-                tracking.TAG_SPLIT_SHA: result.manifest["content_sha256"],
-            },
-        ) as run:
-            # prefixed: `mlflow run -e stage` already logs its own raw parameters
-            tracking.log_params({
-                "stage.images": images, "stage.metadata": metadata, "stage.out": out,
-                "stage.seed": seed, "stage.split_manifest": split_manifest or "",
-                "stage.link": link,
-            })
-            tracking.log_metrics({f"frames_{s}": n for s, n in result.manifest["n_frames"].items()})
-            tracking.log_artifact(out / "manifest.json")
-            tracking.log_artifact(out / "counts.md")
-            tracking.log_artifact(out / "counts.csv")
-            tracking.log_dataset(
-                result.frames, source=str(out.resolve()), name=dataset,
-                digest=result.data_digest, context="staging",
-            )
-            print(f"stage run {run.info.run_id}; {tracking.ui_hint(run.info.run_id)}", flush=True)
+    _log_stage_run(result, dataset=dataset, out=out, log_run=log_run, nested=nested,
+                   experiment=experiment, params={
+                       "stage.images": images, "stage.metadata": metadata, "stage.out": out,
+                       "stage.seed": seed, "stage.split_manifest": split_manifest or "",
+                       "stage.link": link})
+    return result
+
+
+def _log_stage_run(result: StageResult, *, dataset: str, out: Path, log_run: bool,
+                   nested: bool, experiment: str | None, params: dict) -> None:
+    """Print the count table and record the staging as an MLflow ``stage`` run."""
+    print(format_count_table(result.counts), flush=True)
+    if not log_run:
+        return
+    with tracking.pipi_run(entry_point="stage", experiment=experiment, nested=nested,
+                           run_name=f"stage-{dataset}", tags=tracking.data_tags(result.manifest)
+                           ) as run:
+        # prefixed: `mlflow run -e stage` already logs its own raw parameters
+        tracking.log_params(params)
+        tracking.log_metrics({f"frames_{s}": n for s, n in result.manifest["n_frames"].items()})
+        for name in ("manifest.json", "counts.md", "counts.csv"):
+            tracking.log_artifact(out / name)
+        tracking.log_dataset(result.frames, source=str(Path(out).resolve()), name=dataset,
+                             digest=result.data_digest, context="staging")
+        print(f"stage run {run.info.run_id}; {tracking.ui_hint(run.info.run_id)}", flush=True)
+
+
+def run_stage_galar(*, root: Path, out: Path, mapping: Path | None = None,
+                    frames_per_class: int | None = None, capsule_systems: str | None = None,
+                    videos: str | None = None, multilabel: str = "priority", seed: int = 0,
+                    link: str = "hardlink", log_run: bool = True, nested: bool = False,
+                    experiment: str | None = None, progress: bool = True) -> StageResult:
+    """Stage a Galar release (zero-shot test data with vendor folds) and log a ``stage`` run."""
+    result = stage_galar(Path(root), Path(out), mapping=mapping,
+                         frames_per_class=frames_per_class, capsule_systems=capsule_systems,
+                         videos=videos, seed=seed, link=link, multilabel=multilabel,
+                         progress=progress)
+    _log_stage_run(result, dataset="galar", out=Path(out), log_run=log_run, nested=nested,
+                   experiment=experiment, params={
+                       "stage.root": root, "stage.out": out, "stage.mapping": mapping or "",
+                       "stage.frames_per_class": frames_per_class or "",
+                       "stage.capsule_systems": capsule_systems or "",
+                       "stage.videos": videos or "", "stage.multilabel": multilabel,
+                       "stage.seed": seed, "stage.link": link})
     return result
 
 
@@ -137,6 +155,11 @@ def stage_source(source: str, *, metadata: str | None, out: str | None, **kw) ->
             images=release / "labelled_images", metadata=release / "metadata.csv",
             out=target, dataset=f"kvasir-synthetic-{preset}", **kw,
         )
+    if source.startswith("galar:"):
+        if out is None:
+            raise DataError("source=galar:DIR needs out=<staged folder>")
+        return run_stage_galar(root=Path(source.removeprefix("galar:")), out=Path(out),
+                               seed=kw.get("seed", 0), link=kw.get("link", "hardlink"))
     src = Path(source)
     if metadata is None:
         cand = (src if src.is_dir() else src.parent) / "metadata.csv"
