@@ -105,6 +105,7 @@ class Evaluation:
     model_transform: Callable[[nn.Module, TrainConfig], nn.Module] | None = None
     tags: Mapping = field(default_factory=dict)
     check: Callable[[TrainConfig], None] | None = None  # raise ConfigError for a wrong run
+    finalize: Callable[[dict], dict] | None = None  # extra metrics from all the metrics
 
 
 def evaluation_key(ev: Evaluation, *, source_run_id: str, data_digest: str) -> str:
@@ -149,6 +150,8 @@ def evaluate_run(source_run_id: str, ev: Evaluation, *, data: Path,
                 preds[s] = predictions_frame(frames.iloc[rows], probs)
                 metrics.update(split_metrics(preds[s], split_classes(frames, s), s))
                 metrics.update(extra)
+            if ev.finalize is not None:
+                metrics.update(ev.finalize(metrics))
             tracking.log_metrics({k: v for k, v in metrics.items() if math.isfinite(v)})
             tracking.set_tags(tracking.class_tags(test=split_classes(frames, "test"),
                                                   val=split_classes(frames, "val")))

@@ -56,7 +56,7 @@ def test_study_backbones_and_validation():
                 profile="smoke", weights="none", digest="x")
     assert {(k.cfg.cell, k.cfg.backbone) for k in kids} == {(c, b) for c in ("a", "pi")
                                                            for b in ARCHS}
-    with pytest.raises(ConfigError, match="Unknown study"):
+    with pytest.raises(ConfigError, match="is unknown"):
         ablate.get_study("nine_cell")
     with pytest.raises(ConfigError, match="channel_infer"):
         plan(ablate.get_study("channel_infer"), seeds=(1,), backbones=("resnet18",),

@@ -46,7 +46,7 @@ def small():
 
 def _x_and_prior(images, cfg):
     x01 = torch.from_numpy(images).float() / 255
-    p = prior_channels(x01, alpha=cfg.alpha, hb_index=cfg.hb_index)[:, :1]
+    p = prior_channels(x01, alpha=cfg.prior.alpha, hb_index=cfg.prior.hb_index)[:, :1]
     return FrameInputs(cfg)(x01, train=False)[0], p
 
 
@@ -201,7 +201,7 @@ def test_pi_tta_study(tracking, tiny_staged, tmp_path):
         assert tags["pipi.study"] == "pi_tta" and tags["pipi.base_run_id"] == a[0].run_id
         assert tags["mlflow.parentRunId"] == res.parent_run_id
         assert tags["pipi.paper_variant"] == str(variant != "bn_tent").lower()
-        assert run.data.params["tta_steps"] == "5" and run.data.params["tta_lr"] == "0.001"
+        assert run.data.params["pi_tta.steps"] == "5" and run.data.params["pi_tta.lr"] == "0.001"
         preds = _test_preds(run.info.run_id, tmp_path / variant)
         assert list(preds["path"]) == list(base["path"])
         probs = preds[list(PROB_COLUMNS)].to_numpy()

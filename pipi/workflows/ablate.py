@@ -125,6 +125,8 @@ def tta_evaluation(variant: str, tta: TTAConfig = TTAConfig()) -> Evaluation:
 
     return Evaluation(study="pi_tta", variant=f"tta_{variant}", scorer=scorer, splits=("test",),
                       options={"tta_variant": variant, **asdict(tta)}, check=check,
+                      finalize=lambda m: {"tta/delta_test_macro_auc": m["test/macro_auc"]
+                                          - m["tta/baseline_test_macro_auc"]},
                       tags={"pipi.paper_variant": str(paper).lower(),
                             "pipi.tta_note": NULL_NOTE if paper else BN_TENT_NOTE,
                             "pipi.on_classifier_path": str(not paper).lower()})
