@@ -103,12 +103,13 @@ def report(evidence):
 
 
 # --------------------------------------------------------------------------- the fast bootstrap
-def video_bootstrap(ev, *, n_resamples: int, rng: int) -> pstats.VideoBootstrap:
-    """The video bootstrap of every (backbone, cell, seed) column of the evidence."""
+def video_bootstrap(ev, *, n_resamples: int, rng: int,
+                    resample: str = "video") -> pstats.PairedAUCBootstrap:
+    """The paired bootstrap of every (backbone, cell, seed) column of the evidence."""
     columns = {(a.backbone, a.cell, s): a.probs[i] for a in ev.arms.values()
                for i, s in enumerate(a.seeds)}
-    return pstats.VideoBootstrap(ev.labels, ev.videos, columns, ev.classes,
-                                n_resamples=n_resamples, rng=rng)
+    return pstats.PairedAUCBootstrap(ev.labels, ev.videos, columns, ev.classes,
+                                     resample=resample, n_resamples=n_resamples, rng=rng)
 
 
 def pairs(backbone, reference, new, seeds):
@@ -165,7 +166,7 @@ def test_single_video_falls_back_to_a_stratified_frame_bootstrap(tmp_path):
     ev = analysis.build_evidence(analysis.select_runs(runs)[0], dirs)
     got = video_bootstrap(ev, n_resamples=100, rng=1).delta(
         *pairs("efficientnet_b0", "a", "pi", [41, 42]))
-    assert got.unit.startswith("frames")
+    assert got.unit == "frames (stratified by class)"
     ref = macro_auc_delta_bootstrap(ev.labels, ev.arm("efficientnet_b0", "a").probs.astype(float),
                                     ev.arm("efficientnet_b0", "pi").probs.astype(float),
                                     classes=ev.classes, strata=ev.labels, n_resamples=100, rng=1)
@@ -198,7 +199,7 @@ def test_select_runs_keeps_finished_model_runs_and_says_why_others_are_left_out(
     kept, excluded = analysis.select_runs(runs)
     assert sorted(kept["run_id"]) == ["r2", "r7"]
     why = dict(zip(excluded["run_id"], excluded["reason"]))
-    assert why == {"r1": "superseded by newer run r2 (same backbone, cell, seed)",
+    assert why == {"r1": "superseded by newer run r2 (same backbone, cell, seed, recipe)",
                    "r3": "status FAILED", "r4": "not a model run (entry point stage)",
                    "r5": "no pipi.seed tag", "r6": "status RUNNING"}
 
@@ -226,7 +227,7 @@ def test_runs_with_different_class_lists_or_frames_are_refused(tmp_path):
     schema.write_text(original)
     tagged = runs.copy()
     tagged.loc[pi, "evaluable_classes"] = json.dumps(["Erosion", "Ulcer"])
-    with pytest.raises(DataError, match="different evaluable class lists"):
+    with pytest.raises(DataError, match="different class lists in pipi.evaluable_classes"):
         analysis.build_evidence(tagged, dirs)
     test = dirs[runs.loc[pi, "run_id"]] / "test.parquet"
     df = pd.read_parquet(test)
@@ -512,7 +513,8 @@ def test_run_aggregate_logs_every_output_and_writes_the_same_locally(server_runs
         return files
 
     local = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
-    assert sorted(listing()) == local
+    assert sorted(listing()) == [f for f in local if f != workflow.MARKER]
+    assert json.loads((out / workflow.MARKER).read_text())["files"] == sorted(listing())
     assert {"dashboard.html", "aggregate.json", "report.md", "tables/per_frame.csv",
             "figures/roc.png"} <= set(local)
     doc = json.loads((out / "aggregate.json").read_text())

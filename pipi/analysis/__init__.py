@@ -14,10 +14,15 @@ from pipi.analysis.arms import (
     CELL_LABELS,
     CHANNEL_INFER_ARMS,
     CHANNEL_TRAIN_ARMS,
+    FIGURE_PAIR,
+    FOCAL_CLASSES,
     HEADLINE_BACKBONE,
     OTHER_STUDIES,
     PAIRED_TESTS,
+    PER_CLASS_TABLES,
     PER_FRAME_CELLS,
+    PI_TTA_ARMS,
+    PI_TTA_PAPER,
     STOUFFER_LABEL,
     cell_label,
 )
@@ -34,14 +39,22 @@ from pipi.analysis.compare import (
 )
 from pipi.analysis.evidence import Arm, Evidence, build_evidence
 from pipi.analysis.options import AggregateOptions
-from pipi.analysis.selection import check_single_dataset, mixed_profile_note, select_runs
+from pipi.analysis.recipes import check_recipes, recipe_signatures
+from pipi.analysis.selection import (
+    check_single_dataset,
+    mixed_profile_note,
+    reason_kind,
+    select_runs,
+)
 from pipi.analysis.tidy import aggregate_over_seeds, tidy_metrics
 
 __all__ = [
     "ABLATION_CELLS", "ADJUSTED_TESTS", "BACKBONES", "BREAKDOWN_PAIRS", "CELL_LABELS",
-    "CHANNEL_INFER_ARMS", "CHANNEL_TRAIN_ARMS", "HEADLINE_BACKBONE", "OTHER_STUDIES",
-    "PAIRED_TESTS", "PER_FRAME_CELLS", "STOUFFER_LABEL", "AggregateOptions", "Analysis", "Arm",
+    "CHANNEL_INFER_ARMS", "CHANNEL_TRAIN_ARMS", "FIGURE_PAIR", "FOCAL_CLASSES",
+    "HEADLINE_BACKBONE", "OTHER_STUDIES", "PAIRED_TESTS", "PER_CLASS_TABLES", "PER_FRAME_CELLS",
+    "PI_TTA_ARMS", "PI_TTA_PAPER", "STOUFFER_LABEL", "AggregateOptions", "Analysis", "Arm",
     "Comparison", "Evidence", "adjust_comparisons", "aggregate_over_seeds", "build_evidence",
-    "cell_label", "check_single_dataset", "collect_warnings", "compare_cells", "compare_pairs",
-    "missing_notes", "mixed_profile_note", "seeds_text", "select_runs", "tidy_metrics",
+    "cell_label", "check_recipes", "check_single_dataset", "collect_warnings", "compare_cells", "compare_pairs",
+    "missing_notes", "mixed_profile_note", "reason_kind", "recipe_signatures", "seeds_text",
+    "select_runs", "tidy_metrics",
 ]

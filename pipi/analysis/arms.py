@@ -16,12 +16,23 @@ ABLATION_CELLS = ("a", "b", "c", "c_prime", "c_dprime", "d", "e", "b_plus", "e_p
 PAIRED_TESTS = (("a", "pi"), ("a", "distill"), ("b", "b_plus"), ("b", "e_plus"),
                 ("e", "e_plus"), ("b_plus", "e_plus"), ("b", "c"), ("b", "c_dprime"),
                 ("a", "e_plus"))
-#: Per-class and per-patient breakdowns: the first pair present is the per-class table's.
+#: Per-class, per-patient and operating-point breakdowns (reference, new): the paper's
+#: sequence-cell pair and its per-frame pair; each gets its own per-class table.
 BREAKDOWN_PAIRS = (("b", "e_plus"), ("a", "pi"))
+#: Table key of each breakdown pair's per-class table.
+PER_CLASS_TABLES = {("b", "e_plus"): "per_class", ("a", "pi"): "per_class_per_frame"}
+#: The paper's four clinically prioritised classes (operating points, PR curves).
+FOCAL_CLASSES = ("Lymphangiectasia", "Angiectasia", "Blood - fresh", "Ulcer")
+#: Per-frame pair of the focal PR curves and the confusion matrices (paper figures).
+FIGURE_PAIR = ("a", "pi")
 #: Training-time channel ablation: arms compared with the full +PI cell.
 CHANNEL_TRAIN_ARMS = ("a", "pblood_only", "phi_only")
 #: Inference-time channel ablation variants of ``pi`` (``ablate -P study=channel_infer``).
 CHANNEL_INFER_ARMS = ("pi@zero_phi", "pi@zero_pblood", "pi@zero_both")
+#: PI-TTA probes of ``ablate -P study=pi_tta`` (evaluations of the ``a`` runs): the paper's
+#: three (frozen backbone and classifier: null by construction), then the non-paper bn_tent.
+PI_TTA_PAPER = ("a@tta_aux_sgd", "a@tta_embed_mlp", "a@tta_fmap_align")
+PI_TTA_ARMS = (*PI_TTA_PAPER, "a@tta_bn_tent")
 #: Entry points whose tables are built only when such runs exist (none are built yet).
 OTHER_STUDIES = {"transplant": "transplant", "robustness": "robustness",
                  "cross_vendor": "galar"}
@@ -44,6 +55,10 @@ CELL_LABELS: dict[str, str] = {
     "pi@zero_phi": "+PI, zero Phi at inference",
     "pi@zero_pblood": "+PI, zero P_blood at inference",
     "pi@zero_both": "+PI, both prior channels zeroed (strip-and-serve)",
+    "a@tta_aux_sgd": "PI-TTA 1: per-image SGD on the auxiliary head",
+    "a@tta_embed_mlp": "PI-TTA 2: embedding-level distillation",
+    "a@tta_fmap_align": "PI-TTA 3: spatial feature-map alignment",
+    "a@tta_bn_tent": "BN-TENT (non-paper): BatchNorm affine adapted per image",
 }
 
 STOUFFER_LABEL = "Stouffer (assumes independent seeds)"

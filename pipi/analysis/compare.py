@@ -3,14 +3,14 @@
 Statistics (``pipi.stats``; sign convention delta = new - reference, z > 0 when the new
 arm is better):
 
-* per seed: paired DeLong test of the macro-AUC over the evaluable classes
+* per seed: paired DeLong test of the macro-AUC over the headline classes
   (:func:`pipi.stats.delong_macro_test`), per-class DeLong z, McNemar at the argmax;
 * across seeds: Stouffer's combination of the per-seed z (the paper's method; it
   **assumes independent seeds**, which seeds sharing one test set are not), the exact
   sign-flip permutation test of the per-seed deltas, Wilcoxon signed-rank, and a
-  video-clustered bootstrap of the cross-seed mean delta (one resample of the test videos
-  applied to every seed and arm) with percentile and BCa intervals
-  (:class:`pipi.stats.VideoBootstrap`);
+  bootstrap of the cross-seed mean delta (one resample of the test videos, or frames,
+  applied to every seed and arm, over a fixed class set) with percentile and BCa intervals
+  (:class:`pipi.stats.PairedAUCBootstrap`);
 * Bonferroni and Benjamini-Hochberg adjustment once per declared family of comparisons.
 """
 
@@ -31,7 +31,7 @@ from pipi.stats import (
     DegenerateDataWarning,
     DeltaCI,
     Family,
-    VideoBootstrap,
+    PairedAUCBootstrap,
     adjust_families,
     delong_macro_test,
     mcnemar_test,
@@ -131,32 +131,33 @@ class Analysis:
         else:
             counts = evidence.runs["backbone"].value_counts()
             self.headline = str(counts.index[0])
-        self._bootstrap: VideoBootstrap | None = None
+        self._bootstrap: PairedAUCBootstrap | None = None
         self._delong: dict = {}
         self._tidy: pd.DataFrame | None = None
 
     @property
-    def bootstrap(self) -> VideoBootstrap:
-        """The video bootstrap of every (backbone, cell, seed) column, built once."""
+    def bootstrap(self) -> PairedAUCBootstrap:
+        """The paired bootstrap of every (backbone, cell, seed) column, built once."""
         if self._bootstrap is None:
             o, ev = self.options, self.evidence
             columns = {(a.backbone, a.cell, s): a.probs[i] for a in ev.arms.values()
                        for i, s in enumerate(a.seeds)}
-            self._bootstrap = VideoBootstrap(ev.labels, ev.videos, columns, ev.classes,
-                                             n_resamples=o.n_resamples,
-                                             confidence_level=o.confidence_level, rng=o.seed)
+            self._bootstrap = PairedAUCBootstrap(
+                ev.labels, ev.videos, columns, ev.classes, resample=o.resample,
+                n_resamples=o.n_resamples, confidence_level=o.confidence_level, rng=o.seed)
         return self._bootstrap
 
     def delta_ci(self, backbone: str, reference: str, new: str, seeds: Sequence[int], *,
                  classes: Sequence[int] | None = None) -> DeltaCI:
-        """Video-bootstrap CI of the mean over ``seeds`` (and classes) of AUC(new) - AUC(ref)."""
+        """Bootstrap CI of the mean over ``seeds`` (and classes) of AUC(new) - AUC(ref)."""
         return self.bootstrap.delta([(backbone, reference, s) for s in seeds],
                                     [(backbone, new, s) for s in seeds], classes=classes)
 
     @property
     def bootstrap_unit(self) -> str:
-        """What the video bootstrap resampled ("videos" until it has been built)."""
-        return self._bootstrap.unit if self._bootstrap is not None else "videos"
+        """What the bootstrap resamples: "videos" (with the class-stratified frame fallback
+        of :mod:`pipi.stats.delta_bootstrap`) or "frames"."""
+        return "videos" if self.options.resample == "video" else "frames"
 
     @property
     def tidy(self) -> pd.DataFrame:

@@ -38,7 +38,7 @@ class Arm:
 
     @property
     def macro(self) -> np.ndarray:
-        """(S,) test macro-AUC over the evaluable classes, recomputed from predictions."""
+        """(S,) test macro-AUC over the headline classes, recomputed from predictions."""
         return np.nanmean(self.auc, axis=1) if self.auc.size else np.zeros(0)
 
     def runs(self) -> dict[int, str]:
@@ -55,7 +55,7 @@ class Evidence:
     labels: np.ndarray           # (N,) class index of every test row
     videos: np.ndarray           # (N,) video (patient) id
     paths: np.ndarray            # (N,)
-    classes: tuple[int, ...]     # evaluable classes (positives in val and test)
+    classes: tuple[int, ...]     # headline classes (with test positives; see class_source)
     arms: Mapping[tuple[str, str], Arm]
     runs: pd.DataFrame           # included runs (one row each)
     excluded: pd.DataFrame       # excluded runs with a reason
@@ -65,6 +65,7 @@ class Evidence:
     tracking_uri: str = ""
     filter_string: str = ""
     all_runs: pd.DataFrame = field(default_factory=pd.DataFrame)
+    class_source: str = ""       # where ``classes`` came from (tag or test predictions)
 
     def arm(self, backbone: str, cell: str) -> Arm | None:
         return self.arms.get((backbone, cell))
@@ -111,7 +112,8 @@ def build_evidence(runs: pd.DataFrame, prediction_dirs: Mapping[str, Path], *,
     ----------
     runs : pandas.DataFrame
         Runs to aggregate (``select_runs`` output): columns run_id, backbone, cell, seed,
-        data_digest, evaluable_classes (JSON list of class names or "").
+        data_digest and, when tagged, test_classes / evaluable_classes (JSON lists of class
+        names; the headline classes, see ``_headline_classes``).
     prediction_dirs : mapping of run id -> Path
         The run's ``predictions/`` folder (format ``pipi.predictions`` version 1).
 
@@ -122,14 +124,13 @@ def build_evidence(runs: pd.DataFrame, prediction_dirs: Mapping[str, Path], *,
     Raises
     ------
     DataError
-        Runs of different data digests, different class lists (schema or
-        ``pipi.evaluable_classes``), or different test frames.
+        Runs of different data digests, different class lists (schema,
+        ``pipi.test_classes`` or ``pipi.evaluable_classes``), or different test frames.
     """
     if runs.empty:
         raise DataError("no runs to aggregate")
     digest = check_single_dataset(runs)
     ref_key = ref_frame = None
-    tagged: dict[str, list[str]] = {}
     per_run: dict[str, np.ndarray] = {}
     for row in runs.itertuples(index=False):
         folder = Path(prediction_dirs[row.run_id])
@@ -154,16 +155,14 @@ def build_evidence(runs: pd.DataFrame, prediction_dirs: Mapping[str, Path], *,
                 f"{ref_run.run_id}: their test frames differ ({diff} frames in one but not the "
                 "other) although the data digest is the same")
         per_run[row.run_id] = df[list(PROB_COLUMNS)].to_numpy(np.float32)[order]
-        if isinstance(row.evaluable_classes, str) and row.evaluable_classes:
-            tagged.setdefault(row.evaluable_classes, []).append(row.run_id)
-    classes = _evaluable(tagged, ref_frame, prediction_dirs[ref_run.run_id])
+    classes, class_source = _headline_classes(runs, ref_frame)
     labels = ref_frame["label"].to_numpy(np.int64)
     arms: dict[tuple[str, str], Arm] = {}
     for (backbone, cell), grp in runs.groupby(["backbone", "cell"], sort=False):
         grp = grp.sort_values("seed")
         probs = np.stack([per_run[r] for r in grp["run_id"]])
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # classes are evaluable: positives exist
+            warnings.simplefilter("ignore")  # headline classes have test positives
             auc = np.stack([per_class_auc(labels, p, classes=classes) for p in probs])
         arms[(backbone, cell)] = Arm(backbone, cell, tuple(int(s) for s in grp["seed"]),
                                      tuple(grp["run_id"]), probs, auc)
@@ -174,28 +173,49 @@ def build_evidence(runs: pd.DataFrame, prediction_dirs: Mapping[str, Path], *,
         excluded=excluded if excluded is not None else pd.DataFrame(),
         data_digest=digest, experiment=experiment, experiment_id=experiment_id,
         tracking_uri=tracking_uri, filter_string=filter_string,
-        all_runs=all_runs if all_runs is not None else runs)
+        all_runs=all_runs if all_runs is not None else runs, class_source=class_source)
 
 
-def _evaluable(tagged: Mapping[str, list[str]], test: pd.DataFrame, folder: Path) -> tuple:
-    """Evaluable classes: the runs' common ``pipi.evaluable_classes`` tag, else from val+test."""
-    if len(tagged) > 1:
-        detail = "; ".join(f"{names} ({len(ids)} runs, e.g. {ids[0]})"
-                           for names, ids in tagged.items())
-        raise DataError(f"refusing to pair runs with different evaluable class lists: {detail}")
-    if tagged:
+#: Where the headline classes come from, in order of preference (column of load_runs, tag).
+CLASS_SOURCES = (("test_classes", "pipi.test_classes"),
+                 ("evaluable_classes", "pipi.evaluable_classes"))
+
+
+def _headline_classes(runs: pd.DataFrame, test: pd.DataFrame) -> tuple[tuple[int, ...], str]:
+    """(headline classes, where they came from).
+
+    The classes with test positives: the runs' common ``pipi.test_classes`` tag; for runs
+    logged before it, their ``pipi.evaluable_classes`` tag (then classes with val *and* test
+    positives, said so in the source); without tags, the classes with positives in the test
+    predictions. Classes without a positive test frame are left out either way.
+    """
+    cls, source = None, "the test predictions: classes with test positives (no class tag)"
+    for column, tag in CLASS_SOURCES:
+        values = runs[column] if column in runs else pd.Series(dtype=object)
+        tagged: dict[str, list[str]] = {}
+        for rid, v in zip(runs["run_id"], values, strict=False):
+            if isinstance(v, str) and v:
+                tagged.setdefault(v, []).append(rid)
+        if not tagged:
+            continue
+        if len(tagged) > 1:
+            detail = "; ".join(f"{names} ({len(ids)} runs, e.g. {ids[0]})"
+                               for names, ids in tagged.items())
+            raise DataError(f"refusing to pair runs with different class lists in {tag}: "
+                            f"{detail}")
         names = json.loads(next(iter(tagged)))
         unknown = [n for n in names if n not in CLASSES]
         if unknown:
-            raise DataError(f"pipi.evaluable_classes names unknown classes {unknown}")
+            raise DataError(f"{tag} names unknown classes {unknown}")
         cls = tuple(sorted(CLASSES.index(n) for n in names))
-    else:
-        val_path = Path(folder) / "val.parquet"
-        val = set(pd.read_parquet(val_path, columns=["label"])["label"]) if val_path.is_file() \
-            else set(test["label"])
-        cls = tuple(sorted(val & set(test["label"])))
+        source = f"tag {tag}" + ("" if column == "test_classes" else
+                                 ", logged before pipi.test_classes: classes with val and "
+                                 "test positives")
+        break
     present = set(test["label"])
+    if cls is None:
+        cls = tuple(sorted(present))
     cls = tuple(k for k in cls if k in present and len(present) > 1)
     if not cls:
-        raise DataError("no evaluable class: no class has positives in the test predictions")
-    return cls
+        raise DataError("no class to evaluate: no class has positives in the test predictions")
+    return cls, source

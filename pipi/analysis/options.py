@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipi.analysis.arms import HEADLINE_BACKBONE
+from pipi.errors import ConfigError
+from pipi.stats import RESAMPLE
 
 
 @dataclass(frozen=True)
@@ -20,3 +22,11 @@ class AggregateOptions:
     sensitivity_target: float = 0.90
     ece_bins: int = 15                 # paper: 15 equal-width bins
     figures: bool = True
+    resample: str = "video"            # bootstrap unit: test videos (clustered) | frames
+                                       # (the published code's frame-level resampling)
+
+    def __post_init__(self):
+        if self.resample not in RESAMPLE:
+            raise ConfigError(f"resample must be one of {list(RESAMPLE)}, got {self.resample!r}")
+        if int(self.n_resamples) != self.n_resamples or self.n_resamples < 2:
+            raise ConfigError(f"n_resamples must be an integer >= 2, got {self.n_resamples!r}")

@@ -4,21 +4,32 @@ from __future__ import annotations
 
 import pandas as pd
 
+from pipi.analysis.recipes import check_recipes
 from pipi.errors import DataError
 
-__all__ = ["check_single_dataset", "mixed_profile_note", "select_runs"]
+__all__ = ["check_single_dataset", "mixed_profile_note", "reason_kind", "select_runs"]
 
 
 def select_runs(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Split ``load_runs`` output into model runs to aggregate and excluded runs (with reasons).
 
     Kept: FINISHED runs with ``pipi.cell``, ``pipi.backbone`` and ``pipi.seed`` tags, the
-    newest one per (backbone, cell, seed). Excluded, with a ``reason`` column: other
-    statuses, runs that are not model runs (stage, sweep parents, aggregate, ...), runs
-    missing a tag, and older duplicates (superseded by a newer run of the same arm and seed).
+    newest one per (backbone, cell, seed) among runs of the same recipe. Excluded, with a
+    ``reason`` column: other statuses (FAILED with its ``pipi.failure_reason``), runs that
+    are not model runs (stage, sweep parents, aggregate, ...), runs missing a tag, and older
+    repeats of the same recipe (superseded by a newer run of the same arm, seed and recipe).
+
+    Raises
+    ------
+    DataError
+        An arm has runs of several recipes (:func:`pipi.analysis.recipes.check_recipes`).
     """
     reasons = pd.Series("", index=runs.index, dtype=object)
-    reasons[runs["status"] != "FINISHED"] = "status " + runs["status"].astype(str)
+    status = runs["status"].astype(str)
+    why = runs["failure_reason"].fillna("").astype(str).str.strip() \
+        if "failure_reason" in runs else pd.Series("", index=runs.index)
+    why = why.str.replace(r"\s+", " ", regex=True)
+    reasons[status != "FINISHED"] = "status " + status + why.where(why == "", ": " + why)
     free = reasons == ""
     no_cell = free & (runs["cell"].fillna("") == "")
     reasons[no_cell] = "not a model run (entry point " + runs["entry_point"].replace(
@@ -28,17 +39,24 @@ def select_runs(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     free = reasons == ""
     reasons[free & runs["seed"].isna()] = "no pipi.seed tag"
     cand = runs[reasons == ""].sort_values("start_time", ascending=False, kind="stable")
-    dup = cand.duplicated(["backbone", "cell", "seed"], keep="first")
-    newest = cand[~dup].set_index(["backbone", "cell", "seed"])["run_id"]
+    cand = cand.assign(_recipe=check_recipes(cand))
+    key = ["backbone", "cell", "seed", "_recipe"]
+    dup = cand.duplicated(key, keep="first")
+    newest = cand[~dup].set_index(key)["run_id"]
     for idx, row in cand[dup].iterrows():
-        keep_id = newest.loc[(row["backbone"], row["cell"], row["seed"])]
-        reasons[idx] = f"superseded by newer run {keep_id} (same backbone, cell, seed)"
+        keep_id = newest.loc[tuple(row[k] for k in key)]
+        reasons[idx] = f"superseded by newer run {keep_id} (same backbone, cell, seed, recipe)"
     kept = runs[reasons == ""].copy()
     excluded = runs[reasons != ""].copy()
     excluded["reason"] = reasons[reasons != ""]
     kept["seed"] = kept["seed"].astype(int)
     return (kept.sort_values(["backbone", "cell", "seed"]).reset_index(drop=True),
             excluded.reset_index(drop=True))
+
+
+def reason_kind(reasons: pd.Series) -> pd.Series:
+    """Reasons without their details (for counts): 'status FAILED', 'superseded', ..."""
+    return reasons.str.replace(r" \(.*| by newer run.*|: .*", "", regex=True)
 
 
 def check_single_dataset(runs: pd.DataFrame) -> str:

@@ -15,9 +15,9 @@ __all__ = ["aggregate_over_seeds", "tidy_metrics"]
 def tidy_metrics(evidence: Evidence, *, ece_bins: int = 15) -> pd.DataFrame:
     """One row per (run, metric), recomputed from the test predictions.
 
-    Metrics: ``macro_auc`` (evaluable classes), ``auc/<Class>``, ``accuracy`` (argmax),
-    ``ece`` (15 bins, mean over evaluable classes), ``brier`` (one-vs-rest, mean over
-    evaluable classes) and ``brier_multiclass``. Columns: run_id, backbone, cell, seed,
+    Metrics: ``macro_auc`` (headline classes), ``auc/<Class>``, ``accuracy`` (argmax),
+    ``ece`` (15 bins, mean over headline classes), ``brier`` (one-vs-rest, mean over
+    headline classes) and ``brier_multiclass``. Columns: run_id, backbone, cell, seed,
     metric, value.
     """
     rows = []

@@ -2,9 +2,9 @@
 :class:`pipi.analysis.Analysis` (pure: no MLflow, no statistics of its own, no files).
 
 ``build`` assembles everything (:func:`build_report`); ``run_tables``, ``headline``,
-``breakdown``, ``channels`` hold one function per table, ``curves`` the figures' curve data,
-``figures`` the PNGs, ``tables`` the table model and its Markdown/CSV/JSON forms, ``dashboard``
-the HTML page.
+``per_class``, ``breakdown``, ``channels`` and ``pi_tta`` hold one function per table,
+``rows`` their shared columns, ``curves`` the figures' data, ``figures`` the PNGs, ``tables``
+the table model and its Markdown/CSV/JSON forms, ``dashboard`` the HTML page.
 """
 
 from pipi.report.build import Report, build_report

@@ -1,4 +1,5 @@
-"""Breakdowns of one comparison: per class, per patient, operating points, calibration."""
+"""Breakdowns of the headline arms: per patient, operating points (focal classes first),
+calibration."""
 
 from __future__ import annotations
 
@@ -12,97 +13,21 @@ from pipi.analysis import (
     BREAKDOWN_PAIRS,
     CHANNEL_INFER_ARMS,
     CHANNEL_TRAIN_ARMS,
+    FOCAL_CLASSES,
     PER_FRAME_CELLS,
     Analysis,
     cell_label,
-    collect_warnings,
-    compare_pairs,
     missing_notes,
-    seeds_text,
 )
 from pipi.classes import CLASSES
-from pipi.report.rows import breakdown_pair, no_runs, present_pairs
-from pipi.report.tables import Table, fmt_auc, fmt_ci, fmt_delta, fmt_mean_sd, fmt_p, fmt_z
+from pipi.report.rows import no_runs, present_pairs
+from pipi.report.tables import Table, fmt_auc, fmt_delta, fmt_mean_sd
 from pipi.stats import (
-    Family,
-    adjust_families,
     operating_points,
     per_class_auc,
-    sign_flip_test,
-    significance_marker,
-    stouffer_combine,
 )
 
-__all__ = ["calibration_table", "operating_points_table", "per_class_table", "per_patient_table"]
-
-
-def per_class_table(an: Analysis) -> Table:
-    """Paper Table per-class: AUC per class of two arms, delta with Bonferroni/BH markers."""
-    ev, b = an.evidence, an.headline
-    pair = breakdown_pair(an)
-    if pair is None:
-        return no_runs("per_class", f"Per-class test AUC ({b})", "tab:perclass",
-                        f"none of the pairs {BREAKDOWN_PAIRS} has runs of both arms")
-    ref, new = pair
-    notes: list[str] = []
-    comp = compare_pairs(an, [pair], family="per_class_macro", backbone=b, notes=notes)[0]
-    ra, na = ev.arm(b, ref), ev.arm(b, new)
-    ri = [ra.index(s) for s in comp.seeds]
-    ni = [na.index(s) for s in comp.seeds]
-    a_ref, a_new = ra.auc[ri], na.auc[ni]            # (S, K)
-    d = a_new - a_ref
-    rows = []
-    with collect_warnings(notes):
-        for j, k in enumerate(ev.classes):
-            z = comp.per_class_z[:, j]
-            st = stouffer_combine(z) if np.isfinite(z).all() else None
-            sf = sign_flip_test(d[:, j], n_resamples=an.options.n_permutations,
-                                rng=an.options.seed)
-            bt = an.delta_ci(b, ref, new, comp.seeds, classes=[k])
-            rows.append({"class": CLASSES[k], "ref_mean": a_ref[:, j].mean(),
-                         "ref_sd": a_ref[:, j].std(ddof=1) if len(ri) > 1 else float("nan"),
-                         "new_mean": a_new[:, j].mean(),
-                         "new_sd": a_new[:, j].std(ddof=1) if len(ri) > 1 else float("nan"),
-                         "delta": d[:, j].mean(), "n_positive": int((d[:, j] > 0).sum()),
-                         "n_seeds": len(ri),
-                         "stouffer_z": st.statistic if st else float("nan"),
-                         "p": st.pvalue if st else float("nan"), "sign_flip_p": sf.pvalue,
-                         "ci_percentile_low": bt.percentile.low,
-                         "ci_percentile_high": bt.percentile.high,
-                         "ci_bca_low": bt.bca.low, "ci_bca_high": bt.bca.high})
-    data = pd.DataFrame(rows)
-    fam = {r["class"]: r["p"] for r in rows}
-    for method, col in (("bonferroni", "p_bonferroni"), ("bh", "p_bh")):
-        if np.isnan(np.asarray(list(fam.values()), float)).all():
-            data[col] = np.nan
-            continue
-        res = adjust_families([Family(f"per_class/{b}/{ref}_vs_{new}", fam)], method=method)
-        data[col] = list(next(iter(res.values())).adjusted)
-    data["marker_bonferroni"] = significance_marker(data["p_bonferroni"].to_numpy(float))
-    data["marker_bh"] = significance_marker(data["p_bh"].to_numpy(float))
-    data = data.sort_values("delta", ascending=False, kind="stable").reset_index(drop=True)
-    display = pd.DataFrame({
-        "Class": data["class"],
-        f"cell ({ref})": [fmt_mean_sd(m, s) for m, s in zip(data["ref_mean"], data["ref_sd"])],
-        f"cell ({new})": [fmt_mean_sd(m, s) for m, s in zip(data["new_mean"], data["new_sd"])],
-        "Δ (Bonferroni)": [fmt_delta(x) + m for x, m in zip(data["delta"],
-                                                               data["marker_bonferroni"])],
-        "k/n +": [f"{p}/{n}" for p, n in zip(data["n_positive"], data["n_seeds"])],
-        "Stouffer z": data["stouffer_z"].map(fmt_z),
-        "p (Bonf / BH)": [f"{fmt_p(p)} ({fmt_p(pb)} / {fmt_p(ph)}{mb})" for p, pb, ph, mb in
-                          zip(data["p"], data["p_bonferroni"], data["p_bh"], data["marker_bh"])],
-        "sign-flip p": data["sign_flip_p"].map(fmt_p),
-        "95% BCa CI (videos)": [fmt_ci(lo, hi) for lo, hi in zip(data["ci_bca_low"],
-                                                                  data["ci_bca_high"])]})
-    ids = tuple(comp.run_ids() for _ in range(len(data)))
-    notes = [(f"cell ({ref}) vs cell ({new}) over seeds {seeds_text(comp.seeds)}; AUC mean ± sd "
-              "over seeds; Δ = mean over seeds of the per-class delta."),
-             ("p: per-class paired DeLong z per seed combined by Stouffer (assumes independent "
-              f"seeds); adjusted over the {len(ev.classes)} classes (one family) by Bonferroni "
-              "(markers on Δ) and BH (marker after BH p): * < 0.05, ** < 0.01, *** < 0.001."),
-             *comp.notes, *notes]
-    return Table("per_class", f"Per-class test AUC: cell ({ref}) vs cell ({new}) ({b})", data,
-                 display, ids, tuple(notes), paper="tab:perclass")
+__all__ = ["calibration_table", "operating_points_table", "per_patient_table"]
 
 
 def per_patient_table(an: Analysis) -> Table:
@@ -150,7 +75,7 @@ def per_patient_table(an: Analysis) -> Table:
                  for x, c in zip(data["lift"], data["classes_scored"])],
         "k/n seeds +": [f"{p}/{n}" if c else "" for p, n, c in
                         zip(data["n_positive"], data["n_seeds"], data["classes_scored"])]})
-    notes = [("Per-video macro-AUC over the evaluable classes that have positive and negative "
+    notes = [("Per-video macro-AUC over the headline classes that have positive and negative "
               "frames in that video, per seed, then averaged over the paired seeds.")]
     for (r, n), g in data.groupby(["reference", "new"], sort=False):
         ok = g[g["classes_scored"] > 0]
@@ -179,7 +104,10 @@ def operating_points_table(an: Analysis) -> Table:
                       for i in range(len(arm.seeds))]
     rows, disp, ids = [], [], []
     fpr_cols = [f"sens_at_fpr_{round(t * 100)}" for t in o.fpr_targets]
-    for j, k in enumerate(ev.classes):
+    focal = [CLASSES.index(n) for n in FOCAL_CLASSES if CLASSES.index(n) in ev.classes]
+    order = focal + [k for k in ev.classes if k not in focal]
+    for k in order:
+        j = ev.classes.index(k)
         for c in arms:
             res = per[c]
             vals = {"auc": np.array([r.auc[j] for r in res]),
@@ -187,12 +115,13 @@ def operating_points_table(an: Analysis) -> Table:
                     **{col: np.array([r.sensitivity_at_fpr[j, t] for r in res])
                        for t, col in enumerate(fpr_cols)},
                     "fpr_at_sens": np.array([r.fpr_at_sensitivity[j] for r in res])}
-            row = {"class": CLASSES[k], "cell": c, "n_seeds": len(res)}
+            row = {"class": CLASSES[k], "focal": k in focal, "cell": c, "n_seeds": len(res)}
             for name, v in vals.items():
                 row[f"{name}_mean"] = float(v.mean())
                 row[f"{name}_sd"] = float(v.std(ddof=1)) if len(v) > 1 else float("nan")
             rows.append(row)
-            disp.append({"class": CLASSES[k], "arm": cell_label(c),
+            disp.append({"class": CLASSES[k] + (" (focal)" if k in focal else ""),
+                         "arm": cell_label(c),
                          "AUC": fmt_mean_sd(row["auc_mean"], row["auc_sd"]),
                          "AP": fmt_mean_sd(row["ap_mean"], row["ap_sd"]),
                          **{f"Sens @ {round(t * 100)}% FPR":
@@ -204,6 +133,10 @@ def operating_points_table(an: Analysis) -> Table:
     notes = [("Sens @ x% FPR: sensitivity at the threshold with the largest FPR not above x; "
               "FPR @ 90% Sens: smallest FPR reaching 90% sensitivity; AP: step-wise area under "
               "the precision-recall curve. One-vs-rest per class, per seed, then mean ± sd."),
+             (f"The paper's focal classes ({', '.join(FOCAL_CLASSES)}) come first, marked "
+              "(focal); then the other headline classes."),
+             *[f"focal class {n}: no test positives in this data, so no row"
+               for n in FOCAL_CLASSES if CLASSES.index(n) not in focal],
              *missing_notes(ev, b, arms)]
     return Table("operating_points", title, pd.DataFrame(rows), pd.DataFrame(disp), tuple(ids),
                  tuple(notes), paper="tab:operating-point")
@@ -239,8 +172,8 @@ def calibration_table(an: Analysis) -> Table:
                      "Brier (multi-class)": fmt_mean_sd(row["brier_multiclass_mean"],
                                                         row["brier_multiclass_sd"])})
         ids.append({c: ev.arm(b, c).runs()})
-    notes = [("ECE: one-vs-rest, 15 equal-width bins, averaged over the evaluable classes; Brier: "
-              "one-vs-rest mean over the evaluable classes, and the multi-class Brier score over "
+    notes = [("ECE: one-vs-rest, 15 equal-width bins, averaged over the headline classes; Brier: "
+              "one-vs-rest mean over the headline classes, and the multi-class Brier score over "
               "all 14 columns. Δ vs (a) paired by seed; lower is better.")]
     if not ev.arm(b, "a"):
         notes.append(f"a ({b}): no runs, so no deltas")

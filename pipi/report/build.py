@@ -6,9 +6,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pipi.analysis import AggregateOptions, Analysis, Evidence, mixed_profile_note, seeds_text
+from pipi.analysis import (
+    AggregateOptions,
+    Analysis,
+    Evidence,
+    mixed_profile_note,
+    reason_kind,
+    seeds_text,
+)
 from pipi.classes import CLASSES
-from pipi.report import breakdown, channels, figures, headline, run_tables
+from pipi.report import breakdown, channels, figures, headline, per_class, pi_tta, run_tables
 from pipi.report.curves import curve_data
 from pipi.report.tables import Table, fmt_mean_sd
 
@@ -40,11 +47,12 @@ def build_report(evidence: Evidence, options: AggregateOptions | None = None) ->
     an = Analysis(evidence, options)
     tables: list[Table] = [run_tables.coverage_table(an), headline.per_frame_table(an),
                            headline.eight_cell_table(an), *headline.paired_tests_tables(an),
-                           breakdown.per_class_table(an), breakdown.per_patient_table(an),
+                           *per_class.per_class_tables(an), breakdown.per_patient_table(an),
                            breakdown.operating_points_table(an), breakdown.calibration_table(an),
                            headline.cross_backbone_table(an), channels.channel_train_table(an),
-                           channels.channel_infer_table(an), *run_tables.other_study_tables(an),
-                           run_tables.runs_table(an), run_tables.excluded_table(an)]
+                           channels.channel_infer_table(an), pi_tta.pi_tta_table(an),
+                           *run_tables.other_study_tables(an), run_tables.runs_table(an),
+                           run_tables.excluded_table(an)]
     curves = curve_data(an)
     figs, captions, fig_runs = {}, {}, {}
     if options.figures:
@@ -67,9 +75,10 @@ def _meta(an: Analysis) -> dict:
         "experiment_id": ev.experiment_id, "filter": ev.filter_string,
         "tracking_uri": ev.tracking_uri, "data_digest": ev.data_digest,
         "headline_backbone": an.headline, "classes": list(CLASSES),
-        "evaluable_classes": ev.class_names, "n_test_frames": int(ev.labels.size),
+        "evaluable_classes": ev.class_names, "headline_classes": ev.class_names,
+        "class_source": ev.class_source, "n_test_frames": int(ev.labels.size),
         "test_videos": sorted(set(ev.videos)),
-        "bootstrap_unit": an.bootstrap_unit,
+        "bootstrap_unit": an.bootstrap_unit, "resample": an.options.resample,
         "options": {k: getattr(an.options, k) for k in an.options.__dataclass_fields__},
         "arms": arms,
         "runs": [{"run_id": r.run_id, "backbone": r.backbone, "cell": r.cell, "seed": int(r.seed)}
@@ -85,12 +94,14 @@ def _summary(an: Analysis, tables: Sequence[Table]) -> str:
     lines = [f"aggregate: {len(ev.runs)} runs of experiment {ev.experiment or '?'!r}"
              + (f" (filter {ev.filter_string!r})" if ev.filter_string else "")
              + f", data digest {ev.data_digest[:16] or '?'}, {ev.labels.size} test frames in "
-             f"{len(set(ev.videos))} videos, {len(ev.classes)} evaluable classes"]
+             f"{len(set(ev.videos))} videos, bootstrap over test {an.bootstrap_unit}",
+             (f"{len(ev.classes)} headline classes (from {ev.class_source}): "
+              f"{', '.join(ev.class_names)}")]
     mixed = mixed_profile_note(ev.runs)
     if mixed:
         lines.append(f"WARNING: {mixed}")
     if ev.excluded is not None and not ev.excluded.empty:
-        reasons = ev.excluded["reason"].str.replace(r" \(.*| by newer run.*", "", regex=True)
+        reasons = reason_kind(ev.excluded["reason"])
         lines.append("excluded: " + ", ".join(f"{n} {r}" for r, n in reasons.value_counts().items()))
     for b in ev.backbones():
         uni = ev.seed_universe(b)

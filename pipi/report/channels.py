@@ -12,13 +12,20 @@ from pipi.analysis import (
     CHANNEL_INFER_ARMS,
     CHANNEL_TRAIN_ARMS,
     Analysis,
-    Evidence,
     cell_label,
     compare_pairs,
     missing_notes,
 )
-from pipi.report.rows import arm_summary, ci_cols, no_runs, run_map
-from pipi.report.tables import Table, fmt_ci, fmt_delta, fmt_mean_sd, fmt_p
+from pipi.report.rows import (
+    arm_summary,
+    base_run_notes,
+    ci_cols,
+    ci_header,
+    ci_text,
+    no_runs,
+    run_map,
+)
+from pipi.report.tables import Table, fmt_delta, fmt_mean_sd, fmt_p
 
 __all__ = ["channel_infer_table", "channel_train_table"]
 
@@ -55,7 +62,7 @@ def _channel_table(an: Analysis, *, key: str, title: str, paper: str, reference:
                      "Wilcoxon p (BH)": (f"{fmt_p(c.wilcoxon_p)} "
                                          f"({fmt_p(c.adjusted.get('wilcoxon_bh'))})" if ok else ""),
                      "sign-flip p": fmt_p(c.sign_flip_p) if ok else "",
-                     "95% BCa CI (videos)": fmt_ci(*c.bootstrap.bca, digits=4) if ok else ""})
+                     ci_header(an): ci_text(c.bootstrap, an, digits=4) if ok else ""})
         ids.append({n: run_map(arm)} | ({r: dict(c.ref_runs)} if ok else {}))
     notes.append(f"Δ = arm - reference, paired by seed; the reference is ({reference}) unless "
                  "the row names another ('X vs Y': X - Y). BH over the comparisons of this table.")
@@ -86,23 +93,4 @@ def channel_infer_table(an: Analysis) -> Table:
     t = _channel_table(an, key="channel_infer", title=title,
                        paper="tab:channel-ablation-infer", reference="pi",
                        arms=CHANNEL_INFER_ARMS, extra=[("a", "pi@zero_both")])
-    return replace(t, notes=t.notes + tuple(_base_run_notes(ev, b, "pi", CHANNEL_INFER_ARMS)))
-
-
-def _base_run_notes(ev: Evidence, backbone: str, reference: str,
-                    arms: Sequence[str]) -> list[str]:
-    """Variant runs evaluated on another run than the reference run paired with them."""
-    ref = ev.arm(backbone, reference)
-    if ref is None or "base_run_id" not in ev.runs:
-        return []
-    base = ev.runs.set_index("run_id")["base_run_id"].fillna("")
-    notes = []
-    for c in arms:
-        arm = ev.arm(backbone, c)
-        for seed, rid in (arm.runs().items() if arm else ()):
-            want = ref.runs().get(seed)
-            got = base.get(rid, "")
-            if got and want and got != want:
-                notes.append(f"WARNING: {c} seed {seed} (run {rid}) evaluated {reference} run "
-                             f"{got}, but the {reference} run paired with it is {want}")
-    return notes
+    return replace(t, notes=t.notes + tuple(base_run_notes(ev, b, "pi", CHANNEL_INFER_ARMS)))

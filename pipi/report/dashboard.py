@@ -97,7 +97,8 @@ def render_dashboard(report, *, meta: Mapping | None = None, template: Path | No
         "filter": meta.get("filter") or "(none)",
         "tracking URI": uri or "(unknown)",
         "data digest": meta.get("data_digest") or "(none)",
-        "evaluable classes": ", ".join(meta.get("evaluable_classes", [])),
+        "headline classes": ", ".join(meta.get("headline_classes",
+                                               meta.get("evaluable_classes", []))),
         "test frames / videos": f"{meta.get('n_test_frames', '')} / "
                                 f"{len(meta.get('test_videos', []))}",
         "generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),

@@ -2,8 +2,11 @@
 
 * ``eight_cell``: cross-seed mean macro-AUC per cell with sd bars and one dot per seed;
 * ``roc`` / ``pr``: mean (over seeds) micro-averaged ROC and precision-recall curves per arm;
-* ``per_class_lift``: sorted per-class delta of the breakdown pair, BCa CI and markers;
-* ``per_patient_lift``: per-video macro-AUC lift, sorted, one panel per pair.
+* ``per_class_lift`` / ``per_class_lift_per_frame``: sorted per-class delta of (e+) vs (b) and
+  of +PI vs (a), BCa CI and markers;
+* ``per_patient_lift``: per-video macro-AUC lift, sorted, one panel per pair;
+* ``pr_focal``: precision-recall of the four focal classes, (a) and +PI, seeds pooled;
+* ``confusion``: row-normalised confusion matrices of (a) and +PI, seeds pooled.
 """
 
 from __future__ import annotations
@@ -114,7 +117,7 @@ def per_class_lift(table: Table) -> bytes:
                         fontsize=9, fontweight="bold")
     ax.set_yticks(y, d["class"], fontsize=8)
     ax.axvline(0, color="black", lw=0.8)
-    ax.set_xlabel("Δ AUC (mean over seeds), 95% BCa CI over test videos")
+    ax.set_xlabel("Δ AUC (mean over seeds), 95% BCa bootstrap CI")
     ax.set_title(table.title, fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     return _png(fig)
@@ -136,6 +139,56 @@ def per_patient_lift(table: Table) -> bytes:
         ax.set_title(f"({new}) vs ({ref}): {int((v > 0).sum())}/{len(v)} patients +", fontsize=9)
         ax.set_ylabel("macro-AUC lift (mean over seeds)")
         ax.grid(axis="y", alpha=0.3)
+    return _png(fig)
+
+
+def focal_pr(grid: np.ndarray, focal: dict, *, title: str) -> bytes:
+    """One panel per focal class: interpolated precision against recall per arm, seeds pooled."""
+    n = len(focal)
+    cols = min(n, 2)
+    rows = (n + cols - 1) // cols
+    fig = Figure(figsize=(5.0 * cols, 4.2 * rows))
+    for i, (name, f) in enumerate(focal.items()):
+        ax = fig.add_subplot(rows, cols, i + 1)
+        for j, (cell, a) in enumerate(f["arms"].items()):
+            ax.plot(grid, a["precision"], color=_COLORS[j % len(_COLORS)], lw=1.5,
+                    label=f"{cell} (AP {a['ap']:.3f}, n={len(a['seeds'])} seeds)")
+        ax.axhline(f["prevalence"], color="grey", lw=0.8, ls="--")
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1.02)
+        ax.set_xlabel("recall")
+        ax.set_ylabel("precision (interpolated)")
+        ax.set_title(name, fontsize=9)
+        ax.legend(fontsize=7, loc="upper right")
+        ax.grid(alpha=0.3)
+    fig.subplots_adjust(hspace=0.35)
+    fig.suptitle(title, fontsize=10)
+    return _png(fig)
+
+
+def confusion(conf: dict, *, title: str) -> bytes:
+    """Row-normalised confusion matrices side by side, values printed in each cell."""
+    arms = conf["arms"]
+    names = conf["classes"]
+    k = len(names)
+    fig = Figure(figsize=(max(5.0, 0.55 * k + 2.5) * len(arms), max(4.5, 0.5 * k + 2)))
+    for i, (cell, a) in enumerate(arms.items()):
+        ax = fig.add_subplot(1, len(arms), i + 1)
+        m = np.asarray(a["normalised"])
+        ax.imshow(m, cmap="Blues", vmin=0, vmax=1)
+        for r in range(m.shape[0]):
+            for c in range(m.shape[1]):
+                if m[r, c] >= 0.005:
+                    ax.text(c, r, f"{m[r, c]:.2f}", ha="center", va="center", fontsize=6,
+                            color="white" if m[r, c] > 0.5 else "black")
+        ax.set_xticks(np.arange(k + 1), [*names, "other"], rotation=70, fontsize=7)
+        ax.set_yticks(np.arange(k), names, fontsize=7)
+        ax.set_xlabel("predicted class")
+        if i == 0:
+            ax.set_ylabel("true class")
+        ax.set_title(f"{a['label']} (n={len(a['seeds'])} seeds)", fontsize=9)
+    fig.subplots_adjust(wspace=0.35)
+    fig.suptitle(title, fontsize=10)
     return _png(fig)
 
 
@@ -161,18 +214,36 @@ def all_figures(an: Analysis, tables: Sequence[Table], curve_data: dict):
         figs["roc"] = curves(curve_data["grid"], curve_data["arms"], kind="roc",
                              title=f"Mean ROC over seeds, micro-averaged over classes ({b})")
         caps["roc"] = ("Mean over seeds of the micro-averaged one-vs-rest ROC over the "
-                       "evaluable classes; band ±1 sd over seeds.")
+                       "headline classes; band ±1 sd over seeds.")
         figs["pr"] = curves(curve_data["grid"], curve_data["arms"], kind="pr",
                             title=f"Mean precision-recall over seeds ({b})")
         caps["pr"] = ("Mean over seeds of the micro-averaged interpolated precision at each "
                       "recall; band ±1 sd over seeds.")
         runs["roc"] = runs["pr"] = {c: a["run_ids"] for c, a in curve_data["arms"].items()}
-    pc = by.get("per_class")
-    if pc is not None and pc.ok and len(pc.data):
-        figs["per_class_lift"] = per_class_lift(pc)
-        caps["per_class_lift"] = (pc.title + ", sorted; bars: 95% BCa CI over test videos; "
-                                  "markers: Bonferroni-adjusted per-class DeLong (Stouffer).")
-        runs["per_class_lift"] = dict(pc.run_ids[0])
+    for key, name in (("per_class", "per_class_lift"),
+                      ("per_class_per_frame", "per_class_lift_per_frame")):
+        pc = by.get(key)
+        if pc is not None and pc.ok and len(pc.data):
+            figs[name] = per_class_lift(pc)
+            caps[name] = (pc.title + ", sorted; bars: 95% BCa CI (resampling per row in "
+                          f"tables/{key}.csv, column bootstrap_unit); markers: "
+                          "Bonferroni-adjusted per-class DeLong (Stouffer).")
+            runs[name] = dict(pc.run_ids[0])
+    if curve_data.get("focal_pr"):
+        figs["pr_focal"] = focal_pr(curve_data["grid"], curve_data["focal_pr"],
+                                    title=f"Precision-recall of the focal classes ({b})")
+        caps["pr_focal"] = ("Precision-recall curves of the paper's focal classes, frames of "
+                            "every seed pooled; AP in the legend. Beside the micro-averaged "
+                            "PR curve of figure pr.")
+        runs["pr_focal"] = {c: a["run_ids"] for f in curve_data["focal_pr"].values()
+                            for c, a in f["arms"].items()}
+    conf = curve_data.get("confusion", {})
+    if conf.get("arms"):
+        figs["confusion"] = confusion(conf, title=f"Confusion matrices, seeds pooled ({b})")
+        caps["confusion"] = ("Row-normalised confusion matrices at the argmax, test frames of "
+                             "every seed pooled; rows: true class, columns: predicted class "
+                             "('other': a class without test frames).")
+        runs["confusion"] = {c: a["run_ids"] for c, a in conf["arms"].items()}
     pp = by.get("per_patient")
     if pp is not None and pp.ok and (pp.data["classes_scored"] > 0).any():
         figs["per_patient_lift"] = per_patient_lift(pp)

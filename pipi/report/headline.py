@@ -18,11 +18,19 @@ from pipi.analysis import (
     missing_notes,
     seeds_text,
 )
-from pipi.report.rows import arm_summary, ci_cols, no_runs, present_pairs, run_map
+from pipi.report.rows import (
+    arm_summary,
+    bootstrap_note,
+    ci_cols,
+    ci_header,
+    ci_text,
+    no_runs,
+    present_pairs,
+    run_map,
+)
 from pipi.report.tables import (
     Table,
     fmt_auc,
-    fmt_ci,
     fmt_delta,
     fmt_mean_sd,
     fmt_p,
@@ -58,7 +66,7 @@ def per_frame_table(an: Analysis) -> Table:
                      "paired Δ vs (a)": (f"{fmt_delta(comp.mean_delta)} ({comp.sign_text} +)"
                                          if ok else ("—" if cell == "a" else "n/a")),
                      "sign-flip p": fmt_p(comp.sign_flip_p) if ok else "",
-                     "95% BCa CI (videos)": (fmt_ci(*comp.bootstrap.bca) if ok else "")})
+                     ci_header(an): ci_text(comp.bootstrap, an) if ok else ""})
         ids.append({cell: run_map(arm)} | ({"a": dict(comp.ref_runs)} if ok else {}))
     notes.append("sd: sample standard deviation over seeds (ddof = 1). Δ = cell - (a), paired "
                  "by seed; 'k/n +': seeds with a positive delta. Sign-flip p: exact "
@@ -140,7 +148,7 @@ def paired_tests_tables(an: Analysis) -> tuple[Table, Table]:
             "stouffer_p_bh": c.adjusted.get("stouffer_bh", float("nan")),
             "sign_flip_p": c.sign_flip_p, "sign_flip_exact": c.sign_flip_exact,
             "sign_flip_p_bh": c.adjusted.get("sign_flip_bh", float("nan")),
-            "wilcoxon_p": c.wilcoxon_p, **ci_cols(c), "bootstrap_unit": bt.unit})
+            "wilcoxon_p": c.wilcoxon_p, **ci_cols(c)})
         disp.append({
             "Comparison": f"({c.reference}) vs ({c.new})", "seeds": seeds_text(c.seeds),
             "mean Δ (k/n +)": f"{fmt_delta(c.mean_delta)} ({c.sign_text})",
@@ -149,7 +157,8 @@ def paired_tests_tables(an: Analysis) -> tuple[Table, Table]:
             "Stouffer p (Bonf / BH)": (f"{fmt_p(c.stouffer_p)} ({fmt_p(c.adjusted.get('stouffer_bonferroni'))}"
                                        f" / {fmt_p(c.adjusted.get('stouffer_bh'))})"),
             "sign-flip p (BH)": f"{fmt_p(c.sign_flip_p)} ({fmt_p(c.adjusted.get('sign_flip_bh'))})",
-            "95% percentile CI": fmt_ci(*bt.percentile), "95% BCa CI": fmt_ci(*bt.bca)})
+            ci_header(an, "percentile"): ci_text(bt, an, kind="percentile"),
+            ci_header(an): ci_text(bt, an)})
         ids.append(c.run_ids())
         for i, s in enumerate(c.seeds):
             drows.append({"reference": c.reference, "new": c.new, "seed": s,
@@ -166,15 +175,13 @@ def paired_tests_tables(an: Analysis) -> tuple[Table, Table]:
                           "accuracy Δ": fmt_delta(c.accuracy_delta[i])})
             dids.append({c.reference: {s: c.ref_runs[s]}, c.new: {s: c.new_runs[s]}})
         notes.extend(n for n in c.notes if n not in notes)
-    unit = comps[0].bootstrap.unit
     notes += [
         ("z > 0 when the new arm is better (delta = new - reference); the paper prints the "
          "opposite sign for (b) vs (b+) etc."),
         (f"{STOUFFER_LABEL}: sum of per-seed DeLong z / sqrt(n). Seeds share one test set, so "
          "their z-scores are correlated and this p-value is anti-conservative."),
-        (f"Sign-flip: exact when 2^seeds <= {an.options.n_permutations}. Bootstrap: "
-         f"{an.options.n_resamples} resamples of test {unit} applied to all seeds at once "
-         "(percentile and BCa; BCa jackknife leaves one unit out)."),
+        f"Sign-flip: exact when 2^seeds <= {an.options.n_permutations}.",
+        bootstrap_note(an),
         ("Bonferroni and BH are applied once over the comparisons of this table (one family "
          "per kind of p-value).")]
     if skipped:
@@ -183,7 +190,7 @@ def paired_tests_tables(an: Analysis) -> tuple[Table, Table]:
                  tuple(notes), paper="tab:paired-tests")
     detail = Table("paired_tests_per_seed", f"Paired tests per seed ({b})", pd.DataFrame(drows),
                    pd.DataFrame(ddisp), tuple(dids),
-                   (("DeLong: paired test of the macro-AUC over the evaluable classes on the "
+                   (("DeLong: paired test of the macro-AUC over the headline classes on the "
                      "same frames; McNemar at the argmax operating point."),),
                    paper="tab:paired-tests")
     return main, detail
@@ -223,7 +230,7 @@ def cross_backbone_table(an: Analysis) -> Table:
                      "Paired Δ": f"{fmt_delta(c.mean_delta)} ({c.sign_text} +)" if ok else "n/a",
                      "sign-flip p (BH)": (f"{fmt_p(c.sign_flip_p)} "
                                           f"({fmt_p(c.adjusted.get('sign_flip_bh'))})" if ok else ""),
-                     "95% BCa CI (videos)": fmt_ci(*c.bootstrap.bca) if ok else ""})
+                     ci_header(an): ci_text(c.bootstrap, an) if ok else ""})
         ids.append({"a": run_map(ra), "pi": run_map(pa)})
         if not (ra and pa):
             notes.append(f"{bb}: " + ", ".join(f"{x} has no runs" for x, arm in

@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
-from pipi.analysis import BREAKDOWN_PAIRS, Analysis, Arm, Comparison, seeds_text
-from pipi.report.tables import NO_RUNS, Table
+from collections.abc import Sequence
 
-__all__ = ["arm_summary", "breakdown_pair", "ci_cols", "no_runs", "present_pairs", "run_map"]
+from pipi.analysis import BREAKDOWN_PAIRS, Analysis, Arm, Comparison, Evidence, seeds_text
+from pipi.report.tables import NO_RUNS, Table, fmt_ci
+from pipi.stats import MIN_VIDEOS_CLASS, MIN_VIDEOS_MACRO, DeltaCI
+
+__all__ = ["arm_summary", "base_run_notes", "bootstrap_note", "breakdown_pair", "ci_cols",
+           "ci_header", "ci_text", "no_runs", "present_pairs", "run_map"]
 
 
 def run_map(arm: Arm | None) -> dict[int, str]:
+    """seed -> run id of an arm ({} without runs)."""
     return arm.runs() if arm is not None else {}
 
 
 def no_runs(key: str, title: str, paper: str, *notes: str) -> Table:
+    """A table whose runs do not exist: status "no runs" and the reason in its notes."""
     return Table(key, title, notes=tuple(notes), status=NO_RUNS, paper=paper)
 
 
 def arm_summary(arm: Arm | None) -> dict:
+    """n_seeds, seeds, mean and sd (ddof = 1) of an arm's macro-AUC."""
     if arm is None:
         return {"n_seeds": 0, "seeds": "", "mean": float("nan"), "sd": float("nan")}
     m = arm.macro
@@ -24,25 +31,78 @@ def arm_summary(arm: Arm | None) -> dict:
             "sd": float(m.std(ddof=1)) if len(m) > 1 else float("nan")}
 
 
-def ci_cols(c: Comparison | None, prefix: str = "") -> dict:
-    b = c.bootstrap if c is not None else None
+def ci_cols(c: Comparison | DeltaCI | None, prefix: str = "") -> dict:
+    """The bootstrap columns of a table row: intervals, p, resampling unit, redrawn resamples."""
+    b = c.bootstrap if isinstance(c, Comparison) else c
     nan = float("nan")
     return {f"{prefix}ci_percentile_low": b.percentile.low if b else nan,
             f"{prefix}ci_percentile_high": b.percentile.high if b else nan,
             f"{prefix}ci_bca_low": b.bca.low if b else nan,
             f"{prefix}ci_bca_high": b.bca.high if b else nan,
-            f"{prefix}bootstrap_p": b.pvalue if b else nan}
+            f"{prefix}bootstrap_p": b.pvalue if b else nan,
+            f"{prefix}bootstrap_unit": b.unit if b else "",
+            f"{prefix}bootstrap_redrawn": b.n_redrawn if b else None}
 
+
+def ci_header(an: Analysis, kind: str = "BCa") -> str:
+    """Column title of a bootstrap interval: ``95% BCa CI (videos)``."""
+    return f"{round(100 * an.options.confidence_level)}% {kind} CI ({an.bootstrap_unit})"
+
+
+def ci_text(b: DeltaCI | None, an: Analysis, *, kind: str = "bca", digits: int = 3) -> str:
+    """An interval, with its resampling unit when it is not the column's (a fallback)."""
+    if b is None:
+        return ""
+    text = fmt_ci(*(b.bca if kind == "bca" else b.percentile), digits=digits)
+    return text if b.unit == an.bootstrap_unit else f"{text} [{b.unit}]"
+
+
+def bootstrap_note(an: Analysis) -> str:
+    """How the intervals of a table were resampled (the option and its fallback)."""
+    o = an.options
+    if o.resample == "frame":
+        how = "test frames (resample=frame, the published code's frame-level resampling)"
+        fallback = ""
+    else:
+        how = "test videos (resample=video)"
+        fallback = (f" An interval whose classes have positives in too few test videos (< "
+                    f"{MIN_VIDEOS_CLASS} for one class, < {MIN_VIDEOS_MACRO} for a mean over "
+                    "classes) resamples the frames within each class instead, marked "
+                    "[frames (stratified by class)].")
+    return (f"Bootstrap: {o.n_resamples} resamples of {how} with replacement, each applied to "
+            "every seed and arm; the class set is fixed: a resample that loses every positive "
+            "of a class is drawn again (counted in column bootstrap_redrawn); the BCa "
+            "jackknife leaves one unit out." + fallback)
 
 
 def present_pairs(an: Analysis, pairs, backbone: str) -> tuple[list, list[str]]:
+    """(pairs with runs of both arms, 'r vs n' of the others)."""
     ev = an.evidence
     ok = [(r, n) for r, n in pairs if ev.arm(backbone, r) and ev.arm(backbone, n)]
     skipped = [f"{r} vs {n}" for r, n in pairs if (r, n) not in ok]
     return ok, skipped
 
 
-
 def breakdown_pair(an: Analysis) -> tuple[str, str] | None:
+    """The first breakdown pair with runs of both arms."""
     pairs, _ = present_pairs(an, BREAKDOWN_PAIRS, an.headline)
     return pairs[0] if pairs else None
+
+
+def base_run_notes(ev: Evidence, backbone: str, reference: str,
+                   arms: Sequence[str]) -> list[str]:
+    """Variant runs evaluated on another run than the reference run paired with them."""
+    ref = ev.arm(backbone, reference)
+    if ref is None or "base_run_id" not in ev.runs:
+        return []
+    base = ev.runs.set_index("run_id")["base_run_id"].fillna("")
+    notes = []
+    for c in arms:
+        arm = ev.arm(backbone, c)
+        for seed, rid in (arm.runs().items() if arm else ()):
+            want = ref.runs().get(seed)
+            got = base.get(rid, "")
+            if got and want and got != want:
+                notes.append(f"WARNING: {c} seed {seed} (run {rid}) evaluated {reference} run "
+                             f"{got}, but the {reference} run paired with it is {want}")
+    return notes

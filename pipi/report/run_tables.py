@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from pipi.analysis import OTHER_STUDIES, Analysis, mixed_profile_note
+from pipi.analysis import OTHER_STUDIES, Analysis, mixed_profile_note, reason_kind
 from pipi.report.rows import no_runs
 from pipi.report.tables import Table, fmt_auc
 
@@ -43,7 +43,7 @@ def runs_table(an: Analysis) -> Table:
     ev = an.evidence
     rec = {rid: float(a.macro[i]) for a in ev.arms.values() for i, rid in enumerate(a.run_ids)}
     data = ev.runs.reindex(columns=["backbone", "cell", "seed", "run_id", "entry_point",
-                                    "test_macro_auc"]).copy()
+                                    "test_macro_auc", "recipe", "code_version"]).copy()
     data = data.rename(columns={"test_macro_auc": "logged_test_macro_auc"})
     data["macro_auc"] = data["run_id"].map(rec)
     data["abs_diff"] = (data["macro_auc"] - data["logged_test_macro_auc"]).abs()
@@ -52,7 +52,8 @@ def runs_table(an: Analysis) -> Table:
         "run id": data["run_id"], "macro-AUC (recomputed)": data["macro_auc"].map(fmt_auc),
         "logged test/macro_auc": data["logged_test_macro_auc"].map(lambda x: fmt_auc(x, 4))})
     notes = [(f"{len(data)} runs; test macro-AUC recomputed from predictions over "
-              f"{len(ev.classes)} evaluable classes: {', '.join(ev.class_names)}.")]
+              f"{len(ev.classes)} headline classes (from {ev.class_source}): "
+              f"{', '.join(ev.class_names)}.")]
     off = data[data["abs_diff"] > 1e-4]
     if len(off):
         notes.append(f"recomputed macro-AUC differs from the logged metric by > 1e-4 for runs "
@@ -72,7 +73,7 @@ def excluded_table(an: Analysis) -> Table:
     data = ex[["run_id", "status", "entry_point", "backbone", "cell", "seed", "reason"]].copy()
     data["seed"] = data["seed"].astype(object).where(data["seed"].notna(), "")
     display = data.astype(str).rename(columns={"run_id": "run id", "entry_point": "entry point"})
-    counts = data["reason"].str.replace(r" \(.*| by newer run.*", "", regex=True).value_counts()
+    counts = reason_kind(data["reason"]).value_counts()
     notes = [f"{n} run(s): {r}" for r, n in counts.items()]
     return Table("excluded", "Runs not aggregated (and why)", data.reset_index(drop=True),
                  display.reset_index(drop=True), (), tuple(notes))

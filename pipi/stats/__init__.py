@@ -35,8 +35,24 @@ from pipi.stats.bootstrap import (
 )
 from pipi.stats.calibration import brier_score, expected_calibration_error
 from pipi.stats.combine import stouffer_combine
-from pipi.stats.curves import ROC_GRID, mean_pr, mean_roc, pr_points
+from pipi.stats.curves import (
+    ROC_GRID,
+    confusion_matrix,
+    mean_pr,
+    mean_roc,
+    pooled_pr,
+    pr_points,
+    row_normalise,
+)
 from pipi.stats.delong import delong_ci, delong_macro_test, delong_test
+from pipi.stats.delta_bootstrap import (
+    MIN_VIDEOS_CLASS,
+    MIN_VIDEOS_MACRO,
+    RESAMPLE,
+    DeltaCI,
+    PairedAUCBootstrap,
+    pair_counts,
+)
 from pipi.stats.multiple import (
     ADJUST_METHODS,
     AdjustedFamily,
@@ -54,12 +70,14 @@ from pipi.stats.operating import (
 )
 from pipi.stats.permutation import sign_flip_test
 from pipi.stats.tests_paired import MCNEMAR_EXACT_BELOW, mcnemar_test, paired_wilcoxon
-from pipi.stats.video_bootstrap import DeltaCI, VideoBootstrap, pair_counts
 
 __all__ = [
     "ADJUST_METHODS",
     "MCNEMAR_EXACT_BELOW",
     "METHODS",
+    "MIN_VIDEOS_CLASS",
+    "MIN_VIDEOS_MACRO",
+    "RESAMPLE",
     "ROC_GRID",
     "UNITS",
     "AUCConfidenceResult",
@@ -76,9 +94,9 @@ __all__ = [
     "McNemarResult",
     "OperatingPoint",
     "OperatingPointsResult",
+    "PairedAUCBootstrap",
     "SignFlipResult",
     "StoufferResult",
-    "VideoBootstrap",
     "WilcoxonResult",
     "adjust_families",
     "adjust_pvalues",
@@ -87,6 +105,7 @@ __all__ = [
     "bootstrap_ci",
     "bootstrap_intervals",
     "brier_score",
+    "confusion_matrix",
     "delong_ci",
     "delong_macro_test",
     "delong_test",
@@ -101,8 +120,10 @@ __all__ = [
     "pair_counts",
     "paired_wilcoxon",
     "per_class_auc",
+    "pooled_pr",
     "pr_points",
     "roc_points",
+    "row_normalise",
     "sensitivity_at_fpr",
     "sign_flip_test",
     "significance_marker",

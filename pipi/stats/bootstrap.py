@@ -26,8 +26,9 @@ from pipi.stats._results import (
 )
 from pipi.stats.delong import placements
 
-__all__ = ["METHODS", "UNITS", "bca_constants", "bootstrap_ci", "bootstrap_intervals",
-           "macro_auc_delta_bootstrap"]
+__all__ = ["MAX_DRAWS_FACTOR", "METHODS", "UNITS", "ResamplePlan", "WeightedAUC",
+           "bca_constants", "bootstrap_ci", "bootstrap_intervals", "macro_auc_delta_bootstrap",
+           "resample_plan"]
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +36,12 @@ log = logging.getLogger(__name__)
 UNITS = ("seeds", "frames", "videos")
 #: Which interval ``confidence_interval`` holds (both are always computed).
 METHODS = ("percentile", "BCa")
+#: A delta bootstrap draws at most this many times ``n_resamples`` resamples (redraws included).
+MAX_DRAWS_FACTOR = 20
 
 
 @dataclass(frozen=True)
-class _Plan:
+class ResamplePlan:
     """How to draw one resample: n rows, optional strata or clusters (as index groups)."""
 
     n: int
@@ -74,7 +77,7 @@ def _groups(labels: np.ndarray) -> tuple[np.ndarray, ...]:
     return tuple(np.split(order, bounds))
 
 
-def _plan_iv(n: int, unit: str, strata, clusters) -> _Plan:
+def resample_plan(n: int, unit: str, strata=None, clusters=None) -> ResamplePlan:
     """Validate the resampling unit and its strata/clusters; return the draw plan."""
     if unit not in UNITS:
         raise ConfigError(f"unit must be one of {UNITS}, got {unit!r}")
@@ -89,15 +92,15 @@ def _plan_iv(n: int, unit: str, strata, clusters) -> _Plan:
         groups = _groups(c)
         if len(groups) < 2:
             raise DataError("a video bootstrap needs at least 2 distinct clusters")
-        return _Plan(n, groups, clustered=True)
+        return ResamplePlan(n, groups, clustered=True)
     if clusters is not None:
         raise ConfigError(f"clusters= needs unit='videos', got unit={unit!r}")
     if strata is not None:
         s = np.asarray(strata)
         if s.shape != (n,):
             raise DataError(f"strata must have one label per row ({n}), got {s.shape}")
-        return _Plan(n, _groups(s), clustered=False)
-    return _Plan(n, None, clustered=False)
+        return ResamplePlan(n, _groups(s), clustered=False)
+    return ResamplePlan(n, None, clustered=False)
 
 
 def _bootstrap_iv(data, statistic, n_resamples, confidence_level, method, unit, strata, clusters):
@@ -119,7 +122,7 @@ def _bootstrap_iv(data, statistic, n_resamples, confidence_level, method, unit, 
         raise ConfigError(f"n_resamples must be an integer >= 2, got {n_resamples!r}")
     if method not in METHODS:
         raise ConfigError(f"method must be one of {METHODS}, got {method!r}")
-    return arrays, _plan_iv(n, unit, strata, clusters), check_level(confidence_level)
+    return arrays, resample_plan(n, unit, strata, clusters), check_level(confidence_level)
 
 
 def bca_constants(
@@ -287,48 +290,57 @@ def bootstrap_ci(
 # Macro-AUC delta with weights: one sort per column, O(N) per resample.
 
 
-class _WeightedAUC:
+class WeightedAUC:
     """One-vs-rest AUCs of many score columns under frame weights (bootstrap counts).
 
     Sorting is done once. For a resample with per-frame counts w,
-    AUC = sum_{pos i} w_i (W_neg(s < s_i) + W_neg(s == s_i) / 2) / (W_pos W_neg); in sorted
-    order the bracket is the mean of the cumulative negative weight just before and at the
-    end of i's tie group, so a resample costs one gather and one cumsum per column.
+    AUC = sum_{pos i} w_i (W_neg(s < s_i) + W_neg(s == s_i) / 2) / (W_pos W_neg); the bracket
+    is the mean of the cumulative weight of the column's negatives (in score order) before
+    and through the end of i's tie group, so a resample costs one gather and one cumsum over
+    the negatives per column. Integer weights (counts below 2^24) are summed in float32,
+    exactly; other weights in float64.
     """
 
     def __init__(self, scores: np.ndarray, positive: np.ndarray):
         # scores (R, N) one row per column; positive (R, N) bool
-        r, n = scores.shape
-        self.order = np.argsort(scores, axis=1, kind="stable")  # (R, N)
-        s_sorted = np.take_along_axis(scores, self.order, axis=1)
-        pos_sorted = np.take_along_axis(positive, self.order, axis=1)
-        self.neg_sorted = (~pos_sorted).astype(float)  # (R, N)
-        idx = np.broadcast_to(np.arange(n), (r, n))
-        starts = np.ones((r, n), dtype=bool)
-        starts[:, 1:] = s_sorted[:, 1:] != s_sorted[:, :-1]
-        ends = np.ones((r, n), dtype=bool)
-        ends[:, :-1] = starts[:, 1:]
-        first = np.maximum.accumulate(np.where(starts, idx, 0), axis=1)  # tie-group start
-        # tie-group end: nearest group end at or after each position (min from the right)
-        last = np.minimum.accumulate(np.where(ends, idx, n - 1)[:, ::-1], axis=1)[:, ::-1]
-        rows, cols = np.nonzero(pos_sorted)  # positives only: N per seed and arm
-        base = rows * (n + 1)  # flat offsets into the (R, N + 1) padded cumsum
-        self.lo = base + first[rows, cols]  # cumulative negatives before the group
-        self.hi = base + last[rows, cols] + 1  # ... through the end of the group
-        self.pos_frame = self.order[rows, cols]
-        self.pos_row = rows
-        self.shape = (r, n)
+        r = scores.shape[0]
+        order = np.argsort(scores, axis=1, kind="stable")  # (R, N)
+        s_sorted = np.take_along_axis(scores, order, axis=1)
+        pos_sorted = np.take_along_axis(positive, order, axis=1)
+        n_neg = (~pos_sorted).sum(axis=1)
+        width = int(n_neg.max(initial=0))
+        self.neg_frame = np.zeros((r, width), dtype=np.int64)  # frames of the negatives, sorted
+        self.neg_mask = np.zeros((r, width), dtype=np.float32)  # 1 where a row has a negative
+        lo, hi, frames, rows = [], [], [], []
+        for i in range(r):
+            neg = np.flatnonzero(~pos_sorted[i])
+            self.neg_frame[i, :neg.size] = order[i, neg]
+            self.neg_mask[i, :neg.size] = 1.0
+            before = np.r_[0, np.cumsum(~pos_sorted[i])]  # negatives before each position
+            p = np.flatnonzero(pos_sorted[i])
+            first = np.searchsorted(s_sorted[i], s_sorted[i, p], side="left")  # tie group
+            last = np.searchsorted(s_sorted[i], s_sorted[i, p], side="right")
+            lo.append(i * (width + 1) + before[first])  # flat offsets into the padded cumsum
+            hi.append(i * (width + 1) + before[last])
+            frames.append(order[i, p])
+            rows.append(np.full(p.size, i))
+        self.lo, self.hi = np.concatenate(lo), np.concatenate(hi)
+        self.pos_frame, self.pos_row = np.concatenate(frames), np.concatenate(rows)
+        self.shape = (r, width)
 
     def __call__(self, w: np.ndarray) -> np.ndarray:
         """AUC of every column under frame weights w (N,); NaN where a side has no weight."""
-        r, n = self.shape
-        cum = np.zeros((r, n + 1))
-        np.cumsum(w[self.order] * self.neg_sorted, axis=1, out=cum[:, 1:])
+        r, width = self.shape
+        exact32 = bool(np.all(w == np.round(w))) and float(np.abs(w).sum()) < 2**24
+        dtype = np.float32 if exact32 else np.float64
+        cum = np.zeros((r, width + 1), dtype=dtype)
+        np.cumsum(w.astype(dtype)[self.neg_frame] * self.neg_mask, axis=1, out=cum[:, 1:])
         flat = cum.ravel()
         wp = w[self.pos_frame]
-        num = np.bincount(self.pos_row, wp * 0.5 * (flat[self.lo] + flat[self.hi]), minlength=r)
+        num = np.bincount(self.pos_row, wp * 0.5 * (flat[self.lo].astype(np.float64)
+                                                    + flat[self.hi]), minlength=r)
         tot_p = np.bincount(self.pos_row, wp, minlength=r)
-        tot_n = cum[:, -1]
+        tot_n = cum[:, -1].astype(np.float64)
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where((tot_p > 0) & (tot_n > 0), num / (tot_p * tot_n), np.nan)
 
@@ -363,7 +375,7 @@ def _delta_bootstrap_iv(
     if clusters is not None and strata is not None:
         raise ConfigError("give clusters= (video bootstrap) or strata= (frame bootstrap), not both")
     unit = "videos" if clusters is not None else "frames"
-    plan = _plan_iv(y.shape[0], unit, strata, clusters)
+    plan = resample_plan(y.shape[0], unit, strata, clusters)
     return y, ref, new, cls, plan, unit, check_level(confidence_level)
 
 
@@ -395,8 +407,10 @@ def macro_auc_delta_bootstrap(
         mean_s [macro_auc(probs_new[s]) - macro_auc(probs_ref[s])].
     classes : sequence of int, optional
         Columns in the macro mean (default all); ``classes=[k]`` bootstraps one class.
-        Classes with no positive or no negative frame in the data are dropped; a class
-        that loses its positives in a resample is left out of that resample's mean.
+        Classes with no positive or no negative frame in the data are dropped. The class
+        set is fixed: a resample that loses every positive (or negative) of a class is
+        drawn again (at most ``MAX_DRAWS_FACTOR * n_resamples`` draws in all; beyond that
+        the intervals are NaN with a ``DegenerateDataWarning``).
     clusters : array_like, shape (N,), optional
         Video id of every frame: resample whole videos (unit "videos"); without it frames
         are resampled (unit "frames").
@@ -463,28 +477,32 @@ def macro_auc_delta_bootstrap(
     cols = np.stack([ref[:, :, present], new[:, :, present]], axis=1)  # (S, 2, N, K)
     scores = cols.transpose(0, 1, 3, 2).reshape(s * 2 * k, n)
     positive = np.tile(np.stack([y == c for c in present]), (s * 2, 1))  # (S*2*K, N)
-    wauc = _WeightedAUC(scores, positive)
+    wauc = WeightedAUC(scores, positive)
 
     def stat_from_auc(auc: np.ndarray) -> float:
         a = auc.reshape(s, 2, k)
-        d = a[:, 1] - a[:, 0]  # (S, K)
-        return float(np.nanmean(d)) if np.isfinite(d).any() else float("nan")
+        return float(np.mean(a[:, 1] - a[:, 0]))  # (S, K): every class of the fixed set
 
     theta_hat = stat_from_auc(wauc(np.ones(n)))
     gen = as_rng(rng)
-    theta_star = np.empty(int(n_resamples))
-    lost = 0
-    for b in range(theta_star.size):
+    theta_star = np.full(int(n_resamples), np.nan)
+    drawn = redrawn = b = 0
+    # a resample that loses every positive (or negative) of a class is drawn again, so that
+    # every resample averages over the same classes (a conditional bootstrap); counted
+    while b < theta_star.size and drawn < MAX_DRAWS_FACTOR * theta_star.size:
         auc = wauc(np.bincount(plan.draw(gen), minlength=n).astype(float))
-        lost += int(np.isnan(auc).any())
+        drawn += 1
+        if np.isnan(auc).any():
+            redrawn += 1
+            continue
         theta_star[b] = stat_from_auc(auc)
-    if lost:
-        log.info(
-            "%d of %d resamples lost every positive (or negative) of some class; "
-            "those classes were left out of those resamples' mean",
-            lost,
-            theta_star.size,
-        )
+        b += 1
+    if redrawn:
+        log.info("%d of %d resamples lost every positive (or negative) of some class and were "
+                 "drawn again", redrawn, drawn)
+    if b < theta_star.size:
+        warn_degenerate(f"only {b} of {theta_star.size} resamples keep every class after "
+                        f"{drawn} draws; intervals are NaN")
     if plan.clustered:
         jack = np.empty(plan.n_units)
         for u in range(jack.size):

@@ -14,24 +14,26 @@ table row carries the run ids it came from. The statistics are described in
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
 
 from pipi import tracking
 from pipi.analysis import AggregateOptions, build_evidence, check_single_dataset, select_runs
-from pipi.errors import DataError
+from pipi.errors import ConfigError, DataError
 from pipi.paths import pipi_home
 from pipi.report import Report, build_report, dashboard
 from pipi.report.tables import dump_json, table_markdown
 
-__all__ = ["AggregateResult", "default_cache_dir", "fetch_predictions", "run_aggregate",
-           "write_report"]
+__all__ = ["MARKER", "AggregateResult", "OutFolder", "default_cache_dir", "fetch_predictions",
+           "prepare_out", "run_aggregate", "write_report"]
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +70,92 @@ def write_report(report: Report, folder: Path, *, aggregate_run_id: str = "",
     return folder
 
 
+# --------------------------------------------------------------------------- the out folder
+#: Marker file of a report folder: what aggregate wrote there (and may replace next time).
+MARKER = ".pipi-report.json"
+
+
+def _cannot_write(path: Path, exc: OSError) -> ConfigError:
+    return ConfigError(f"out={path}: cannot write there ({exc.strerror or exc}); choose a "
+                       "writable folder")
+
+
+@dataclass
+class OutFolder:
+    """The user's ``out`` folder, checked before anything is computed.
+
+    ``previous`` lists the files of a previous pipi report there (from its marker): only
+    those may be replaced. ``created`` are the folders this run made (removed again if the
+    run writes nothing).
+    """
+
+    path: Path
+    previous: tuple[str, ...] = ()
+    created: tuple[Path, ...] = ()
+    installed: bool = False
+
+    def install(self, folder: Path) -> None:
+        """Copy the report in ``folder`` here: drop the previous report's files, never
+        touch other files (ConfigError naming any file that would be overwritten)."""
+        new = sorted(str(f.relative_to(folder)) for f in folder.rglob("*") if f.is_file())
+        clash = [f for f in new if (self.path / f).exists() and f not in self.previous]
+        if clash:
+            raise ConfigError(f"out={self.path}: refusing to overwrite {clash[:5]}, which no "
+                              "pipi report wrote; choose a new or empty folder")
+        try:
+            for f in self.previous:
+                target = self.path / f
+                if target.is_file() and target.resolve().is_relative_to(self.path.resolve()):
+                    target.unlink()
+            for f in new:
+                (self.path / f).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(folder / f, self.path / f)
+            dump_json({"format": "pipi.aggregate", "files": new}, self.path / MARKER)
+        except OSError as exc:
+            raise _cannot_write(Path(exc.filename or self.path), exc) from None
+        self.installed = True
+
+    def discard_if_unused(self) -> None:
+        """Remove the folders this run created when nothing was written into them."""
+        if self.installed:
+            return
+        for d in reversed(self.created):
+            with contextlib.suppress(OSError):
+                d.rmdir()  # only when empty
+
+
+def prepare_out(out: Path) -> OutFolder:
+    """Check (and create) ``out`` before the runs are read.
+
+    Refuses, with one ConfigError line naming the path: a file; a non-empty folder that is
+    not a previous pipi report (no :data:`MARKER`); a folder that cannot be created or
+    written.
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"out={out}: exists and is not a folder; choose a new folder")
+    previous: tuple[str, ...] = ()
+    try:
+        if out.is_dir() and any(out.iterdir()):
+            marker = out / MARKER
+            if not marker.is_file():
+                raise ConfigError(f"out={out}: the folder is not empty and is not a previous "
+                                  f"pipi report (no {MARKER}); aggregate never overwrites other "
+                                  "files: choose a new or empty folder")
+            try:
+                previous = tuple(str(f) for f in json.loads(marker.read_text())["files"])
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ConfigError(f"out={out}: unreadable {MARKER} ({exc}); choose a new "
+                                  "folder") from None
+        missing = [p for p in (out, *out.parents) if not p.exists()]
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".pipi-write-test-"):
+            pass
+    except OSError as exc:
+        raise _cannot_write(out, exc) from None
+    return OutFolder(out, previous, tuple(reversed(missing)))
+
+
 # --------------------------------------------------------------------------- the workflow
 @dataclass(frozen=True)
 class AggregateResult:
@@ -95,31 +183,63 @@ def default_cache_dir() -> Path:
     return pipi_home() / "cache" / "predictions"
 
 
-def run_aggregate(*, experiment: str = "pipi", filter_string: str = "", out: Path | None = None,
+def run_aggregate(*, experiment: str | None = None, filter_string: str = "",
+                  out: Path | None = None, resample: str = "video",
                   cache_dir: Path | None = None, options: AggregateOptions | None = None,
                   log_run: bool = True) -> AggregateResult:
     """Query the runs, compute every table and figure, log them as an ``aggregate`` run.
 
     Parameters
     ----------
-    experiment : str
-        MLflow experiment whose runs are aggregated (the aggregate run is logged there too).
+    experiment : str, optional
+        MLflow experiment whose runs are aggregated (the aggregate run is logged there too);
+        default ``tracking.DEFAULT_EXPERIMENT``.
     filter_string : str
         MLflow search filter, e.g. ``"tags.`pipi.backbone` = 'efficientnet_b0'"``.
     out : Path, optional
         Also keep a local copy of everything logged (tables, JSON, figures, dashboard).
+        Checked before anything is computed: it must be new, empty or a previous pipi
+        report (marker file ``.pipi-report.json``), and writable; only the files of the
+        previous report are replaced, never other files.
+    resample : {"video", "frame"}
+        Bootstrap unit: test videos (clustered; the paper) or frames (the published code).
+        Overrides ``options.resample``.
     cache_dir : Path, optional
         Where predictions are cached by run id (default ``$PIPI_HOME/cache/predictions``).
-    options : AggregateOptions
+    options : AggregateOptions, optional
     log_run : bool
         Log an MLflow run of entry point ``aggregate`` with the outputs as artifacts.
 
     Raises
     ------
+    ConfigError
+        A bad ``resample``; an ``out`` that is not writable, is a file, or is a non-empty
+        folder that is not a previous pipi report.
     DataError
-        No run to aggregate, or runs of different data digests / class lists / test frames.
+        No run to aggregate; runs of different data digests / class lists / test frames;
+        an arm with runs of several recipes.
     """
+    options = replace(options or AggregateOptions(), resample=resample)
+    experiment = experiment or tracking.DEFAULT_EXPERIMENT
+    target = prepare_out(Path(out)) if out else None
+    try:
+        report, ev, kept = _compute(experiment, filter_string, cache_dir, options)
+        run_id = _write_and_log(report, ev, kept, experiment, filter_string, target, log_run)
+    finally:
+        if target is not None:
+            target.discard_if_unused()
+    summary = report.summary
+    if run_id:
+        summary += f"\naggregate run {run_id}: {tracking.ui_hint(run_id)}"
+    if target is not None:
+        summary += f"\nlocal copy: {target.path.resolve()}"
+    log.info("aggregated %d runs into %d tables", len(kept), len(report.tables))
+    return AggregateResult(run_id, target.path if target else None, report, summary)
 
+
+def _compute(experiment: str, filter_string: str, cache_dir: Path | None,
+             options: AggregateOptions):
+    """(report, evidence, kept runs): the MLflow read, the downloads, the report."""
     runs = tracking.load_runs(experiment, filter_string)
     kept, excluded = select_runs(runs)
     if kept.empty:
@@ -137,8 +257,13 @@ def run_aggregate(*, experiment: str = "pipi", filter_string: str = "", out: Pat
     ev = build_evidence(kept, dirs, excluded=excluded, all_runs=runs, experiment=experiment,
                         experiment_id=str(runs["experiment_id"].iloc[0]), tracking_uri=uri,
                         filter_string=filter_string)
-    report = build_report(ev, options)
-    folder = Path(out) if out else Path(tempfile.mkdtemp(prefix="pipi-aggregate-"))
+    return build_report(ev, options), ev, kept
+
+
+def _write_and_log(report: Report, ev, kept: pd.DataFrame, experiment: str, filter_string: str,
+                   target: OutFolder | None, log_run: bool) -> str | None:
+    """Write the report into a fresh folder, log it as the aggregate run, copy it to ``out``."""
+    folder = Path(tempfile.mkdtemp(prefix="pipi-aggregate-"))
     run_id = None
     try:
         if log_run:
@@ -159,13 +284,8 @@ def run_aggregate(*, experiment: str = "pipi", filter_string: str = "", out: Pat
                 tracking.log_artifacts(folder)
         else:
             write_report(report, folder)
+        if target is not None:
+            target.install(folder)
     finally:
-        if not out:
-            shutil.rmtree(folder, ignore_errors=True)
-    summary = report.summary
-    if run_id:
-        summary += f"\naggregate run {run_id}: {tracking.ui_hint(run_id)}"
-    if out:
-        summary += f"\nlocal copy: {Path(out).resolve()}"
-    log.info("aggregated %d runs into %d tables", len(kept), len(report.tables))
-    return AggregateResult(run_id, Path(out) if out else None, report, summary)
+        shutil.rmtree(folder, ignore_errors=True)
+    return run_id
