@@ -561,16 +561,16 @@ def test_cli_refuses_mixed_digests_with_one_line(tracking, tmp_path):
 @pytest.mark.slow
 def test_aggregate_real_train_runs_through_mlflow_run(tracking, tiny_staged, tmp_path):
     """Cells a and pi, 2 seeds, real `train` runs; then `mlflow run . -e aggregate`."""
-    from pipi import runner
-    from pipi.cells import make_config
+    from pipi.config import make_config
+    from pipi.workflows import train as train_workflow
 
     exp = f"real-{tmp_path.name}"
     summaries = {}
     for cell in ("a", "pi"):
         for seed in (41, 42):
             cfg = make_config(cell=cell, profile="smoke", weights="none", seed=seed)
-            summaries[(cell, seed)] = runner.train(cfg, data=str(tiny_staged), experiment=exp,
-                                                   register=False, progress=False)
+            summaries[(cell, seed)] = train_workflow.train(
+                cfg, data=str(tiny_staged), experiment=exp, register=False, progress=False)
     out = tmp_path / "out"
     # mlflow.set_experiment exports MLFLOW_EXPERIMENT_ID, which `mlflow run` would read
     env = {k: v for k, v in os.environ.items()
@@ -594,3 +594,18 @@ def test_aggregate_real_train_runs_through_mlflow_run(tracking, tiny_staged, tmp
     pair = doc["tables"]["paired_tests"]["rows"][0]
     assert (pair["reference"], pair["new"], pair["n_seeds"]) == ("a", "pi", 2)
     assert (out / "dashboard.html").is_file() and (out / "figures" / "eight_cell.png").is_file()
+    # a run of another recipe (the published code's checkpoint selection) joins arm a: refused,
+    # and the filter the message suggests is valid MLflow search syntax that selects one recipe
+    cfg = make_config(cell="a", profile="smoke", weights="none", seed=41,
+                      select_metric="macro_f1")
+    train_workflow.train(cfg, data=str(tiny_staged), experiment=exp, register=False,
+                         progress=False)
+    with pytest.raises(DataError, match="efficientnet_b0/a has runs of 2 recipes") as err:
+        workflow.run_aggregate(experiment=exp, cache_dir=tmp_path / "cache", log_run=False,
+                               options=analysis.AggregateOptions(n_resamples=20, figures=False))
+    flt = str(err.value).split('--filter "')[1].rstrip('"')
+    res = workflow.run_aggregate(experiment=exp, filter_string=flt, cache_dir=tmp_path / "cache",
+                                 log_run=False,
+                                 options=analysis.AggregateOptions(n_resamples=20, figures=False))
+    assert res.report.meta["arms"]["efficientnet_b0/a"]["seeds"] == {
+        41: summaries[("a", 41)]["run_id"], 42: summaries[("a", 42)]["run_id"]}
