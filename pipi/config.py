@@ -86,11 +86,6 @@ class TrainConfig:
     def cell_config(self):
         return get_cell(self.cell)
 
-    @property
-    def lambda_eff(self) -> float:
-        """The attenuation length in pixels actually used at ``image_size``."""
-        return self.prior.resolved_lambda(self.image_size, self.image_size)
-
     def to_dict(self) -> dict:
         """JSON-ready nested document (``config.json``); inverse of :meth:`from_dict`."""
         return asdict(self)

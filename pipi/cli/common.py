@@ -10,7 +10,7 @@ import click
 
 from pipi import tracking
 from pipi.cells import CELLS
-from pipi.config import PROFILE_CHOICES, SELECT_METRICS
+from pipi.config import PROFILE_CHOICES, SELECT_METRICS, TRAIN_OVERRIDES
 from pipi.errors import PipiError
 from pipi.models.backbones import ARCHS, PRIOR_INITS
 from pipi.prior import HB_INDICES, PRIOR_MASKS, SECOND_CHANNELS
@@ -150,9 +150,6 @@ train_override_options = [
                  show_default=True, help="Validation metric that selects the checkpoint and "
                  "stops early: macro_auc (paper) or macro_f1 (the published code)."),
 ]
-TRAIN_OVERRIDE_KEYS = ("epochs", "image_size", "lr", "batch_size", "patience", "alpha",
-                       "lambda_eff", "hb_index", "second_channel", "prior_mask", "prior_init",
-                       "distill_lambda", "select_metric")
 
 #: Options of the `pipi` commands that are deliberately not MLproject parameters (under
 #: `mlflow run`, MLflow's own `--experiment-name` chooses the experiment).
@@ -165,4 +162,4 @@ experiment_option = click.option(
 
 def overrides_from(kw: dict) -> dict:
     """The train overrides of a command's keyword arguments (None: not set)."""
-    return {k: kw.pop(k) for k in TRAIN_OVERRIDE_KEYS if k in kw}
+    return {k: kw.pop(k) for k in TRAIN_OVERRIDES if k in kw}

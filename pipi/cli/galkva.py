@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from pipi.cli.common import with_options
 from pipi.errors import PipiError
 from pipi.galkva import (
     BENCHMARK_VERSION,
@@ -53,13 +54,6 @@ _resampling = [
 ]
 
 
-def _with(options):
-    def deco(fn):
-        for opt in reversed(options):
-            fn = opt(fn)
-        return fn
-    return deco
-
 
 @click.group("galkva")
 def galkva() -> None:
@@ -93,7 +87,7 @@ def validate_cmd(file: Path) -> None:
 @click.option("--markdown", is_flag=True, help="Print only the leaderboard Markdown row.")
 @click.option("--tolerance", type=float, default=1e-3, show_default=True,
               help="Largest accepted gap between a self-reported and a recomputed AUC.")
-@_with(_resampling)
+@with_options(_resampling)
 @_errors
 def score_cmd(file, predictions, markdown, tolerance, n_resamples, seed) -> None:
     """Retention, band, sign-positive seeds and a leaderboard row for a submission FILE.
@@ -140,7 +134,7 @@ def score_cmd(file, predictions, markdown, tolerance, n_resamples, seed) -> None
 @click.option("--notes", default=None)
 @click.option("--benchmark-version", type=click.Choice(sorted(SCORING_SETS)),
               default=BENCHMARK_VERSION, show_default=True)
-@_with(_resampling)
+@with_options(_resampling)
 @_errors
 def submission_cmd(predictions, out, submitter_name, affiliation, email, method_name,
                    description, trained_on, code_url, preprint_url, notes, benchmark_version,

@@ -98,9 +98,3 @@ def config_hash(config: Mapping[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-
-
-def write_json(obj: Any, path: Path) -> Path:
-    """Write ``obj`` as indented JSON (a model artifact written before it is logged)."""
-    Path(path).write_text(json.dumps(obj, indent=2, default=str))
-    return Path(path)

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from pipi import tracking
-from pipi.config import PAPER_SEEDS, make_config
+from pipi.config import PAPER_SEEDS, make_config, resolve_profile
 from pipi.data.kvasir import load_staged
 from pipi.errors import ConfigError
 from pipi.evaluate import (
@@ -162,8 +162,7 @@ def run_ablation(*, study: str = "eight_cell", seeds: Sequence[int] | str = PAPE
     root = resolve_data(data, preset="tiny" if profile == "smoke" else "demo")
     _, manifest = load_staged(root)
     digest = manifest["data_digest"]
-    if profile == "auto":
-        profile = "demo" if "synthetic" in manifest.get("dataset", "") else "paper"
+    profile = resolve_profile(profile, manifest.get("dataset", ""))
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     children = plan(st, seeds=seeds, backbones=backbones, cells=cells, profile=profile,
                     weights=weights, digest=digest, overrides=overrides)

@@ -8,6 +8,7 @@ a checkpoint for sequence cells).
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import shutil
@@ -40,8 +41,7 @@ def registered_name(cfg: TrainConfig) -> str:
 def prepare(*, cell: str, backbone: str, seed: int, profile: str, data: str | None,
             **overrides) -> tuple[TrainConfig, Path]:
     """Resolve the data and ``profile=auto``, then build the config (every option checked)."""
-    requested = "smoke" if profile == "smoke" else "demo"
-    root = resolve_data(data, preset="tiny" if requested == "smoke" else "demo")
+    root = resolve_data(data, preset="tiny" if profile == "smoke" else "demo")
     _, manifest = load_staged(root)
     profile = resolve_profile(profile, manifest.get("dataset", ""))
     return make_config(cell=cell, backbone=backbone, seed=seed, profile=profile,
@@ -174,7 +174,7 @@ def _log_model(cfg: TrainConfig, model, work: Path, run_id: str, test_auc: float
     wpath = work / "model_state.pt"
     torch.save(model.state_dict(), wpath)
     cpath = work / "model_config.json"
-    tracking.write_json(cfg.to_dict(), cpath)
+    cpath.write_text(json.dumps(cfg.to_dict(), indent=2))
     rng = np.random.default_rng(0)
     example = rng.integers(0, 256, (2, cfg.image_size, cfg.image_size, 3), dtype=np.uint8)
     name = registered_name(cfg) if register else None
