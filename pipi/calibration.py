@@ -1,0 +1,298 @@
+"""Calibrating the analytic prior of a frozen 5-channel model: the objective and its inputs.
+
+The paper fits the prior's steepness ``alpha`` "on a held-out validation subset" and proposes
+re-calibrating the prior on a target capsule system before deployment. Here the frozen
+model's weights never change; only the prior channels it is fed are recomputed:
+
+* **Objective** (maximised): the macro-AUC, over the fold's evaluable classes, of the frozen
+  model on the calibration fold, with ``P_blood`` and ``Phi`` recomputed from the frames for
+  each ``(alpha, lambda_eff)`` exactly as training computes them (``FrameInputs``, eval mode).
+* **Search space**: ``alpha`` in ``[1, 12]`` (log scale); ``lambda_eff`` as a fraction of
+  the image diagonal in ``[0.1, 1.0]`` (the published default is 0.25), so a result carries
+  over to another image size.
+* **Folds**: ``kvasir-val`` is the validation split of a staged Kvasir release;
+  ``galar:<capsule system>`` is that system's ``calibration`` vendor fold of a staged Galar
+  folder (the ``evaluation`` fold stays untouched for ``galar``).
+* **Pruning**: the fold is scored in batches in a fixed, class-interleaved order (the same
+  for every trial), and the running macro-AUC of the frames scored so far is reported as an
+  intermediate value about ten times per trial, so a pruner can stop hopeless trials.
+
+A calibration result travels as ``prior_params.json`` (:func:`prior_params_document`);
+:func:`load_prior_params` is the one place that turns a ``prior_params`` option (a file, or
+the id of a ``calibrate`` run) into alpha and lambda_eff.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from pipi import tracking
+from pipi.classes import CLASSES, class_index
+from pipi.config import TrainConfig
+from pipi.data.cache import to_float
+from pipi.errors import ConfigError, DataError
+from pipi.stats.auc import macro_auc
+from pipi.training import FrameInputs
+
+#: Search space (paper "Analytic prior": alpha is a calibrated steepness; lambda_eff ~ 0.25 diag).
+ALPHA_RANGE = (1.0, 12.0)            # log scale
+LAMBDA_FRACTION_RANGE = (0.1, 1.0)   # lambda_eff / image diagonal
+PRIOR_PARAMS_FORMAT = "pipi.prior_params"
+PRIOR_PARAMS_VERSION = 1
+#: How many intermediate values a trial reports (the pruner's steps).
+REPORTS_PER_TRIAL = 10
+TARGET_KVASIR = "kvasir-val"
+TARGET_GALAR = "galar:"
+_RUN_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+# --------------------------------------------------------------------------- prior params
+def diagonal(image_size: int) -> float:
+    """The diagonal of a square ``image_size`` image in pixels."""
+    return math.hypot(image_size, image_size)
+
+
+@dataclass(frozen=True)
+class PriorParams:
+    """A calibrated prior: ``alpha`` and ``lambda_eff`` as a fraction of the image diagonal."""
+
+    alpha: float
+    lambda_eff_fraction: float
+    source: str = ""        # the file or calibrate run it came from
+
+    def lambda_eff(self, image_size: int) -> float:
+        """``lambda_eff`` in pixels at ``image_size`` (what ``PriorConfig`` takes)."""
+        return self.lambda_eff_fraction * diagonal(image_size)
+
+    def apply(self, cfg: TrainConfig) -> TrainConfig:
+        """``cfg`` with this prior (lambda_eff converted at ``cfg.image_size``)."""
+        prior = replace(cfg.prior, alpha=float(self.alpha),
+                        lambda_eff=self.lambda_eff(cfg.image_size))
+        return replace(cfg, prior=prior)
+
+
+def prior_params_document(params: PriorParams, *, image_size: int, **extra) -> dict:
+    """The ``prior_params.json`` document of a calibration result."""
+    return {"format": PRIOR_PARAMS_FORMAT, "version": PRIOR_PARAMS_VERSION,
+            "alpha": float(params.alpha),
+            "lambda_eff_fraction": float(params.lambda_eff_fraction),
+            "lambda_eff": params.lambda_eff(image_size), "image_size": int(image_size),
+            **extra}
+
+
+def _parse_prior_params(doc, source: str) -> PriorParams:
+    if not isinstance(doc, dict) or doc.get("format") != PRIOR_PARAMS_FORMAT:
+        raise ConfigError(f"prior_params={source}: not a {PRIOR_PARAMS_FORMAT} document "
+                          "(the prior_params.json that `calibrate` logs)")
+    if doc.get("version") != PRIOR_PARAMS_VERSION:
+        raise ConfigError(f"prior_params={source}: version {doc.get('version')!r} is not "
+                          f"supported (expected {PRIOR_PARAMS_VERSION})")
+    try:
+        alpha, frac = float(doc["alpha"]), float(doc["lambda_eff_fraction"])
+    except (KeyError, TypeError, ValueError):
+        raise ConfigError(f"prior_params={source}: needs numeric alpha and "
+                          "lambda_eff_fraction") from None
+    if not (math.isfinite(alpha) and alpha > 0 and math.isfinite(frac) and frac > 0):
+        raise ConfigError(f"prior_params={source}: alpha={alpha} and lambda_eff_fraction="
+                          f"{frac} must be finite and > 0")
+    return PriorParams(alpha, frac, source)
+
+
+def load_prior_params(spec: str) -> PriorParams:
+    """Resolve a ``prior_params`` option: a ``prior_params.json`` file or a calibrate run id.
+
+    The one resolution used by every entry point that accepts ``-P prior_params=``.
+    """
+    spec = str(spec).strip()
+    path = Path(spec).expanduser()
+    if path.is_file():
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"prior_params={spec}: cannot read JSON ({exc})") from None
+        return _parse_prior_params(doc, spec)
+    if _RUN_ID.match(spec):
+        run = tracking.get_run(spec)
+        if run.data.tags.get(tracking.TAG_ENTRY_POINT) != "calibrate":
+            raise ConfigError(f"prior_params={spec}: run {spec} is not a calibrate run "
+                              f"(entry point {run.data.tags.get(tracking.TAG_ENTRY_POINT)!r})")
+        work = Path(tempfile.mkdtemp(prefix="pipi-prior-params-"))
+        try:
+            got = tracking.download_artifact(spec, "prior_params.json", work)
+            return _parse_prior_params(json.loads(got.read_text()), f"run {spec}")
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    raise ConfigError(f"prior_params={spec}: neither a file nor a calibrate run id (32 hex "
+                      "characters); pass the prior_params.json that calibrate logged or the "
+                      "calibrate run's id")
+
+
+# --------------------------------------------------------------------------- targets, folds
+def parse_target(target: str) -> tuple[str, str | None]:
+    """``kvasir-val`` -> ("kvasir-val", None); ``galar:<system>`` -> ("galar", system)."""
+    t = (target or "").strip()
+    if t == TARGET_KVASIR:
+        return TARGET_KVASIR, None
+    if t.startswith(TARGET_GALAR) and t[len(TARGET_GALAR):].strip():
+        return "galar", t[len(TARGET_GALAR):].strip()
+    raise ConfigError(f"target={target!r}: use kvasir-val or galar:<capsule system> "
+                      "(e.g. galar:PillCam SB3)")
+
+
+@dataclass(frozen=True)
+class Fold:
+    """The calibration fold: staged rows (cache order), their labels and scored classes."""
+
+    target: str
+    rows: np.ndarray            # indices into frames / the uint8 cache
+    labels: np.ndarray          # class index per row
+    classes: tuple[int, ...]    # classes with positives and negatives in the fold
+
+    @property
+    def class_names(self) -> list[str]:
+        return [CLASSES[k] for k in self.classes]
+
+
+def calibration_fold(frames: pd.DataFrame, manifest: dict, target: str) -> Fold:
+    """The rows of ``target`` in a staged folder; DataError if nothing can be scored."""
+    kind, system = parse_target(target)
+    dataset = manifest.get("dataset", "kvasir-capsule")
+    if kind == TARGET_KVASIR:
+        if dataset == "galar":
+            raise ConfigError(f"target={target}: the data is a staged Galar folder; pass "
+                              "target=galar:<capsule system> or a staged Kvasir folder")
+        mask = frames["split"].to_numpy() == "val"
+    else:
+        if dataset != "galar" or "capsule_system" not in frames.columns:
+            raise ConfigError(f"target={target}: needs data=<a staged Galar folder> "
+                              f"(`pipi stage galar`), got a {dataset!r} folder")
+        systems = sorted(set(frames["capsule_system"].astype(str)))
+        if system not in systems:
+            raise ConfigError(f"target={target}: no capsule system {system!r} in the staged "
+                              f"Galar folder. Available: {systems}")
+        mask = ((frames["capsule_system"].astype(str).to_numpy() == system)
+                & (frames["vendor_fold"].astype(str).to_numpy() == "calibration"))
+    rows = np.flatnonzero(mask)
+    labels = frames["class_index"].to_numpy()[rows].astype(np.int64)
+    evaluable = manifest.get("evaluable_classes")
+    allowed = ({class_index(c) for c in evaluable} if evaluable else set(range(len(CLASSES))))
+    present = set(labels.tolist())
+    classes = tuple(sorted(c for c in present & allowed if len(present) > 1))
+    if not classes:
+        found = sorted(CLASSES[c] for c in present)
+        raise DataError(f"target={target}: the calibration fold ({len(rows)} frames) has no "
+                        "positives of any evaluable class against negatives (classes "
+                        f"present: {found}); a macro-AUC needs at least two classes")
+    return Fold(target, rows, labels, classes)
+
+
+def interleaved_order(labels: np.ndarray, *, seed: int = 0) -> np.ndarray:
+    """A fixed order of the fold in which every class is spread evenly (seeded)."""
+    n = len(labels)
+    perm = np.random.default_rng(seed).permutation(n)
+    key = np.empty(n)
+    for c in np.unique(labels):
+        idx = perm[labels[perm] == c]
+        key[idx] = (np.arange(len(idx)) + 0.5) / len(idx)
+    return np.argsort(key, kind="stable")
+
+
+# --------------------------------------------------------------------------- the objective
+@dataclass
+class TrialCost:
+    """Seconds spent in one objective evaluation, by part."""
+
+    inputs: float = 0.0     # the prior (+ normalisation), on the device
+    forward: float = 0.0    # the model's forward pass and softmax
+    report: float = 0.0     # running AUCs, Optuna's report/should_prune
+
+    def total(self) -> float:
+        return self.inputs + self.forward + self.report
+
+
+@dataclass
+class CalibrationObjective:
+    """Scores a frozen 5-channel model on a fold under a given prior.
+
+    ``score(alpha, fraction, report=...)`` returns the fold's macro-AUC; ``report(step,
+    value)`` receives the running macro-AUC about ``REPORTS_PER_TRIAL`` times and may raise
+    to stop early. ``last_cost`` holds the timing split of the latest call.
+    """
+
+    model: torch.nn.Module
+    cfg: TrainConfig
+    images: np.ndarray          # the uint8 cache of the whole staged folder
+    fold: Fold
+    device: torch.device
+    batch_size: int = 64
+    order: np.ndarray = field(init=False)
+    last_cost: TrialCost = field(default_factory=TrialCost)
+
+    def __post_init__(self):
+        if self.cfg.cell_config.input_channels != 5:
+            raise ConfigError(f"cell {self.cfg.cell} has {self.cfg.cell_config.input_channels} "
+                              "input channels; calibrate needs a run of a 5-channel cell "
+                              "(pi, pblood_only, phi_only)")
+        self.order = interleaved_order(self.fold.labels)
+        self.model = self.model.to(self.device).eval()
+
+    def config_for(self, alpha: float, fraction: float) -> TrainConfig:
+        return PriorParams(alpha, fraction).apply(self.cfg)
+
+    @torch.no_grad()
+    def predict(self, alpha: float, fraction: float, report=None) -> np.ndarray:
+        """Probabilities ``(len(fold), 14)`` in fold order under this prior."""
+        inputs = FrameInputs(self.config_for(alpha, fraction))
+        rows = self.fold.rows[self.order]
+        labels = self.fold.labels[self.order]
+        n = len(rows)
+        n_batches = max(1, math.ceil(n / self.batch_size))
+        every = max(1, n_batches // REPORTS_PER_TRIAL)
+        probs = np.zeros((n, len(CLASSES)), np.float32)
+        cost = TrialCost()
+        sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
+        for b in range(n_batches):
+            sl = slice(b * self.batch_size, min(n, (b + 1) * self.batch_size))
+            t0 = time.perf_counter()
+            x, _ = inputs(to_float(self.images, rows[sl], self.device), train=False)
+            sync()
+            t1 = time.perf_counter()
+            probs[sl] = torch.softmax(self.model(x).float(), dim=1).cpu().numpy()
+            t2 = time.perf_counter()
+            cost.inputs += t1 - t0
+            cost.forward += t2 - t1
+            if report is not None and ((b + 1) % every == 0) and b + 1 < n_batches:
+                value = self._auc(labels[:sl.stop], probs[:sl.stop])
+                if math.isfinite(value):
+                    report(b + 1, value)
+                cost.report += time.perf_counter() - t2
+        self.last_cost = cost
+        out = np.empty_like(probs)
+        out[self.order] = probs
+        return out
+
+    def _auc(self, labels: np.ndarray, probs: np.ndarray) -> float:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # classes not yet seen are left out
+            return macro_auc(labels, probs, classes=self.fold.classes)
+
+    def score(self, alpha: float, fraction: float, report=None) -> float:
+        """The objective: macro-AUC of the fold under ``(alpha, fraction x diagonal)``."""
+        return self._auc(self.fold.labels, self.predict(alpha, fraction, report))
+
+
+__all__ = ["ALPHA_RANGE", "LAMBDA_FRACTION_RANGE", "CalibrationObjective", "Fold",
+           "PriorParams", "TrialCost", "calibration_fold", "diagonal", "interleaved_order",
+           "load_prior_params", "parse_target", "prior_params_document"]

@@ -1,0 +1,75 @@
+"""Runs logged from worker processes: one nested run per finished Optuna trial; model URIs."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import mlflow
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+
+from pipi.errors import ConfigError, TrackingError
+from pipi.tracking.runs import create_child_run, get_run
+
+_RUN_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+def log_finished_child(parent_run_id: str, *, run_name: str, params: Mapping[str, Any],
+                       metrics: Mapping[str, float], tags: Mapping[str, Any],
+                       series: Mapping[str, Sequence[tuple[int, float]]] | None = None,
+                       status: str = "FINISHED") -> str:
+    """Create a run nested under ``parent_run_id``, log everything in one batch, end it.
+
+    For processes that do not hold the parent as their active run (Optuna workers); returns
+    the child's run id.
+    """
+    run_id = create_child_run(parent_run_id, run_name=run_name, tags=tags)
+    now = int(time.time() * 1000)
+    ms = [Metric(k, float(v), now, 0) for k, v in metrics.items()]
+    for key, points in (series or {}).items():
+        ms += [Metric(key, float(v), now, int(step)) for step, v in points]
+    c = MlflowClient()
+    c.log_batch(run_id, metrics=ms[:1000],
+                params=[Param(k, str(v)) for k, v in list(params.items())[:100]],
+                tags=[RunTag(k, str(v)) for k, v in list(tags.items())[:100]])
+    c.set_terminated(run_id, status)
+    return run_id
+
+
+def model_run_id(spec: str) -> str:
+    """The run behind a run id or a ``models:/`` URI (``name/version``, ``name@alias``, ``m-<id>``)."""
+    spec = (spec or "").strip()
+    if _RUN_ID.match(spec):
+        get_run(spec)
+        return spec
+    if not spec.startswith("models:/"):
+        raise ConfigError(f"run={spec!r}: pass a run id (32 hex characters) or a models:/ URI "
+                          "(models:/pipi-efficientnet_b0-pi@candidate)")
+    body = spec.removeprefix("models:/")
+    c = MlflowClient()
+    try:
+        if body.startswith("m-"):
+            run_id = mlflow.get_logged_model(body).source_run_id
+        elif "@" in body:
+            name, alias = body.split("@", 1)
+            run_id = c.get_model_version_by_alias(name, alias).run_id
+        elif "/" in body:
+            name, version = body.rsplit("/", 1)
+            run_id = c.get_model_version(name, version).run_id
+        else:
+            raise ConfigError(f"run={spec}: a models:/ URI needs a version or an alias "
+                              "(models:/NAME/3 or models:/NAME@champion)")
+    except ConfigError:
+        raise
+    except Exception as exc:
+        raise TrackingError(f"run={spec}: cannot resolve the model on "
+                            f"{mlflow.get_tracking_uri()} ({str(exc).splitlines()[0]})") from None
+    if not run_id:
+        raise TrackingError(f"run={spec}: the model version is linked to no run")
+    return run_id
+
+
+__all__ = ["log_finished_child", "model_run_id"]

@@ -1,0 +1,496 @@
+"""The ``calibrate`` workflow: Optuna fits the prior's alpha and lambda_eff of a frozen model.
+
+One call is one parent MLflow run (entry point ``calibrate``) that drives an Optuna study in
+an RDB storage (SQLite by default, PostgreSQL for many machines) with ``workers`` local
+processes; each finished trial becomes a nested run (params ``alpha``, ``lambda_eff``,
+``lambda_eff_fraction``; metric ``calibration/macro_auc``; pruned trials tagged
+``pipi.trial_state = PRUNED``). The objective is :mod:`pipi.calibration`'s.
+
+* **Continuing.** The study name defaults to a hash of (source run, target, data digest) and
+  the study is opened with ``load_if_exists``: a later call, or a call on another machine
+  with the same PostgreSQL storage, adds its ``trials`` to the same study, and the sampler
+  learns from every earlier trial. ``trials`` is exactly the number of trials this call runs
+  (split over its workers), unless a grid is exhausted first.
+* **Baseline.** A new study's first trial is the run's own trained prior (when inside the
+  search space), so the best value is never below the model as trained.
+* **Result.** The study's best trial is logged on the parent as params (``alpha``,
+  ``lambda_eff``, ``lambda_eff_fraction``) and as ``prior_params.json``, with Optuna's own
+  optimisation history, contour and importance plots (HTML) and the trials table.
+
+Optuna's ``optuna_integration.MLflowCallback`` is not used (deprecated, and it logs flat
+runs named after the study); :func:`_trial_logger` logs nested runs through
+``pipi.tracking``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import multiprocessing as mp
+import os
+import queue as queue_mod
+import shutil
+import socket
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import optuna
+import sqlalchemy
+import torch
+
+from pipi import tracking
+from pipi.calibration import (
+    ALPHA_RANGE,
+    LAMBDA_FRACTION_RANGE,
+    CalibrationObjective,
+    PriorParams,
+    calibration_fold,
+    diagonal,
+    parse_target,
+    prior_params_document,
+)
+from pipi.config import run_params
+from pipi.data.cache import build_cache
+from pipi.data.kvasir import load_staged
+from pipi.errors import ConfigError, PipiError
+from pipi.evaluate import device_for, load_run_model
+from pipi.paths import PROJECT_ROOT, pipi_home
+from pipi.training import tmpdir
+from pipi.workflows.stage import resolve_data
+
+log = logging.getLogger(__name__)
+
+SAMPLERS = ("tpe", "gp", "grid")
+PRUNERS = ("median", "none")
+STORAGE_SCHEMES = ("sqlite", "postgresql", "mysql")
+
+
+# --------------------------------------------------------------------------- storage, study
+def default_storage() -> str:
+    """``sqlite:///<project>/optuna.db``: one local study file beside the MLproject."""
+    return f"sqlite:///{PROJECT_ROOT / 'optuna.db'}"
+
+
+def redact(url: str) -> str:
+    """The storage URL without its password (for params, tags and messages)."""
+    try:
+        return sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return url.split("@")[-1]
+
+
+def check_storage_url(url: str) -> str:
+    """The storage URL (default if empty), refused early when it is not an RDB URL."""
+    url = (url or "").strip() or default_storage()
+    scheme = url.split(":", 1)[0].split("+", 1)[0]
+    if "://" not in url or scheme not in STORAGE_SCHEMES:
+        raise ConfigError(f"storage={redact(url)!r}: use an Optuna RDB URL, sqlite:///PATH or "
+                          "postgresql://USER@HOST:PORT/DB")
+    return url
+
+
+def open_storage(url: str) -> optuna.storages.RDBStorage:
+    """Connect to the study storage; one clear line when it cannot be reached."""
+    url = check_storage_url(url)
+    if url.startswith("sqlite:///"):
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        kw = {"connect_args": {"timeout": 120}}
+    elif url.startswith("postgresql"):
+        kw = {"connect_args": {"connect_timeout": 10}, "pool_pre_ping": True}
+    else:
+        kw = {"pool_pre_ping": True}
+    try:
+        return optuna.storages.RDBStorage(url, engine_kwargs=kw, heartbeat_interval=30,
+                                          grace_period=120)
+    except Exception as exc:
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        raise ConfigError(f"storage={redact(url)}: cannot open the Optuna storage "
+                          f"({reason[0] if reason else type(exc).__name__})") from None
+
+
+def default_study_name(run_id: str, target: str, data_digest: str) -> str:
+    """Hash of (run, target, data digest): re-running continues the same study."""
+    key = tracking.config_hash({"run": run_id, "target": target, "data_digest": data_digest})
+    return f"calibrate-{key}"
+
+
+def grid_axes(trials: int) -> dict[str, list[float]]:
+    """A k x k grid (k = ceil(sqrt(trials)), at least 2): alpha log-spaced, fraction linear."""
+    k = max(2, math.ceil(math.sqrt(trials)))
+    return {"alpha": [float(v) for v in np.geomspace(*ALPHA_RANGE, k)],
+            "lambda_eff_fraction": [float(v) for v in np.linspace(*LAMBDA_FRACTION_RANGE, k)]}
+
+
+def make_sampler(name: str, *, seed: int, trials: int) -> optuna.samplers.BaseSampler:
+    factories = {
+        "tpe": lambda: optuna.samplers.TPESampler(seed=seed),
+        "gp": lambda: optuna.samplers.GPSampler(seed=seed),
+        "grid": lambda: optuna.samplers.GridSampler(grid_axes(trials), seed=seed),
+    }
+    if name not in factories:
+        raise ConfigError(f"sampler={name!r} is unknown. Available: {list(SAMPLERS)}")
+    return factories[name]()
+
+
+def make_pruner(name: str) -> optuna.pruners.BasePruner:
+    factories = {"median": lambda: optuna.pruners.MedianPruner(n_startup_trials=5),
+                 "none": optuna.pruners.NopPruner}
+    if name not in factories:
+        raise ConfigError(f"pruner={name!r} is unknown. Available: {list(PRUNERS)}")
+    return factories[name]()
+
+
+# --------------------------------------------------------------------------- one worker
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything a worker process needs (picklable)."""
+
+    index: int
+    n_trials: int
+    run_id: str
+    data: str
+    target: str
+    storage: str
+    study: str
+    sampler: str
+    pruner: str
+    seed: int
+    parent_run_id: str
+    tracking_uri: str
+    tags: dict = field(default_factory=dict)
+    threads: int = 0
+    grid_trials: int = 1
+    progress: bool = False
+
+
+@dataclass
+class WorkerResult:
+    index: int
+    worker: str
+    trials: list[int] = field(default_factory=list)
+    costs: dict[int, dict] = field(default_factory=dict)       # trial -> TrialCost fields
+    logging_s: dict[int, float] = field(default_factory=dict)  # trial -> nested-run seconds
+    wall_s: float = 0.0
+
+
+def worker_id(index: int) -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:w{index}"
+
+
+def _trial_params(trial) -> dict:
+    a, f = trial.params.get("alpha"), trial.params.get("lambda_eff_fraction")
+    return {"alpha": a, "lambda_eff_fraction": f}
+
+
+def _trial_logger(spec: WorkerSpec, image_size: int, result: WorkerResult):
+    """Optuna callback: one nested MLflow run per finished trial (COMPLETE, PRUNED, FAIL)."""
+
+    def log_trial(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        t0 = time.perf_counter()
+        p = _trial_params(trial)
+        state = trial.state.name
+        params = {**p, "trial_number": trial.number}
+        if p["lambda_eff_fraction"] is not None:
+            params["lambda_eff"] = p["lambda_eff_fraction"] * diagonal(image_size)
+        cost = result.costs.get(trial.number, {})
+        metrics = {f"calibration/{k}_seconds": v for k, v in cost.items()}
+        if trial.value is not None:
+            metrics["calibration/macro_auc"] = trial.value
+        tags = {**spec.tags, tracking.TAG_ENTRY_POINT: "calibrate",
+                "pipi.optuna_study": study.study_name, "pipi.trial_number": trial.number,
+                "pipi.trial_state": state, "pipi.pruned": str(state == "PRUNED").lower(),
+                "pipi.worker": result.worker,
+                "pipi.baseline_trial": str(bool(trial.user_attrs.get("baseline"))).lower()}
+        tracking.log_finished_child(
+            spec.parent_run_id, run_name=f"trial-{trial.number}", params=params,
+            metrics=metrics, tags=tags,
+            series={"calibration/running_macro_auc": sorted(trial.intermediate_values.items())},
+            status="FAILED" if state == "FAIL" else "FINISHED")
+        result.logging_s[trial.number] = time.perf_counter() - t0
+
+    return log_trial
+
+
+def optimize(objective: CalibrationObjective, spec: WorkerSpec, *,
+             storage: optuna.storages.BaseStorage | None = None) -> WorkerResult:
+    """Run ``spec.n_trials`` trials of the study in this process, logging each as a child run."""
+    storage = storage if storage is not None else open_storage(spec.storage)
+    study = optuna.load_study(study_name=spec.study, storage=storage,
+                              sampler=make_sampler(spec.sampler, seed=spec.seed,
+                                                   trials=spec.grid_trials),
+                              pruner=make_pruner(spec.pruner))
+    result = WorkerResult(spec.index, worker_id(spec.index))
+
+    def run_trial(trial: optuna.Trial) -> float:
+        alpha = trial.suggest_float("alpha", *ALPHA_RANGE, log=True)
+        frac = trial.suggest_float("lambda_eff_fraction", *LAMBDA_FRACTION_RANGE)
+        trial.set_user_attr("worker", result.worker)
+        result.trials.append(trial.number)
+
+        def report(step: int, value: float) -> None:
+            trial.report(value, step)
+            if trial.should_prune():
+                raise optuna.TrialPruned(f"running macro-AUC {value:.4f} at step {step}")
+
+        try:
+            return objective.score(alpha, frac, report)
+        finally:
+            result.costs[trial.number] = asdict(objective.last_cost)
+
+    t0 = time.perf_counter()
+    study.optimize(run_trial, n_trials=spec.n_trials, catch=(),
+                   callbacks=[_trial_logger(spec, objective.cfg.image_size, result)],
+                   show_progress_bar=spec.progress)
+    result.wall_s = time.perf_counter() - t0
+    return result
+
+
+def _load_objective(spec: WorkerSpec) -> CalibrationObjective:
+    model, cfg = load_run_model(spec.run_id)
+    frames, manifest = load_staged(Path(spec.data))
+    images = build_cache(Path(spec.data), frames, size=cfg.image_size,
+                         digest=manifest["data_digest"], cache_dir=pipi_home() / "cache",
+                         progress=False)
+    fold = calibration_fold(frames, manifest, spec.target)
+    return CalibrationObjective(model, cfg, images, fold, device_for())
+
+
+def _worker_main(spec: WorkerSpec, out: mp.Queue) -> None:
+    """Entry of a spawned worker process: report ``("ok", result)`` or ``("error", line)``."""
+    try:
+        if spec.threads:
+            torch.set_num_threads(spec.threads)
+        tracking.configure(spec.tracking_uri)
+        out.put(("ok", spec.index, optimize(_load_objective(spec), spec)))
+    except PipiError as exc:
+        out.put(("error", spec.index, str(exc)))
+    except BaseException as exc:  # report, then die with the traceback on stderr
+        out.put(("error", spec.index, f"{type(exc).__name__}: {exc}"))
+        raise
+
+
+def _fail_running_trials(storage, study_name: str, workers: set[str]) -> None:
+    """Mark the RUNNING trials of stopped workers FAIL (nothing left running)."""
+    study = optuna.load_study(study_name=study_name, storage=storage)
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        if t.user_attrs.get("worker") in workers:
+            storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+
+
+def run_workers(specs: list[WorkerSpec], *, storage) -> list[WorkerResult]:
+    """Start one spawned process per spec; on the first failure stop them all and raise."""
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = {s.index: ctx.Process(target=_worker_main, args=(s, out), daemon=False,
+                                  name=f"calibrate-worker-{s.index}") for s in specs}
+    for p in procs.values():
+        p.start()
+    results: dict[int, WorkerResult] = {}
+    error = None
+    try:
+        while len(results) < len(specs) and error is None:
+            try:
+                kind, index, payload = out.get(timeout=1.0)
+            except queue_mod.Empty:
+                dead = [i for i, p in procs.items()
+                        if i not in results and p.exitcode not in (None, 0)]
+                if dead:
+                    error = f"worker {dead[0]} exited with code {procs[dead[0]].exitcode}"
+                continue
+            if kind == "ok":
+                results[index] = payload
+            else:
+                error = f"worker {index}: {payload}"
+    finally:
+        for p in procs.values():
+            if p.is_alive() and (error is not None or p.pid is None):
+                p.terminate()
+        for p in procs.values():
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    if error is not None:
+        names = {f"{socket.gethostname()}:{p.pid}:w{i}" for i, p in procs.items()}
+        _fail_running_trials(storage, specs[0].study, names)
+        raise PipiError(error)
+    return [results[i] for i in sorted(results)]
+
+
+# --------------------------------------------------------------------------- the workflow
+@dataclass(frozen=True)
+class CalibrationResult:
+    run_id: str
+    study: str
+    storage: str
+    best: PriorParams
+    best_value: float
+    baseline_value: float | None
+    trials_run: list[int]
+    n_complete: int
+    n_pruned: int
+    n_total: int
+    workers: list[WorkerResult]
+
+
+def _split(trials: int, workers: int) -> list[int]:
+    return [trials // workers + (i < trials % workers) for i in range(workers)]
+
+
+def _baseline(cfg) -> dict | None:
+    """The run's own prior as a trial, if it lies inside the search space."""
+    frac = (0.25 if cfg.prior.lambda_eff is None
+            else cfg.prior.lambda_eff / diagonal(cfg.image_size))
+    a = cfg.prior.alpha
+    if ALPHA_RANGE[0] <= a <= ALPHA_RANGE[1] and \
+            LAMBDA_FRACTION_RANGE[0] <= frac <= LAMBDA_FRACTION_RANGE[1]:
+        return {"alpha": float(a), "lambda_eff_fraction": float(frac)}
+    return None
+
+
+def resolve_calibration_data(data: str | None, *, target: str, run) -> Path:
+    """The staged folder: ``data``, else (kvasir-val) the run's own, else an error (galar)."""
+    kind, _ = parse_target(target)
+    if data:
+        return resolve_data(data)
+    if kind == "galar":
+        raise ConfigError(f"target={target}: pass data=<a staged Galar folder> "
+                          "(`pipi synthesize galar` then `pipi stage galar`)")
+    own = run.data.params.get("data_dir")
+    if own and (Path(own) / "manifest.json").is_file():
+        return Path(own)
+    return resolve_data("synthetic")
+
+
+def _log_plots(study: optuna.Study, work: Path) -> list[str]:
+    """Optuna's own plots as self-contained HTML; returns notes for plots that cannot be drawn."""
+    import optuna.visualization as vis  # plotly is heavy: imported only when plotting
+
+    notes = []
+    plots = {"optimization_history": lambda: vis.plot_optimization_history(study),
+             "contour_alpha_lambda": lambda: vis.plot_contour(
+                 study, params=["alpha", "lambda_eff_fraction"]),
+             "param_importances": lambda: vis.plot_param_importances(study)}
+    (work / "optuna").mkdir(parents=True, exist_ok=True)
+    for name, draw in plots.items():
+        try:
+            draw().write_html(work / "optuna" / f"{name}.html", include_plotlyjs=True)
+        except Exception as exc:  # e.g. importances need two complete trials that differ
+            notes.append(f"{name}: not drawn ({type(exc).__name__}: {exc})")
+    if notes:
+        (work / "optuna" / "NOTES.txt").write_text("\n".join(notes) + "\n")
+    return notes
+
+
+def run_calibration(*, run: str, target: str, trials: int = 40, sampler: str = "tpe",
+                    pruner: str = "median", storage: str = "", study: str = "",
+                    workers: int = 1, data: str | None = None, experiment: str | None = None,
+                    progress: bool = True) -> CalibrationResult:
+    """Fit alpha and lambda_eff of ``run``'s prior on ``target`` (see the module docstring)."""
+    if trials < 1 or workers < 1:
+        raise ConfigError(f"trials={trials} and workers={workers} must be >= 1")
+    make_sampler(sampler, seed=0, trials=trials)
+    make_pruner(pruner)
+    parse_target(target)
+    storage_url = check_storage_url(storage)
+    rdb = open_storage(storage_url)                       # unreachable storage: fail first
+    run_id = tracking.model_run_id(run)
+    model, cfg = load_run_model(run_id)
+    root = resolve_calibration_data(data, target=target, run=tracking.get_run(run_id))
+    frames, manifest = load_staged(root)
+    images = build_cache(root, frames, size=cfg.image_size, digest=manifest["data_digest"],
+                         cache_dir=pipi_home() / "cache", progress=progress)
+    fold = calibration_fold(frames, manifest, target)
+    objective = CalibrationObjective(model, cfg, images, fold, device_for())  # 5-channel check
+    name = study or default_study_name(run_id, target, manifest["data_digest"])
+    st = optuna.create_study(study_name=name, storage=rdb, direction="maximize",
+                             load_if_exists=True)
+    if st.direction != optuna.study.StudyDirection.MAXIMIZE:
+        raise ConfigError(f"study={name}: exists in {redact(storage_url)} but minimises")
+    existing = len(st.trials)
+    base = _baseline(cfg) if sampler != "grid" else None
+    if existing == 0 and base is not None:
+        st.enqueue_trial(base, user_attrs={"baseline": True})
+    tags = {**tracking.data_tags(manifest), tracking.TAG_SOURCE_RUN: run_id,
+            "pipi.target": target, tracking.TAG_CODE_VERSION: tracking.code_version()}
+    seed = int(tracking.config_hash({"study": name, "existing": existing}), 16) % (2**31)
+    threads = max(1, (os.cpu_count() or 1) // workers) if workers > 1 else 0
+    work = tmpdir()
+    try:
+        with tracking.pipi_run(entry_point="calibrate", experiment=experiment,
+                               run_name=f"calibrate-{cfg.cell}-{target}",
+                               tags={**tags, "pipi.optuna_study": name,
+                                     "pipi.optuna_storage": redact(storage_url)}) as prun:
+            parent = prun.info.run_id
+            tracking.log_params({
+                "source_run_id": run_id, "target": target, "optuna_study": name,
+                "optuna_storage": redact(storage_url), "trials": trials, "sampler": sampler,
+                "pruner": pruner, "workers": workers, "data_dir": str(root),
+                "source_cell": cfg.cell, "source_backbone": cfg.backbone,
+                "image_size": cfg.image_size, "fold_frames": len(fold.rows),
+                "fold_classes": ",".join(fold.class_names),
+                "source_alpha": run_params(cfg)["alpha"],
+                "source_lambda_eff": run_params(cfg)["lambda_eff"]})
+            specs = [WorkerSpec(index=i, n_trials=n, run_id=run_id, data=str(root),
+                                target=target, storage=storage_url, study=name,
+                                sampler=sampler, pruner=pruner, seed=seed + i,
+                                parent_run_id=parent,
+                                tracking_uri=tracking.current_tracking_uri(), tags=tags,
+                                threads=threads, grid_trials=trials,
+                                progress=progress and workers == 1)
+                     for i, n in enumerate(_split(trials, workers)) if n > 0]
+            if len(specs) == 1:
+                results = [optimize(objective, specs[0], storage=rdb)]
+            else:
+                del objective, model                   # each worker loads its own
+                results = run_workers(specs, storage=rdb)
+            return _finish(name, rdb, storage_url, results, cfg, work, target=target,
+                           run_id=run_id, parent=parent, manifest=manifest)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _finish(name, rdb, storage_url, results, cfg, work: Path, *, target, run_id, parent,
+            manifest) -> CalibrationResult:
+    """Log the study's best trial, counts and plots on the parent run."""
+    st = optuna.load_study(study_name=name, storage=rdb)
+    states = [t.state for t in st.trials]
+    complete = [t for t in st.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    if not complete:
+        raise PipiError(f"study {name}: no trial completed (all pruned or failed); run more "
+                        "trials or pass pruner=none")
+    best_trial = st.best_trial
+    best = PriorParams(best_trial.params["alpha"], best_trial.params["lambda_eff_fraction"],
+                       f"run {parent}")
+    baseline = next((t.value for t in complete if t.user_attrs.get("baseline")), None)
+    n_pruned = sum(s == optuna.trial.TrialState.PRUNED for s in states)
+    doc = prior_params_document(
+        best, image_size=cfg.image_size, objective="macro_auc", value=best_trial.value,
+        baseline_value=baseline, best_trial=best_trial.number, target=target,
+        source_run_id=run_id, calibrate_run_id=parent, study=name,
+        storage=redact(storage_url), data_digest=manifest["data_digest"],
+        n_trials=len(st.trials))
+    tracking.log_params({"alpha": best.alpha, "lambda_eff": doc["lambda_eff"],
+                         "lambda_eff_fraction": best.lambda_eff_fraction,
+                         "best_trial": best_trial.number})
+    metrics = {"calibration/best_macro_auc": best_trial.value,
+               "calibration/trials_complete": len(complete),
+               "calibration/trials_pruned": n_pruned, "calibration/trials_total": len(states)}
+    if baseline is not None:
+        metrics["calibration/baseline_macro_auc"] = baseline
+        metrics["calibration/gain_macro_auc"] = best_trial.value - baseline
+    tracking.log_metrics(metrics)
+    tracking.log_dict(doc, "prior_params.json")
+    _log_plots(st, work)
+    st.trials_dataframe().to_csv(work / "optuna" / "trials.csv", index=False)
+    tracking.log_artifacts(work / "optuna", "optuna")
+    ran = sorted(n for r in results for n in r.trials)
+    return CalibrationResult(parent, name, redact(storage_url), best, best_trial.value,
+                             baseline, ran, len(complete), n_pruned, len(states), results)
+
+
+__all__ = ["PRUNERS", "SAMPLERS", "CalibrationResult", "WorkerSpec", "check_storage_url",
+           "default_storage", "default_study_name", "make_pruner", "make_sampler",
+           "open_storage", "optimize", "redact", "run_calibration", "run_workers"]
