@@ -34,8 +34,15 @@ CHANNEL_INFER_ARMS = ("pi@zero_phi", "pi@zero_pblood", "pi@zero_both")
 PI_TTA_PAPER = ("a@tta_aux_sgd", "a@tta_embed_mlp", "a@tta_fmap_align")
 PI_TTA_ARMS = (*PI_TTA_PAPER, "a@tta_bn_tent")
 #: Entry points whose tables are built only when such runs exist (none are built yet).
-OTHER_STUDIES = {"transplant": "transplant", "robustness": "robustness",
-                 "cross_vendor": "galar"}
+OTHER_STUDIES = {"cross_vendor": "galar"}
+#: Arm suffixes of the mechanism studies' evaluation children (``robustness``: perturbed test
+#: images; ``transplant``: weights moved from +PI into RGB): own tables, not headline arms.
+MECHANISM_VARIANTS = ("@perturb_", "@transplant_")
+
+
+def is_mechanism_arm(cell: str) -> bool:
+    """Whether an arm is a robustness or transplant evaluation child (``a@perturb_jpeg25``)."""
+    return any(v in cell for v in MECHANISM_VARIANTS)
 
 CELL_LABELS: dict[str, str] = {
     "a": "(a) RGB-only per-frame baseline",

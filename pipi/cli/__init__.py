@@ -13,10 +13,12 @@ from pipi.cli.ablate import ablate
 from pipi.cli.aggregate import aggregate
 from pipi.cli.common import CLI_ONLY_OPTIONS, PipiGroup, setup_logging
 from pipi.cli.galkva import galkva
-from pipi.cli.pending import calibrate, galar, promote, robustness, transplant
+from pipi.cli.pending import calibrate, galar, promote
+from pipi.cli.robustness import robustness
 from pipi.cli.stage import stage
 from pipi.cli.synthesize import synthesize
 from pipi.cli.train import train
+from pipi.cli.transplant import transplant
 
 
 @click.group(cls=PipiGroup)

@@ -20,11 +20,9 @@ def pending(name: str, issue: str, *options) -> click.Command:
 
 
 _run_ids = click.option("--run-ids", default="", help="Comma-separated MLflow run ids.")
-transplant = pending("transplant", "transplant issue", _run_ids)
 galar = pending("galar", "cross-vendor issue", click.option("--data", default="synthetic"),
                 _run_ids)
 calibrate = pending("calibrate", "Optuna calibration issue",
                     click.option("--n-trials", default=20), click.option("--storage", default=""))
-robustness = pending("robustness", "robustness issue", _run_ids)
 promote = pending("promote", "promotion issue", click.option("--model", default=""),
                   click.option("--version", default=""), click.option("--alias", default="champion"))

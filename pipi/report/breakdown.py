@@ -17,6 +17,7 @@ from pipi.analysis import (
     PER_FRAME_CELLS,
     Analysis,
     cell_label,
+    is_mechanism_arm,
     missing_notes,
 )
 from pipi.classes import CLASSES
@@ -148,7 +149,7 @@ def calibration_table(an: Analysis) -> Table:
     tidy = an.tidy[an.tidy["backbone"] == b]
     cells = [c for c in (*PER_FRAME_CELLS, *ABLATION_CELLS[1:], *CHANNEL_TRAIN_ARMS[1:],
                          *CHANNEL_INFER_ARMS) if ev.arm(b, c)]
-    cells += [c for c in ev.cells(b) if c not in cells]
+    cells += [c for c in ev.cells(b) if c not in cells and not is_mechanism_arm(c)]
     base = tidy[tidy["cell"] == "a"].set_index(["metric", "seed"])["value"]
     rows, disp, ids = [], [], []
     for c in cells:

@@ -16,6 +16,7 @@ from pipi.analysis import (
 )
 from pipi.classes import CLASSES
 from pipi.report import breakdown, channels, figures, headline, per_class, pi_tta, run_tables
+from pipi.report import robustness, transplant
 from pipi.report.curves import curve_data
 from pipi.report.tables import Table, fmt_mean_sd
 
@@ -51,12 +52,17 @@ def build_report(evidence: Evidence, options: AggregateOptions | None = None) ->
                            breakdown.operating_points_table(an), breakdown.calibration_table(an),
                            headline.cross_backbone_table(an), channels.channel_train_table(an),
                            channels.channel_infer_table(an), pi_tta.pi_tta_table(an),
+                           robustness.robustness_table(an), transplant.transplant_conv_table(an),
+                           transplant.transplant_table(an), transplant.gradcam_table(an),
                            *run_tables.other_study_tables(an), run_tables.runs_table(an),
                            run_tables.excluded_table(an)]
     curves = curve_data(an)
     figs, captions, fig_runs = {}, {}, {}
     if options.figures:
         figs, captions, fig_runs = figures.all_figures(an, tables, curves)
+        rob = robustness.robustness_figures(next(t for t in tables if t.key == "robustness"))
+        for acc, extra in zip((figs, captions, fig_runs), rob, strict=True):
+            acc.update(extra)
     meta = _meta(an)
     return Report(tuple(tables), figs, captions, fig_runs, meta, _summary(an, tables), curves)
 

@@ -24,6 +24,7 @@ from pipi.analysis import (
     CHANNEL_TRAIN_ARMS,
     PER_FRAME_CELLS,
     Analysis,
+    is_mechanism_arm,
 )
 from pipi.report.tables import Table
 
@@ -203,7 +204,7 @@ def all_figures(an: Analysis, tables: Sequence[Table], curve_data: dict):
     else:
         order = [*PER_FRAME_CELLS, *CHANNEL_TRAIN_ARMS, *CHANNEL_INFER_ARMS]
         cells = [c for c in dict.fromkeys(order) if ev.arm(b, c)]
-        cells += [c for c in ev.cells(b) if c not in cells]
+        cells += [c for c in ev.cells(b) if c not in cells and not is_mechanism_arm(c)]
         title = f"Cells with runs ({b}): mean ± sd, dots = seeds (no sequence cells yet)"
     arms = [ev.arm(b, c) for c in cells]
     figs["eight_cell"] = cell_bars(cells, cells, [a.macro for a in arms], [a.seeds for a in arms],

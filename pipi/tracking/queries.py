@@ -27,7 +27,8 @@ RUN_COLUMNS = ("run_id", "experiment_id", "run_name", "status", "start_time", "e
                "cell", "backbone", "seed", "data_digest", "dataset", "study", "variant",
                "base_run_id", "parent_run_id", "evaluable_classes", "code_version",
                "profile", "test_macro_auc", "test_classes", "val_classes", "recipe",
-               "recipe_hash", "failure_reason", "params", "tta_loss_before", "tta_loss_after")
+               "recipe_hash", "failure_reason", "params", "tta_loss_before", "tta_loss_after",
+               "metrics", "tags")
 
 
 def experiment_id(experiment: str) -> str:
@@ -84,6 +85,11 @@ def load_runs(experiment: str, filter_string: str = "", *, page_size: int = 1000
                 "params": json.dumps(dict(r.data.params), sort_keys=True),
                 "tta_loss_before": r.data.metrics.get("tta/loss_before", float("nan")),
                 "tta_loss_after": r.data.metrics.get("tta/loss_after", float("nan")),
+                # every metric and pipi tag, for studies whose numbers are not predictions
+                # (transplant first-conv cosines, Grad-CAM Dice)
+                "metrics": json.dumps(dict(r.data.metrics), sort_keys=True),
+                "tags": json.dumps({k: v for k, v in t.items() if k.startswith("pipi.")},
+                                   sort_keys=True),
             })
         token = page.token
         if not token:

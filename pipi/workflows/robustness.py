@@ -1,0 +1,156 @@
+"""The ``robustness`` workflow: finished per-frame runs scored on perturbed test images
+(paper section "Robustness to test-image perturbations").
+
+One parent run (entry point ``robustness``) and, per (source run, perturbation), one
+``evaluate_run`` child on the test split: tags ``pipi.study = robustness``,
+``pipi.variant = perturb_<name>``, ``pipi.perturbation = <name>``, ``pipi.source_run_id``;
+the arm is ``<cell>@perturb_<name>`` (``a@perturb_jpeg25``), so the Kvasir headline arms are
+untouched and ``aggregate`` pairs RGB and +PI per perturbation and seed. The unperturbed
+baseline (``perturb_none``) is scored through the same path.
+
+Each perturbation (:mod:`pipi.perturb`) is applied to the uint8 test frame at the run's
+evaluation size (the frame cache's resolution) as the last step before normalisation, and
+the prior of a 5-channel run is recomputed on the perturbed pixels (:class:`FrameInputs`).
+Gaussian noise is seeded by (``seed``, perturbation, frame key): every run sees the same noise
+on a frame, and a child is reused when it exists for the same source run, perturbation,
+seed, data and code (``find_evaluation``), so a second invocation scores nothing new.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from pipi import tracking
+from pipi.evaluate import EvalContext, Evaluation, evaluate_run, find_evaluation
+from pipi.perturb import apply_perturbation, get_perturbation, parse_perturbations
+from pipi.training import FrameInputs, predict_probs
+from pipi.workflows.runsets import SourceRun, resolve_runs, staged_for
+
+__all__ = ["ENTRY_POINT", "STUDY", "StudyChild", "StudyResult", "frame_keys",
+           "perturbed_images", "robustness_evaluation", "run_robustness", "variant_of"]
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT = "robustness"
+STUDY = "robustness"
+TAG_PERTURBATION = "pipi.perturbation"
+
+
+def variant_of(perturbation: str) -> str:
+    """The evaluation variant (and arm suffix) of a perturbation: ``perturb_jpeg25``."""
+    return f"perturb_{perturbation}"
+
+
+def frame_keys(frames: pd.DataFrame) -> list[str]:
+    """Per row, the key that seeds its noise: ``<video_id>/<frame_number>``.
+
+    Stable across staging folders and machines, and the same for the two rows of a
+    multilabel frame (one image, one noise draw).
+    """
+    return (frames["video_id"].astype(str) + "/" + frames["frame_number"].astype(str)).tolist()
+
+
+def perturbed_images(images: np.ndarray, frames: pd.DataFrame, perturbation: str, *,
+                     seed: int) -> np.ndarray:
+    """Rows of the uint8 cache ``(N, 3, S, S)`` perturbed, in the same layout."""
+    hwc = np.ascontiguousarray(np.asarray(images).transpose(0, 2, 3, 1))  # (N, S, S, 3)
+    out = apply_perturbation(hwc, perturbation, keys=frame_keys(frames), seed=seed)
+    return np.ascontiguousarray(out.transpose(0, 3, 1, 2))
+
+
+def robustness_evaluation(perturbation: str, *, seed: int = 0) -> Evaluation:
+    """Test-split scoring of a run under one perturbation (the one place it is built)."""
+    spec = get_perturbation(perturbation)
+
+    def scorer(ctx: EvalContext, rows: np.ndarray, split: str):
+        imgs = perturbed_images(np.asarray(ctx.images[rows]), ctx.frames.iloc[rows],
+                                spec.name, seed=seed)  # rows: ascending (flatnonzero)
+        probs = predict_probs(ctx.model, imgs, FrameInputs(ctx.cfg), device=ctx.device)
+        return probs, {}
+
+    options = {"perturbation": spec.name, "kind": spec.kind, "level": spec.level,
+               "noise_seed": int(seed)}
+    return Evaluation(study=STUDY, variant=variant_of(spec.name), scorer=scorer,
+                      splits=("test",), options=options,
+                      tags={TAG_PERTURBATION: spec.name, "pipi.perturbation_kind": spec.kind,
+                            "pipi.perturbation_level": spec.level})
+
+
+@dataclass(frozen=True)
+class StudyChild:
+    """One child of a mechanism study: which run, which variant, its run and what happened."""
+
+    source: SourceRun
+    variant: str
+    run_id: str
+    status: str                # scored | reused
+    test_macro_auc: float
+
+
+@dataclass(frozen=True)
+class StudyResult:
+    parent_run_id: str
+    children: tuple[StudyChild, ...]
+    table: str
+
+
+def evaluate_children(sources, evaluations, *, data, digest: str, parent_run_id: str,
+                      entry_point: str, progress: bool) -> list[StudyChild]:
+    """``evaluate_run`` per (source, evaluation), reusing a FINISHED child with the same key."""
+    todo = [(s, ev) for s in sources for ev in evaluations(s)]
+    out = []
+    for src, ev in tqdm(todo, desc=entry_point, unit="child", disable=not progress):
+        found = find_evaluation(src.run_id, ev, data_digest=digest, entry_point=entry_point)
+        if found is not None:
+            rid, status = found.info.run_id, "reused"
+        else:
+            rid = evaluate_run(src.run_id, ev, data=data, parent_run_id=parent_run_id,
+                               entry_point=entry_point, progress=progress)
+            status = "scored"
+        auc = tracking.get_run(rid).data.metrics.get("test/macro_auc", float("nan"))
+        out.append(StudyChild(src, ev.variant, rid, status, float(auc)))
+    return out
+
+
+def children_table(title: str, children) -> str:
+    lines = [f"# {title}", "", "| source run | cell | backbone | seed | variant | test macro-AUC (first_conv: cosine) "
+             "| child run | status |", "|---|---|---|---|---|---|---|---|"]
+    for c in children:
+        s = c.source
+        lines.append(f"| {s.run_id} | {s.cell} | {s.backbone} | {s.seed} | {c.variant} | "
+                     f"{c.test_macro_auc:.4f} | {c.run_id} | {c.status} |")
+    n = {k: sum(c.status == k for c in children) for k in ("scored", "reused")}
+    lines += ["", f"{len(children)} children: {n['scored']} scored, {n['reused']} reused"]
+    return "\n".join(lines)
+
+
+def run_robustness(*, runs: str, perturbations: str = "all", seed: int = 0, data: str = "",
+                   experiment: str | None = None, progress: bool = True) -> StudyResult:
+    """Score each run on the test split under each perturbation (see the module docstring)."""
+    names = parse_perturbations(perturbations)
+    if "none" not in names:
+        names = ["none", *names]  # the unperturbed baseline is always scored
+    sources = resolve_runs(runs, name="runs", experiment=experiment)
+    root, digest = staged_for(data, sources)
+    evs = [robustness_evaluation(n, seed=seed) for n in names]
+    with tracking.pipi_run(entry_point=ENTRY_POINT, experiment=experiment,
+                           run_name="robustness",
+                           tags={tracking.TAG_STUDY: STUDY, tracking.TAG_DATA_DIGEST: digest}
+                           ) as parent:
+        pid = parent.info.run_id
+        tracking.log_params({"runs": runs, "perturbations": ",".join(names), "seed": seed,
+                             "data": data, "data_dir": str(root),
+                             "source_run_ids": ",".join(s.run_id for s in sources)})
+        children = evaluate_children(sources, lambda s: evs, data=root, digest=digest,
+                                     parent_run_id=pid, entry_point=ENTRY_POINT,
+                                     progress=progress)
+        table = children_table("robustness: test-image perturbations", children)
+        tracking.log_text(table, "summary/summary.md")
+        tracking.log_metrics({f"children_{k}": sum(c.status == k for c in children)
+                              for k in ("scored", "reused")})
+    return StudyResult(pid, tuple(children), table)
