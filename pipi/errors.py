@@ -21,5 +21,9 @@ class TrackingError(PipiError):
     """The MLflow tracking server or registry cannot be used."""
 
 
+class ServerGoneError(TrackingError):
+    """The tracking server stopped answering for longer than the client's retry budget."""
+
+
 class NotBuiltYetError(PipiError):
     """An entry point whose issue has not landed yet."""

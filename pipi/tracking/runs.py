@@ -13,11 +13,11 @@ from typing import Any
 import mlflow
 from mlflow.tracking import MlflowClient
 
-from pipi.errors import TrackingError
+from pipi.errors import ServerGoneError, TrackingError
+from pipi.tracking.store import code_version, record_lost_run, server_gone
 from pipi.tracking.tags import *  # noqa: F403
 
 log = logging.getLogger(__name__)
-from pipi.tracking.store import code_version
 
 
 # --------------------------------------------------------------------------- runs
@@ -70,10 +70,14 @@ def pipi_run(
             side_run = True
     if not nested and run_id is None:
         _set_experiment(experiment)
+    if run_id is not None:
+        _clear_failure(run_id)
     run = mlflow.start_run(run_id=run_id, run_name=run_name, nested=nested, tags=all_tags)
     try:
         yield run
     except BaseException as exc:
+        if server_gone():
+            raise _lost_server(exc, run.info.run_id, entry_point) from None
         reason = f"{type(exc).__name__}: {exc}"[:4900]
         with contextlib.suppress(Exception):
             mlflow.set_tag(TAG_FAILURE, reason)
@@ -86,6 +90,60 @@ def pipi_run(
     finally:
         if side_run and env_run:
             os.environ["MLFLOW_RUN_ID"] = env_run
+
+
+def _clear_failure(run_id: str) -> None:
+    """A resumed run keeps its earlier failure as ``pipi.previous_failure``, not as a reason."""
+    c = MlflowClient()
+    tags = c.get_run(run_id).data.tags
+    if TAG_FAILURE in tags:
+        c.set_tag(run_id, TAG_PREVIOUS_FAILURE, tags[TAG_FAILURE])
+        c.delete_tag(run_id, TAG_FAILURE)
+
+
+#: MLflow's client retry budget (its environment variables; README "Faults").
+RETRY_VARS = ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",
+              "MLFLOW_HTTP_REQUEST_TIMEOUT")
+
+
+def _lost_server(exc: BaseException, run_id: str, entry_point: str) -> ServerGoneError:
+    """The server stopped answering for longer than the retry budget: end the run here
+    without waiting for the server again, remember it (``record_lost_run``), say how to go on."""
+    uri = mlflow.get_tracking_uri()
+    if isinstance(exc, ServerGoneError):  # an inner run already said it
+        record_lost_run(run_id, uri, f"inner run lost the tracking server: {exc}")
+        _drop_active_run()
+        return exc
+    budget = ", ".join(f"{v}={getattr(mlflow.environment_variables, v).get()}"
+                       for v in RETRY_VARS)
+    reason = (f"the MLflow tracking server {uri} stopped answering for longer than the client's "
+              f"retry budget ({budget}) during {type(exc).__name__}")
+    record_lost_run(run_id, uri, reason)
+    _drop_active_run()
+    if entry_point == "train":
+        how = (f"continue it with: mlflow run . -e train -P resume={run_id} (or pipi train "
+               f"--resume {run_id})")
+    else:
+        how = f"run `{entry_point}` again"
+    return ServerGoneError(
+        f"lost the MLflow tracking server {uri} during {entry_point} run {run_id}: it stopped "
+        f"answering for longer than the retry budget ({budget}). The run will be marked FAILED "
+        f"when the server is back; start the server again and {how}")
+
+
+def _drop_active_run() -> None:
+    """Pop the active run without waiting on a server that is gone (one quick attempt)."""
+    saved = {v: os.environ.get(v) for v in RETRY_VARS}
+    os.environ.update({RETRY_VARS[0]: "0", RETRY_VARS[2]: "5"})
+    try:
+        with contextlib.suppress(Exception):
+            mlflow.end_run("FAILED")  # pops first, then tries the server once
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _same_param(logged: str, new: str) -> bool:

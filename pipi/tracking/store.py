@@ -17,7 +17,7 @@ import mlflow
 
 import pipi
 from pipi.errors import TrackingError
-from pipi.paths import PROJECT_ROOT
+from pipi.paths import PROJECT_ROOT, pipi_home
 from pipi.tracking.tags import *  # noqa: F403
 
 log = logging.getLogger(__name__)
@@ -52,11 +52,77 @@ def check_reachable(uri: str, *, timeout: float = 5.0) -> None:
 
 
 def configure(uri: str | None = None) -> str:
-    """Point mlflow at ``uri`` (or the default), checking that it is reachable."""
+    """Point mlflow at ``uri`` (or the default), checking that it is reachable.
+
+    Runs that lost this server earlier (``record_lost_run``) are marked FAILED here with
+    their reason, now that it answers again.
+    """
     uri = uri or default_tracking_uri()
     check_reachable(uri)
     mlflow.set_tracking_uri(uri)
+    flush_lost_runs(uri)
     return uri
+
+
+# --------------------------------------------------------------------------- outages
+def server_gone(uri: str | None = None) -> bool:
+    """True when ``uri`` (default: the current one) is an HTTP server that does not answer."""
+    uri = uri or mlflow.get_tracking_uri()
+    try:
+        check_reachable(uri, timeout=5.0)
+    except TrackingError:
+        return True
+    return False
+
+
+def _lost_dir() -> Path:
+    return pipi_home() / "lost-runs"
+
+
+def record_lost_run(run_id: str, uri: str, reason: str) -> Path:
+    """Remember a run whose server went away, to mark it FAILED once the server is back."""
+    d = _lost_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / f"{run_id}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"run_id": run_id, "tracking_uri": uri, "reason": reason}))
+    tmp.replace(path)
+    return path
+
+
+def flush_lost_runs(uri: str) -> list[str]:
+    """Mark the recorded runs of ``uri`` FAILED with their reason; return their ids.
+
+    A run that was resumed and finished meanwhile is left alone; a record stays when the
+    server refuses the update, for the next call.
+    """
+    d = _lost_dir()
+    done = []
+    if not d.is_dir():
+        return done
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    for path in sorted(d.glob("*.json")):
+        try:
+            rec = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if rec.get("tracking_uri") != uri:
+            continue
+        try:
+            run = client.get_run(rec["run_id"])
+            if run.info.status != "FINISHED":
+                client.set_tag(rec["run_id"], TAG_FAILURE, rec["reason"][:4900])
+                if run.info.status in ("RUNNING", "SCHEDULED"):
+                    client.set_terminated(rec["run_id"], "FAILED")
+            done.append(rec["run_id"])
+        except Exception as exc:  # noqa: BLE001  (the record stays for the next call)
+            log.warning("could not mark run %s FAILED yet (%s)", rec.get("run_id"),
+                        type(exc).__name__)
+            continue
+        path.unlink(missing_ok=True)
+        log.info("run %s lost its tracking server earlier: marked FAILED with the reason",
+                 rec["run_id"])
+    return done
 
 
 def ui_hint(run_id: str | None = None) -> str:

@@ -11,6 +11,8 @@ TAG_SPLIT_SHA = "pipi.split_sha256"
 TAG_CODE_VERSION = "pipi.code_version"
 TAG_CONFIG_HASH = "pipi.config_hash"
 TAG_FAILURE = "pipi.failure_reason"
+#: a resumed run's earlier failure reason
+TAG_PREVIOUS_FAILURE = "pipi.previous_failure"
 TAG_CELL = "pipi.cell"
 TAG_BACKBONE = "pipi.backbone"
 TAG_SEED = "pipi.seed"
