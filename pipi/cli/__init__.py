@@ -15,6 +15,7 @@ from pipi.cli.common import CLI_ONLY_OPTIONS, PipiGroup, setup_logging
 from pipi.cli.galkva import galkva
 from pipi.cli.pending import calibrate, galar, promote
 from pipi.cli.robustness import robustness
+from pipi.cli.server import server
 from pipi.cli.stage import stage
 from pipi.cli.synthesize import synthesize
 from pipi.cli.train import train
@@ -33,7 +34,7 @@ ENTRY_POINTS: dict[str, click.Command] = {
     "galar": galar, "calibrate": calibrate, "robustness": robustness, "aggregate": aggregate,
     "promote": promote,
 }
-for _cmd in (synthesize, galkva, *ENTRY_POINTS.values()):
+for _cmd in (synthesize, galkva, server, *ENTRY_POINTS.values()):
     main.add_command(_cmd)
 
 __all__ = ["CLI_ONLY_OPTIONS", "ENTRY_POINTS", "main"]
