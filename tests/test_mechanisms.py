@@ -56,6 +56,41 @@ def test_bad_options_one_line(args, needle, tracking):
     assert err.count("\n") == 0 and err.startswith("error: ") and needle in err
 
 
+def test_robustness_table_lift_matches_sklearn(tmp_path):
+    """The table's lift is the per-seed difference of sklearn macro-AUCs; the evaluation arms
+    stay out of the headline figure and calibration table."""
+    from sklearn.metrics import roc_auc_score
+
+    from pipi import analysis
+    from pipi.report import build_report
+    from tests.test_aggregate import local_runs
+
+    arms = {c: [1, 2] for c in ("a", "pi", "a@perturb_none", "pi@perturb_none",
+                                "a@perturb_jpeg25", "pi@perturb_jpeg25")}
+    runs, dirs = local_runs(tmp_path, arms)
+    kept, excluded = analysis.select_runs(runs)
+    ev = analysis.build_evidence(kept, dirs, excluded=excluded)
+    rep = build_report(ev, analysis.AggregateOptions(n_resamples=50))
+    t = rep.table("robustness")
+    assert t.ok and list(t.data["perturbation"]) == ["none", "jpeg25"]
+
+    def macro(cell, seed):
+        arm = ev.arm("efficientnet_b0", cell)
+        p = arm.probs[arm.index(seed)]
+        return np.mean([roc_auc_score(ev.labels == k, p[:, k]) for k in ev.classes])
+
+    for row, ids in zip(t.data.to_dict("records"), t.run_ids):
+        a, pi = f"a@perturb_{row['perturbation']}", f"pi@perturb_{row['perturbation']}"
+        lifts = [macro(pi, s) - macro(a, s) for s in (1, 2)]
+        assert row["lift_mean"] == pytest.approx(np.mean(lifts), abs=1e-9)
+        assert row["lift_sd"] == pytest.approx(np.std(lifts, ddof=1), abs=1e-9)
+        assert len(row["delong_z"]) == 2 and set(ids) == {a, pi}
+    assert "robustness_lift" in rep.figures
+    assert "@perturb" not in "".join(rep.figure_runs["eight_cell"])
+    assert not any("@perturb" in c for c in rep.table("calibration").data["cell"])
+    assert not rep.table("transplant").ok and not rep.table("gradcam").ok
+
+
 # --------------------------------------------------------------------------- smoke runs
 @pytest.fixture(scope="module")
 def smoke_runs(mlflow_server, tiny_staged):

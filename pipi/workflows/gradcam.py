@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import pandas as pd
@@ -34,6 +34,7 @@ from pipi.data.kvasir import load_staged
 from pipi.evaluate import device_for
 from pipi.gradcam import gradcam_maps, gradcam_prior_dice, image_grid, overlay_figure
 from pipi.paths import pipi_home
+from pipi.prior import prior_channels
 from pipi.training import FrameInputs, tmpdir
 
 __all__ = ["GRADCAM_CLASSES", "GradcamResult", "gradcam_overlap", "log_gradcam", "sample_frames"]
@@ -87,7 +88,9 @@ def gradcam_overlap(rgb: tuple[nn.Module, TrainConfig], pi: tuple[nn.Module, Tra
         x01 = to_float(images, idx, device)                          # (B, 3, S, S) in [0, 1]
         x_rgb, _ = FrameInputs(c_rgb)(x01, train=False)
         x_pi, _ = FrameInputs(c_pi)(x01, train=False)
-        p = x_pi[:, 3:5].detach().cpu().numpy()                      # (B, 2, S, S) P_blood, Phi
+        # P_blood and Phi with the +PI run's prior parameters (not its input channels: a
+        # pblood_only / phi_only run zeroes one of them)
+        p = prior_channels(x01, **asdict(c_pi.prior)).cpu().numpy()  # (B, 2, S, S)
         target = CLASSES.index(name)
         cam_rgb = gradcam_maps(m_rgb, x_rgb, target)
         cam_pi = gradcam_maps(m_pi, x_pi, target)
