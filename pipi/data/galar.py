@@ -45,7 +45,6 @@ import logging
 import os
 import re
 import shutil
-import tempfile
 from collections import Counter
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -94,6 +93,7 @@ from pipi.data.kvasir import (
     split_sha256,
 )
 from pipi.errors import DataError
+from pipi.paths import staging_dir
 
 log = logging.getLogger(__name__)
 
@@ -344,8 +344,7 @@ def stage_galar(
     kept["vid"] = kept["vid"].astype(int)
     kept = kept.sort_values(["vid", "frame_number", "class"]).reset_index(drop=True)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=out.parent))
+    tmp = staging_dir(out)
     try:
         # 3. only the kept frames: find, verify (full decode), hash and place them
         kept["src"] = resolve_frames(kept, scan.tables, frames_root, meta, meta_path)

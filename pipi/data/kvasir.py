@@ -33,7 +33,6 @@ import math
 import os
 import shutil
 import tarfile
-import tempfile
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -46,6 +45,7 @@ from tqdm.auto import tqdm
 
 from pipi.classes import CLASSES, canonical, class_index, is_known
 from pipi.errors import DataError
+from pipi.paths import staging_dir
 
 log = logging.getLogger(__name__)
 
@@ -324,8 +324,7 @@ def stage_kvasir(
     if not images.exists():
         raise DataError(f"{images}: image folder or zip not found")
     meta = read_metadata(metadata)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=out.parent))
+    tmp = staging_dir(out)
     try:
         src_root = images
         if images.is_file():

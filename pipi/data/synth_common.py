@@ -6,7 +6,6 @@ per-video job runner.
 from __future__ import annotations
 
 import os
-import tempfile
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from multiprocessing import get_all_start_methods, get_context
@@ -16,6 +15,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from pipi.errors import ConfigError, DataError
+from pipi.paths import staging_dir
 
 __all__ = ["SynthPreset"]
 
@@ -71,8 +71,7 @@ def _prepare_out(out: Path) -> Path:
             f"{out} already exists and is not an empty directory; refusing to overwrite it. "
             "Choose another --out or remove it first."
         )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
+    return staging_dir(out, ".partial")
 
 
 def _publish(tmp: Path, out: Path) -> None:
