@@ -7,6 +7,7 @@ the same address while a ``train`` process logs to it.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -73,7 +74,7 @@ def test_server_restart_mid_training(tiny_staged, pipi_home, tmp_path, monkeypat
         lab.stop_tracking()
         time.sleep(12)
         lab.start_tracking()
-        out, err = proc.communicate(timeout=600)
+        _, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, err[-3000:]
         run = client.get_run(rid)
         assert run.info.status == "FINISHED"
@@ -87,7 +88,7 @@ def test_server_restart_mid_training(tiny_staged, pipi_home, tmp_path, monkeypat
         rid = _wait_for_epoch(client, proc, exclude={rid})
         lab.stop_tracking()
         t0 = time.time()
-        out, err = proc.communicate(timeout=300)
+        _, err = proc.communicate(timeout=300)
         assert proc.returncode != 0
         assert time.time() - t0 < 120
         assert "Traceback" not in err, err[-3000:]
@@ -104,7 +105,7 @@ def test_server_restart_mid_training(tiny_staged, pipi_home, tmp_path, monkeypat
 
         # ... and `resume` continues it to the end
         proc = _start_train(lab.uri, tiny_staged, *epochs, "--seed", "7", "--resume", rid)
-        out, err = proc.communicate(timeout=600)
+        _, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, err[-3000:]
         run = client.get_run(rid)
         assert run.info.status == "FINISHED"
@@ -115,6 +116,7 @@ def test_server_restart_mid_training(tiny_staged, pipi_home, tmp_path, monkeypat
         _check_artifacts_whole(rid, tmp_path)
     finally:
         lab.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_mlflow_run_against_an_absent_server_fails_fast_naming_the_uri(tmp_path):

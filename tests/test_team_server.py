@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -50,6 +51,7 @@ def lab():
         yield server
     finally:
         server.stop()
+        shutil.rmtree(root, ignore_errors=True)
         for k, v in saved.items():
             if v is not None:
                 os.environ[k] = v
