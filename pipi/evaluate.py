@@ -106,6 +106,7 @@ class Evaluation:
     tags: Mapping = field(default_factory=dict)
     check: Callable[[TrainConfig], None] | None = None  # raise ConfigError for a wrong run
     finalize: Callable[[dict], dict] | None = None  # extra metrics from all the metrics
+    select: Callable[[pd.DataFrame], np.ndarray] | None = None  # rows to score (bool); all
 
 
 def evaluation_key(ev: Evaluation, *, source_run_id: str, data_digest: str) -> str:
@@ -132,7 +133,9 @@ def evaluate_run(source_run_id: str, ev: Evaluation, *, data: Path,
                                        source_run_id=source_run_id, key=key,
                                        parent_run_id=parent_run_id),
             **{k: str(v) for k, v in ev.tags.items()}}
-    split = frames["split"].to_numpy()
+    keep = np.ones(len(frames), bool) if ev.select is None else np.asarray(ev.select(frames), bool)
+    split = np.where(keep, frames["split"].to_numpy(), "")
+    scored = frames[keep]  # the classes of the metrics are those with positives among them
     work = tmpdir()
     try:
         with tracking.pipi_run(entry_point=entry_point, nested=True, tags=tags,
@@ -148,13 +151,13 @@ def evaluate_run(source_run_id: str, ev: Evaluation, *, data: Path,
                 rows = np.flatnonzero(split == s)
                 probs, extra = ev.scorer(ctx, rows, s)
                 preds[s] = predictions_frame(frames.iloc[rows], probs)
-                metrics.update(split_metrics(preds[s], split_classes(frames, s), s))
+                metrics.update(split_metrics(preds[s], split_classes(scored, s), s))
                 metrics.update(extra)
             if ev.finalize is not None:
                 metrics.update(ev.finalize(metrics))
             tracking.log_metrics({k: v for k, v in metrics.items() if math.isfinite(v)})
-            tracking.set_tags(tracking.class_tags(test=split_classes(frames, "test"),
-                                                  val=split_classes(frames, "val")))
+            tracking.set_tags(tracking.class_tags(test=split_classes(scored, "test"),
+                                                  val=split_classes(scored, "val")))
             tracking.log_artifacts(write_predictions(preds, work / "predictions"), "predictions")
             return run.info.run_id
     finally:

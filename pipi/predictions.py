@@ -18,6 +18,9 @@ from pipi.errors import PipiError
 
 PREDICTIONS_VERSION = 1
 PROB_COLUMNS = tuple(f"prob_{i:02d}" for i in range(NUM_CLASSES))
+#: Columns added after the probabilities when the staged frames have them (Galar's
+#: ``capsule_system``); readers of version 1 ignore columns they do not know.
+OPTIONAL_COLUMNS = ("capsule_system",)
 
 
 def predictions_frame(frames: pd.DataFrame, probs: np.ndarray) -> pd.DataFrame:
@@ -31,21 +34,25 @@ def predictions_frame(frames: pd.DataFrame, probs: np.ndarray) -> pd.DataFrame:
     })
     for i, col in enumerate(PROB_COLUMNS):
         df[col] = probs[:, i].astype(np.float32)
+    for col in OPTIONAL_COLUMNS:
+        if col in frames:
+            df[col] = frames[col].astype(str).to_numpy()
     return df
 
 
-def predictions_schema() -> dict:
+def predictions_schema(optional: tuple[str, ...] = ()) -> dict:
     return {"format": "pipi.predictions", "version": PREDICTIONS_VERSION,
             "classes": list(CLASSES), "prob_columns": list(PROB_COLUMNS),
             "columns": ["path", "video_id", "frame_number", "label", "label_name",
-                        *PROB_COLUMNS]}
+                        *PROB_COLUMNS, *optional]}
 
 
 def write_predictions(preds: dict[str, pd.DataFrame], folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     for split, df in preds.items():
         df.to_parquet(folder / f"{split}.parquet", index=False)
-    (folder / "schema.json").write_text(json.dumps(predictions_schema(), indent=2))
+    optional = tuple(c for c in OPTIONAL_COLUMNS if any(c in df for df in preds.values()))
+    (folder / "schema.json").write_text(json.dumps(predictions_schema(optional), indent=2))
     return folder
 
 

@@ -34,7 +34,7 @@ CHANNEL_INFER_ARMS = ("pi@zero_phi", "pi@zero_pblood", "pi@zero_both")
 PI_TTA_PAPER = ("a@tta_aux_sgd", "a@tta_embed_mlp", "a@tta_fmap_align")
 PI_TTA_ARMS = (*PI_TTA_PAPER, "a@tta_bn_tent")
 #: Entry points whose tables are built only when such runs exist (none are built yet).
-OTHER_STUDIES = {"cross_vendor": "galar"}
+OTHER_STUDIES: dict[str, str] = {}  # cross_vendor: pipi.report.retention
 #: Arm suffixes of the mechanism studies' evaluation children (``robustness``: perturbed test
 #: images; ``transplant``: weights moved from +PI into RGB): own tables, not headline arms.
 MECHANISM_VARIANTS = ("@perturb_", "@transplant_")

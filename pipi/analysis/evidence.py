@@ -66,6 +66,7 @@ class Evidence:
     filter_string: str = ""
     all_runs: pd.DataFrame = field(default_factory=pd.DataFrame)
     class_source: str = ""       # where ``classes`` came from (tag or test predictions)
+    cross_vendor: object = None  # analysis.retention.CrossVendorEvidence (galar runs) or None
 
     def arm(self, backbone: str, cell: str) -> Arm | None:
         return self.arms.get((backbone, cell))

@@ -1,4 +1,7 @@
-"""`pipi galkva`: validate, score and write GalKva-2026 submissions (pure: no MLflow here)."""
+"""`pipi galkva`: validate, score and write GalKva-2026 submissions.
+
+Only `submission --experiment` reads MLflow (through :mod:`pipi.workflows.galkva`).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +10,9 @@ from pathlib import Path
 
 import click
 
+from pipi import tracking
+from pipi.analysis import HEADLINE_BACKBONE
+from pipi.cells import CELLS, PER_FRAME_CELLS
 from pipi.cli.common import with_options
 from pipi.errors import PipiError
 from pipi.galkva import (
@@ -24,6 +30,7 @@ from pipi.galkva import (
     validate_submission,
     write_submission,
 )
+from pipi.workflows.galkva import experiment_galkva_runs
 
 _TRAINED_ON = ("Kvasir-Capsule", "Galar", "Both", "Other")
 
@@ -120,13 +127,25 @@ def score_cmd(file, predictions, markdown, tolerance, n_resamples, seed) -> None
 
 @galkva.command("submission")
 @click.option("--predictions", type=click.Path(path_type=Path, file_okay=False, exists=True),
-              required=True, help="DIR/{kvasir,galar}/{baseline,method}/<seed>/ prediction folders.")
+              default=None, help="DIR/{kvasir,galar}/{baseline,method}/<seed>/ prediction folders.")
+@click.option("--experiment", default=None,
+              help="Or: an MLflow experiment holding the Kvasir runs of --baseline and --method "
+                   "and their `galar` zero-shot runs (read as `aggregate` reads them).")
+@click.option("--method", "method_cell", type=click.Choice(PER_FRAME_CELLS), default="pi",
+              show_default=True, help="With --experiment: the method's cell.")
+@click.option("--baseline", "baseline_cell", type=click.Choice(PER_FRAME_CELLS), default="a",
+              show_default=True, help="With --experiment: the RGB baseline's cell.")
+@click.option("--backbone", default=HEADLINE_BACKBONE, show_default=True,
+              help="With --experiment: the backbone of both cells.")
+@click.option("--filter", "filter_", default="", help="With --experiment: an MLflow filter.")
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False), required=True)
 @click.option("--submitter-name", required=True)
 @click.option("--affiliation", required=True)
 @click.option("--email", required=True)
-@click.option("--method-name", required=True, help="Method name (at most 120 characters).")
-@click.option("--description", required=True, help="At least 20 characters.")
+@click.option("--method-name", default=None, help="Method name (at most 120 characters; "
+              "with --experiment default: from the cells and backbone).")
+@click.option("--description", default=None, help="At least 20 characters (with --experiment "
+              "default: what the runs are).")
 @click.option("--trained-on", type=click.Choice(_TRAINED_ON), default="Kvasir-Capsule",
               show_default=True)
 @click.option("--code-url", default=None)
@@ -136,16 +155,32 @@ def score_cmd(file, predictions, markdown, tolerance, n_resamples, seed) -> None
               default=BENCHMARK_VERSION, show_default=True)
 @with_options(_resampling)
 @_errors
-def submission_cmd(predictions, out, submitter_name, affiliation, email, method_name,
-                   description, trained_on, code_url, preprint_url, notes, benchmark_version,
+def submission_cmd(predictions, experiment, method_cell, baseline_cell, backbone, filter_,
+                   out, submitter_name, affiliation, email, method_name, description,
+                   trained_on, code_url, preprint_url, notes, benchmark_version,
                    n_resamples, seed) -> None:
     """Write a valid submission whose every number is computed from predictions.
 
-    Run ids (each seed folder's optional run.json) and the recomputed statistics go into
-    the schema's `provenance` block.
+    From prediction folders (--predictions) or from the runs of an MLflow experiment
+    (--experiment, --method, --baseline). Run ids (each seed folder's optional run.json, or
+    the MLflow runs) and the recomputed statistics go into the schema's `provenance` block.
     """
-    rec = recompute(load_prediction_dir(predictions), benchmark_version=benchmark_version,
-                    n_resamples=n_resamples, rng=seed)
+    if (predictions is None) == (experiment is None):
+        raise click.UsageError("give exactly one of --predictions DIR and --experiment NAME")
+    if experiment is not None:
+        tracking.configure()
+        runs = experiment_galkva_runs(experiment, method=method_cell, baseline=baseline_cell,
+                                      backbone=backbone, filter_string=filter_)
+        method_name = method_name or f"pipi {method_cell} vs {baseline_cell} ({backbone})"
+        description = description or (
+            f"pipi cell {method_cell} ({CELLS[method_cell].description}) against the RGB "
+            f"baseline cell {baseline_cell}, {backbone}, trained on Kvasir-Capsule and scored "
+            f"zero-shot on Galar; runs of MLflow experiment {experiment!r}.")
+    else:
+        if not method_name or not description:
+            raise click.UsageError("--predictions needs --method-name and --description")
+        runs = load_prediction_dir(predictions)
+    rec = recompute(runs, benchmark_version=benchmark_version, n_resamples=n_resamples, rng=seed)
     doc = build_submission(
         rec,
         submitter=Submitter(name=submitter_name, affiliation=affiliation, email=email),

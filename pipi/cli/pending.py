@@ -19,9 +19,6 @@ def pending(name: str, issue: str, *options) -> click.Command:
     return cmd
 
 
-_run_ids = click.option("--run-ids", default="", help="Comma-separated MLflow run ids.")
-galar = pending("galar", "cross-vendor issue", click.option("--data", default="synthetic"),
-                _run_ids)
 calibrate = pending("calibrate", "Optuna calibration issue",
                     click.option("--n-trials", default=20), click.option("--storage", default=""))
 promote = pending("promote", "promotion issue", click.option("--model", default=""),

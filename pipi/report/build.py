@@ -18,6 +18,7 @@ from pipi.classes import CLASSES
 from pipi.report import breakdown, channels, figures, headline, per_class, pi_tta, run_tables
 from pipi.report import robustness, transplant
 from pipi.report.curves import curve_data
+from pipi.report.retention import retention_tables
 from pipi.report.tables import Table, fmt_mean_sd
 
 __all__ = ["Report", "build_report"]
@@ -54,6 +55,7 @@ def build_report(evidence: Evidence, options: AggregateOptions | None = None) ->
                            channels.channel_infer_table(an), pi_tta.pi_tta_table(an),
                            robustness.robustness_table(an), transplant.transplant_conv_table(an),
                            transplant.transplant_table(an), transplant.gradcam_table(an),
+                           *retention_tables(an),
                            *run_tables.other_study_tables(an), run_tables.runs_table(an),
                            run_tables.excluded_table(an)]
     curves = curve_data(an)

@@ -91,3 +91,23 @@ def download_model_files(run_id: str, dst: Path, name: str = "model") -> Path:
         raise TrackingError(f"run {run_id}: cannot download model {uri} ({exc})") from None
 
 
+def model_uri_run_id(uri: str) -> str:
+    """The run that logged the model of ``models:/NAME/VERSION``, ``models:/NAME@ALIAS`` or
+    ``models:/<logged model id>``; TrackingError naming the URI when there is none."""
+    ref = uri.removeprefix("models:/").strip("/")
+    c = MlflowClient()
+    try:
+        if "@" in ref:
+            name, _, alias = ref.partition("@")
+            run_id = c.get_model_version_by_alias(name, alias).run_id
+        elif "/" in ref:
+            name, _, version = ref.rpartition("/")
+            run_id = c.get_model_version(name, version).run_id
+        else:
+            run_id = mlflow.get_logged_model(ref).source_run_id
+    except Exception as exc:  # noqa: BLE001 - MlflowException or REST error
+        raise TrackingError(f"{uri}: no such registered model version, alias or logged model "
+                            f"on {mlflow.get_tracking_uri()} ({exc})") from None
+    if not run_id:
+        raise TrackingError(f"{uri}: the model is not linked to a run")
+    return run_id

@@ -27,13 +27,14 @@ import pandas as pd
 
 from pipi import tracking
 from pipi.analysis import AggregateOptions, build_evidence, check_single_dataset, select_runs
+from pipi.analysis.retention import build_cross_vendor, split_galar_runs
 from pipi.errors import ConfigError, DataError
 from pipi.paths import pipi_home
 from pipi.report import Report, build_report, dashboard
 from pipi.report.tables import dump_json, table_markdown
 
 __all__ = ["MARKER", "AggregateResult", "OutFolder", "default_cache_dir", "fetch_predictions",
-           "prepare_out", "run_aggregate", "write_report"]
+           "load_evidence", "prepare_out", "run_aggregate", "write_report"]
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +241,18 @@ def run_aggregate(*, experiment: str | None = None, filter_string: str = "",
 def _compute(experiment: str, filter_string: str, cache_dir: Path | None,
              options: AggregateOptions):
     """(report, evidence, kept runs): the MLflow read, the downloads, the report."""
-    runs = tracking.load_runs(experiment, filter_string)
+    ev, kept = load_evidence(experiment, filter_string, cache_dir)
+    return build_report(ev, options), ev, kept
+
+
+def load_evidence(experiment: str, filter_string: str = "", cache_dir: Path | None = None):
+    """(evidence, kept runs): the MLflow read and the downloads.
+
+    Galar zero-shot children (study ``galar``) never join the Kvasir arms: they are selected
+    on their own and paired with the Kvasir runs they scored (``evidence.cross_vendor``).
+    """
+    all_runs = tracking.load_runs(experiment, filter_string)
+    runs, galar = split_galar_runs(all_runs)
     kept, excluded = select_runs(runs)
     if kept.empty:
         raise DataError(f"no FINISHED model runs in experiment {experiment!r}"
@@ -254,10 +266,17 @@ def _compute(experiment: str, filter_string: str, cache_dir: Path | None,
     if kept.empty:
         raise DataError(f"no run of experiment {experiment!r} has a predictions/ artifact")
     uri = tracking.current_tracking_uri()
-    ev = build_evidence(kept, dirs, excluded=excluded, all_runs=runs, experiment=experiment,
-                        experiment_id=str(runs["experiment_id"].iloc[0]), tracking_uri=uri,
+    ev = build_evidence(kept, dirs, excluded=excluded, all_runs=all_runs, experiment=experiment,
+                        experiment_id=str(all_runs["experiment_id"].iloc[0]), tracking_uri=uri,
                         filter_string=filter_string)
-    return build_report(ev, options), ev, kept
+    if not galar.empty:
+        gkept, gexcluded = select_runs(galar)
+        gdirs, gmissing = fetch_predictions(gkept, cache)
+        cv, gout = build_cross_vendor(gkept[gkept["run_id"].isin(gdirs)], gdirs, ev,
+                                      excluded=pd.concat([gexcluded, gmissing], ignore_index=True))
+        ev = replace(ev, cross_vendor=cv,
+                     excluded=pd.concat([ev.excluded, gout], ignore_index=True))
+    return ev, kept
 
 
 def _write_and_log(report: Report, ev, kept: pd.DataFrame, experiment: str, filter_string: str,

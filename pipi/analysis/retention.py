@@ -1,0 +1,388 @@
+"""Cross-vendor retention: Delta_Galar / Delta_Kvasir from per-frame predictions only.
+
+The Galar side comes from the children of the ``galar`` entry point (study ``galar``): the
+zero-shot predictions of each Kvasir-trained run on the staged Galar frames. A child is
+paired with the Kvasir run it scored (tag ``pipi.source_run_id``), so seed s of an arm on
+Galar is exactly the model of seed s on Kvasir.
+
+For each (baseline, method) pair of cells with runs on both datasets, each class set and
+each Galar subset (all capsule systems, then each system):
+
+* Delta per seed pair = macro-AUC(method, seed s) - macro-AUC(baseline, seed s), on each
+  dataset; across seeds, their mean;
+* a video-clustered bootstrap of each dataset's cross-seed mean delta
+  (:func:`pipi.stats.macro_auc_delta_bootstrap`: one resample of the test videos applied to
+  every seed and arm, fixed class set, BCa interval); a dataset with a single video falls
+  back to a class-stratified frame bootstrap (said so in ``unit``);
+* retention = Delta_Galar / Delta_Kvasir, its interval the percentile interval of
+  Delta_Galar* / Delta_Kvasir* over independent draws of the Kvasir test videos and the
+  Galar videos, and its band (:func:`pipi.galkva.classify_retention`: undefined when
+  Delta_Kvasir <= 0, unstable when Delta_Kvasir's interval includes 0).
+
+Class sets: ``galkva`` = the GalKva-2026 v1.0 6-class intersection, scored on the frames
+whose label is in it (as the benchmark does); ``all`` = every evaluable class (Kvasir: the
+headline classes of the aggregate; Galar: every mapped class with positives), on all frames.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pipi.analysis.arms import PAIRED_TESTS
+from pipi.analysis.evidence import Evidence
+from pipi.analysis.selection import check_single_dataset
+from pipi.cells import PER_FRAME_CELLS
+from pipi.classes import CLASSES, class_index
+from pipi.errors import DataError
+from pipi.galkva import (
+    BENCHMARK_VERSION,
+    SCORING_SETS,
+    DatasetRuns,
+    Retention,
+    SeedRun,
+    classify_retention,
+)
+from pipi.predictions import PREDICTIONS_VERSION, PROB_COLUMNS
+from pipi.stats import (
+    ConfidenceInterval,
+    DegenerateDataWarning,
+    DeltaBootstrapResult,
+    macro_auc_delta_bootstrap,
+    per_class_auc,
+)
+
+__all__ = ["ALL_SYSTEMS", "CLASS_SETS", "GALAR_STUDY", "CrossVendorEvidence", "DeltaSide",
+           "GalarArm", "RetentionRow", "build_cross_vendor", "galkva_runs", "retention_pairs",
+           "retention_rows", "split_galar_runs"]
+
+GALAR_STUDY = "galar"
+ALL_SYSTEMS = "all capsule systems"
+#: Class sets of the retention table: key -> label.
+CLASS_SETS = {"galkva": f"GalKva {BENCHMARK_VERSION} (6-class intersection)",
+              "all": "every evaluable class"}
+
+
+def split_galar_runs(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(runs of the Kvasir arms, Galar zero-shot children): the latter never join an arm."""
+    galar = runs["study"].fillna("").astype(str) == GALAR_STUDY
+    return runs[~galar].reset_index(drop=True), runs[galar].reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------- evidence
+@dataclass(frozen=True)
+class GalarArm:
+    """The Galar predictions of one (backbone, cell)'s Kvasir runs, seed by seed."""
+
+    backbone: str
+    cell: str                       # the Kvasir cell (tag pipi.cell without "@variant")
+    seeds: tuple[int, ...]
+    run_ids: tuple[str, ...]        # galar children
+    source_run_ids: tuple[str, ...]  # the Kvasir runs they scored
+    probs: np.ndarray               # (S, N, 14), frames in CrossVendorEvidence order
+
+    def runs(self) -> dict[int, str]:
+        return dict(zip(self.seeds, self.run_ids, strict=True))
+
+    def sources(self) -> dict[int, str]:
+        return dict(zip(self.seeds, self.source_run_ids, strict=True))
+
+
+@dataclass(frozen=True)
+class CrossVendorEvidence:
+    """Every aggregated Galar child's predictions, aligned on the same frames."""
+
+    labels: np.ndarray   # (N,)
+    videos: np.ndarray   # (N,)
+    systems: np.ndarray  # (N,) capsule system of every frame
+    paths: np.ndarray    # (N,)
+    arms: Mapping[tuple[str, str], GalarArm]
+    runs: pd.DataFrame
+    excluded: pd.DataFrame
+    data_digest: str
+    fold: str
+
+    def arm(self, backbone: str, cell: str) -> GalarArm | None:
+        return self.arms.get((backbone, cell))
+
+
+def _read(folder: Path, run_id: str) -> pd.DataFrame:
+    try:
+        schema = json.loads((Path(folder) / "schema.json").read_text())
+        df = pd.read_parquet(Path(folder) / "test.parquet")
+    except (OSError, ValueError) as exc:
+        raise DataError(f"galar run {run_id}: unreadable predictions ({exc})") from None
+    if schema.get("format") != "pipi.predictions" or schema.get("version") != PREDICTIONS_VERSION \
+            or list(schema.get("classes", [])) != list(CLASSES):
+        raise DataError(f"galar run {run_id}: unsupported predictions schema {schema}")
+    return df
+
+
+def build_cross_vendor(galar_runs: pd.DataFrame, prediction_dirs: Mapping[str, Path],
+                       kvasir: Evidence, *, excluded: pd.DataFrame | None = None
+                       ) -> tuple[CrossVendorEvidence | None, pd.DataFrame]:
+    """Align the Galar children (``select_runs`` output) and pair each with its Kvasir run.
+
+    A child whose source run is not the aggregated Kvasir run of its (backbone, cell, seed)
+    is excluded with the reason. Returns (evidence, or None when no child remains; the
+    excluded galar runs with a ``reason`` column, ``excluded`` included).
+
+    Raises
+    ------
+    DataError
+        Children of different Galar data digests, or that scored different frames (e.g.
+        ``fold=evaluation`` and ``fold=all`` mixed: select one with a filter).
+    """
+    excl = [excluded] if excluded is not None and not excluded.empty else []
+    rows, reasons = [], []
+    for r in galar_runs.itertuples(index=False):
+        cell = str(r.cell).split("@")[0]
+        arm = kvasir.arm(r.backbone, cell)
+        src = str(r.base_run_id or "")
+        if arm is None or int(r.seed) not in arm.seeds:
+            reasons.append((r, f"its Kvasir arm {r.backbone}/{cell} seed {r.seed} is not aggregated"))
+        elif arm.runs()[int(r.seed)] != src:
+            reasons.append((r, f"it scored run {src}, not the aggregated Kvasir run "
+                               f"{arm.runs()[int(r.seed)]} of {r.backbone}/{cell} seed {r.seed}"))
+        else:
+            rows.append(r)
+    if reasons:
+        ex = pd.DataFrame([x._asdict() for x, _ in reasons])
+        ex["reason"] = [why for _, why in reasons]
+        excl.append(ex)
+    excluded = pd.concat(excl, ignore_index=True) if excl else pd.DataFrame()
+    if not rows:
+        return None, excluded
+    runs = pd.DataFrame(rows)
+    digest = check_single_dataset(runs)
+    ref_key, per_run, ref = None, {}, None
+    for r in runs.itertuples(index=False):
+        df = _read(prediction_dirs[r.run_id], r.run_id)
+        key = (df["path"].astype(str) + "\x00" + df["label"].astype(str)).to_numpy()
+        order = np.argsort(key, kind="stable")
+        if ref_key is None:
+            ref_key, ref, ref_id = key[order], df.iloc[order].reset_index(drop=True), r.run_id
+        elif not np.array_equal(key[order], ref_key):
+            raise DataError(f"refusing to pair galar runs {r.run_id} and {ref_id}: they scored "
+                            "different Galar frames (another fold or staging); select one with "
+                            "--filter \"tags.`pipi.galar_fold` = 'evaluation'\"")
+        per_run[r.run_id] = df[list(PROB_COLUMNS)].to_numpy(np.float32)[order]
+    arms = {}
+    runs["cell"] = runs["cell"].astype(str).str.split("@").str[0]
+    for (backbone, cell), grp in runs.groupby(["backbone", "cell"], sort=False):
+        grp = grp.sort_values("seed")
+        arms[(backbone, cell)] = GalarArm(
+            backbone, cell, tuple(int(s) for s in grp["seed"]), tuple(grp["run_id"]),
+            tuple(grp["base_run_id"]), np.stack([per_run[x] for x in grp["run_id"]]))
+    systems = (ref["capsule_system"].astype(str).to_numpy() if "capsule_system" in ref
+               else np.full(len(ref), "unknown"))
+    folds = sorted({json.loads(p).get("galar.fold", "?") for p in runs["params"]}
+                   ) if "params" in runs else ["?"]
+    cv = CrossVendorEvidence(ref["label"].to_numpy(np.int64),
+                             ref["video_id"].astype(str).to_numpy(), systems,
+                             ref["path"].astype(str).to_numpy(), arms, runs.reset_index(drop=True),
+                             excluded, digest, ",".join(folds))
+    return cv, excluded
+
+
+def retention_pairs(ev: Evidence, cv: CrossVendorEvidence) -> list[tuple[str, str, str]]:
+    """(backbone, baseline, method) with Galar and Kvasir runs of both cells: the paper's
+    per-frame pairs first, then RGB ``a`` against every other per-frame cell."""
+    out = []
+    for backbone in dict.fromkeys(b for b, _ in cv.arms):
+        cells = [c for b, c in cv.arms if b == backbone]
+        cand = [p for p in PAIRED_TESTS if p[0] in PER_FRAME_CELLS and p[1] in PER_FRAME_CELLS]
+        cand += [("a", c) for c in PER_FRAME_CELLS if c != "a"]
+        for ref, new in dict.fromkeys(cand):
+            if ref in cells and new in cells and ev.arm(backbone, ref) and ev.arm(backbone, new):
+                out.append((backbone, ref, new))
+    return out
+
+
+# --------------------------------------------------------------------------- the statistics
+@dataclass(frozen=True)
+class DeltaSide:
+    """One dataset's paired deltas (method - baseline) on one subset and class set."""
+
+    dataset: str
+    classes: tuple[str, ...]
+    n_frames: int
+    n_videos: int
+    baseline_macro: np.ndarray  # (S,)
+    method_macro: np.ndarray    # (S,)
+    bootstrap: DeltaBootstrapResult | None
+
+    @property
+    def deltas(self) -> np.ndarray:
+        return self.method_macro - self.baseline_macro
+
+    @property
+    def delta(self) -> float:
+        return float(self.deltas.mean())
+
+    @property
+    def sign_positive(self) -> str:
+        return f"{int((self.deltas > 0).sum())}/{len(self.deltas)}"
+
+    @property
+    def distribution(self) -> np.ndarray:
+        return self.bootstrap.bootstrap.bootstrap_distribution
+
+
+def delta_side(dataset: str, y: np.ndarray, videos: np.ndarray, base: np.ndarray,
+               meth: np.ndarray, classes: list[int], *, restrict: bool, n_resamples: int,
+               confidence_level: float, rng: np.random.Generator) -> DeltaSide | None:
+    """Per-seed macro-AUCs of both arms and the bootstrap of the mean delta (None: no class
+    with positive and negative frames). ``restrict``: keep only frames of ``classes``."""
+    if restrict:
+        keep = np.isin(y, classes)
+        y, videos, base, meth = y[keep], videos[keep], base[:, keep], meth[:, keep]
+    present = [c for c in classes if 0 < int((y == c).sum()) < len(y)]
+    if not present:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DegenerateDataWarning)
+        bm = np.array([per_class_auc(y, p, classes=present).mean() for p in base])
+        mm = np.array([per_class_auc(y, p, classes=present).mean() for p in meth])
+        clustered = len(set(videos)) >= 2
+        boot = macro_auc_delta_bootstrap(
+            y, base, meth, classes=present, clusters=videos if clustered else None,
+            strata=None if clustered else y, n_resamples=n_resamples,
+            confidence_level=confidence_level, method="BCa", rng=rng)
+    return DeltaSide(dataset, tuple(CLASSES[c] for c in present), int(len(y)),
+                     len(set(videos)), bm, mm, boot)
+
+
+@dataclass(frozen=True)
+class RetentionRow:
+    """One row of the cross-vendor table."""
+
+    backbone: str
+    baseline: str
+    method: str
+    class_set: str               # key of CLASS_SETS
+    subset: str                  # ALL_SYSTEMS or a capsule system
+    seeds: tuple[int, ...]
+    kvasir: DeltaSide
+    galar: DeltaSide | None      # None: no class with positives and negatives in the subset
+    retention: Retention
+    distribution: np.ndarray     # (B,) Delta_Galar* / Delta_Kvasir*
+    run_ids: dict                # arm label -> seed -> run id
+
+    @property
+    def per_seed_ratio(self) -> np.ndarray:
+        if self.galar is None:
+            return np.full(len(self.seeds), np.nan)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return self.galar.deltas / self.kvasir.deltas
+
+
+def _ratio_ci(dk: np.ndarray, dg: np.ndarray, level: float):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = dg / dk  # independent draws of the two datasets' videos
+    finite = ratio[np.isfinite(ratio)]
+    alpha = (1 - level) / 2
+    ci = (ConfidenceInterval(float(np.quantile(finite, alpha)), float(np.quantile(finite, 1 - alpha)))
+          if finite.size else None)
+    return ratio, ci
+
+
+def _rng(seed: int, *key: str) -> np.random.Generator:
+    """A stream per row identity, so adding a row never changes the others."""
+    return np.random.default_rng([seed, zlib.crc32("\x00".join(key).encode())])
+
+
+def retention_rows(ev: Evidence, cv: CrossVendorEvidence, *, n_resamples: int = 1000,
+                   confidence_level: float = 0.95, seed: int = 0) -> list[RetentionRow]:
+    """Every (pair, class set, subset) row; see the module docstring."""
+    out = []
+    galkva = [class_index(c) for c in SCORING_SETS[BENCHMARK_VERSION]]
+    galar_present = sorted(set(cv.labels.tolist()))
+    sets = {"galkva": (galkva, galkva, True), "all": (list(ev.classes), galar_present, False)}
+    subsets = [(ALL_SYSTEMS, np.ones(len(cv.labels), bool))] + [
+        (s, cv.systems == s) for s in sorted(set(cv.systems))]
+    for backbone, ref, new in retention_pairs(ev, cv):
+        kb, km = ev.arm(backbone, ref), ev.arm(backbone, new)
+        gb, gm = cv.arm(backbone, ref), cv.arm(backbone, new)
+        seeds = tuple(s for s in kb.seeds if s in km.seeds and s in gb.seeds and s in gm.seeds)
+        if not seeds:
+            continue
+        ids = {f"kvasir {ref}": {s: kb.runs()[s] for s in seeds},
+               f"kvasir {new}": {s: km.runs()[s] for s in seeds},
+               f"galar {ref}": {s: gb.runs()[s] for s in seeds},
+               f"galar {new}": {s: gm.runs()[s] for s in seeds}}
+
+        def stack(arm, all_seeds):
+            return np.stack([arm.probs[all_seeds.index(s)] for s in seeds]).astype(np.float64)
+
+        for cs, (kcls, gcls, restrict) in sets.items():
+            kv = delta_side("kvasir", ev.labels, ev.videos, stack(kb, kb.seeds),
+                            stack(km, km.seeds), kcls, restrict=restrict,
+                            n_resamples=n_resamples, confidence_level=confidence_level,
+                            rng=_rng(seed, "kvasir", backbone, ref, new, cs))
+            if kv is None:
+                continue
+            gbp, gmp = stack(gb, gb.seeds), stack(gm, gm.seeds)
+            for name, m in subsets:
+                gs = delta_side("galar", cv.labels[m], cv.videos[m], gbp[:, m], gmp[:, m], gcls,
+                                restrict=restrict, n_resamples=n_resamples,
+                                confidence_level=confidence_level,
+                                rng=_rng(seed, "galar", backbone, ref, new, cs, name))
+                if gs is None:
+                    ret = classify_retention(kv.delta, None)
+                    ratio = np.zeros(0)
+                else:
+                    ratio, ci = _ratio_ci(kv.distribution, gs.distribution, confidence_level)
+                    ret = classify_retention(kv.delta, gs.delta,
+                                             delta_kvasir_ci=kv.bootstrap.confidence_interval,
+                                             confidence_interval=ci)
+                out.append(RetentionRow(backbone, ref, new, cs, name, seeds, kv, gs, ret,
+                                        ratio, ids))
+    return out
+
+
+# --------------------------------------------------------------------------- GalKva input
+def _seed_runs(labels, videos, paths, arm_probs, seeds, all_seeds, run_ids
+               ) -> tuple[SeedRun, ...]:
+    out = []
+    for s in seeds:
+        df = pd.DataFrame({"path": paths, "video_id": videos, "label": labels})
+        p = arm_probs[all_seeds.index(s)]
+        for i, col in enumerate(PROB_COLUMNS):
+            df[col] = p[:, i]
+        out.append(SeedRun(str(s), df, run_ids[s]))
+    return tuple(out)
+
+
+def galkva_runs(ev: Evidence, cv: CrossVendorEvidence | None, *, backbone: str, baseline: str,
+                method: str) -> dict[str, DatasetRuns]:
+    """The GalKva input (:func:`pipi.galkva.recompute`) of one pair: the seeds with runs of
+    both cells on both datasets; DataError naming what is missing."""
+    kb, km = ev.arm(backbone, baseline), ev.arm(backbone, method)
+    gb, gm = (cv.arm(backbone, baseline), cv.arm(backbone, method)) if cv else (None, None)
+    missing = [f"{d} {c}" for d, c, a in (("kvasir", baseline, kb), ("kvasir", method, km),
+                                          ("galar", baseline, gb), ("galar", method, gm))
+               if a is None]
+    if missing:
+        raise DataError(f"no runs of {', '.join(missing)} (backbone {backbone}) in this "
+                        "selection; GalKva needs both cells on Kvasir and their `galar` "
+                        "zero-shot runs")
+    seeds = [s for s in kb.seeds if s in km.seeds and s in gb.seeds and s in gm.seeds]
+    if not seeds:
+        raise DataError(f"{baseline} and {method} ({backbone}) share no seed with runs on both "
+                        "datasets")
+    return {
+        "kvasir": DatasetRuns(
+            baseline=_seed_runs(ev.labels, ev.videos, ev.paths, kb.probs, seeds, kb.seeds, kb.runs()),
+            method=_seed_runs(ev.labels, ev.videos, ev.paths, km.probs, seeds, km.seeds, km.runs())),
+        "galar": DatasetRuns(
+            baseline=_seed_runs(cv.labels, cv.videos, cv.paths, gb.probs, seeds, gb.seeds, gb.runs()),
+            method=_seed_runs(cv.labels, cv.videos, cv.paths, gm.probs, seeds, gm.seeds, gm.runs())),
+    }

@@ -1,0 +1,28 @@
+"""`pipi galar` / `mlflow run . -e galar`: zero-shot evaluation of Kvasir-trained runs on Galar."""
+
+from __future__ import annotations
+
+import click
+
+from pipi import tracking
+from pipi.cli.common import PipiCommand, experiment_option, setup_logging
+from pipi.workflows.galar import GALAR_FOLDS, run_galar
+
+
+@click.command("galar", cls=PipiCommand)
+@click.option("--runs", default="", help="Comma-separated run ids or models:/ URIs "
+              "(models:/NAME/VERSION, models:/NAME@ALIAS), or an MLflow filter string, e.g. "
+              "\"tags.`pipi.entry_point` = 'train'\".")
+@click.option("--data", default="synthetic", show_default=True,
+              help="A staged Galar folder (`pipi stage galar`), or 'synthetic' / "
+                   "'synthetic-tiny' (the synthetic Galar release, staged if needed).")
+@click.option("--fold", type=click.Choice(GALAR_FOLDS), default="evaluation", show_default=True,
+              help="evaluation: the vendor folds' evaluation videos; all: every staged frame.")
+@experiment_option
+def galar(runs, data, fold, experiment):
+    """Score Kvasir-trained runs zero-shot on Galar: one child run per source run."""
+    setup_logging()
+    tracking.configure()
+    res = run_galar(runs=runs, data=data, fold=fold, experiment=experiment or None)
+    click.echo(res.summary)
+    click.echo(f"galar run {res.parent_run_id}: {tracking.ui_hint(res.parent_run_id)}")

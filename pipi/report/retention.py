@@ -1,0 +1,160 @@
+"""The cross-vendor tables: Delta_Galar / Delta_Kvasir retention with video-clustered bootstrap
+intervals and bands (paper Table "galar-zeroshot", GalKva-2026), across seeds and per seed pair.
+
+Computed by :mod:`pipi.analysis.retention` from the predictions of the Kvasir runs and of
+their ``galar`` zero-shot children; a table says "no runs" until such children exist.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from pipi.analysis import Analysis
+from pipi.analysis.retention import (
+    ALL_SYSTEMS,
+    CLASS_SETS,
+    DeltaSide,
+    RetentionRow,
+    retention_rows,
+)
+from pipi.report.rows import no_runs
+from pipi.report.tables import Table, fmt_ci, fmt_delta, fmt_mean_sd
+
+__all__ = ["retention_tables"]
+
+TITLE = "Cross-vendor zero-shot retention on Galar (Δ_Galar / Δ_Kvasir)"
+SEED_TITLE = "Cross-vendor retention per seed pair"
+PAPER = "tab:galar-zeroshot"
+
+
+def _sd(x: np.ndarray) -> float:
+    return float(np.std(x, ddof=1)) if len(x) > 1 else float("nan")
+
+
+def _side_cols(side: DeltaSide | None, prefix: str) -> dict:
+    nan = float("nan")
+    if side is None:
+        return {f"{prefix}_delta": nan, f"{prefix}_delta_sd": nan, f"{prefix}_ci_low": nan,
+                f"{prefix}_ci_high": nan, f"{prefix}_sign_positive": "",
+                f"{prefix}_baseline_macro_auc": nan, f"{prefix}_method_macro_auc": nan,
+                f"{prefix}_n_frames": 0, f"{prefix}_n_videos": 0, f"{prefix}_unit": "",
+                f"{prefix}_classes": ""}
+    ci = side.bootstrap.confidence_interval
+    return {f"{prefix}_delta": side.delta, f"{prefix}_delta_sd": _sd(side.deltas),
+            f"{prefix}_ci_low": ci.low, f"{prefix}_ci_high": ci.high,
+            f"{prefix}_sign_positive": side.sign_positive,
+            f"{prefix}_baseline_macro_auc": float(side.baseline_macro.mean()),
+            f"{prefix}_method_macro_auc": float(side.method_macro.mean()),
+            f"{prefix}_n_frames": side.n_frames, f"{prefix}_n_videos": side.n_videos,
+            f"{prefix}_unit": side.bootstrap.bootstrap.unit,
+            f"{prefix}_classes": "; ".join(side.classes)}
+
+
+def _delta_text(side: DeltaSide | None) -> str:
+    if side is None:
+        return "n/a"
+    ci = side.bootstrap.confidence_interval
+    return (f"{fmt_mean_sd(side.delta, _sd(side.deltas))} ({side.sign_positive}+) "
+            f"{fmt_ci(ci.low, ci.high)}")
+
+
+def _ret_text(r: RetentionRow) -> str:
+    v, ci = r.retention.value, r.retention.confidence_interval
+    if not math.isfinite(v):
+        return "n/a"
+    return f"{v:+.2f}" + (f" [{ci.low:+.2f}, {ci.high:+.2f}]" if ci is not None else "")
+
+
+def _rows(rows: list[RetentionRow]):
+    data, disp, ids = [], [], []
+    for r in rows:
+        ret = r.retention
+        ci = ret.confidence_interval
+        data.append({"backbone": r.backbone, "baseline": r.baseline, "method": r.method,
+                     "class_set": r.class_set, "capsule_system": r.subset,
+                     "n_seeds": len(r.seeds), "seeds": ",".join(map(str, r.seeds)),
+                     **_side_cols(r.kvasir, "kvasir"), **_side_cols(r.galar, "galar"),
+                     "retention": ret.value, "retention_ci_low": ci.low if ci else float("nan"),
+                     "retention_ci_high": ci.high if ci else float("nan"),
+                     "band": ret.band, "stable": ret.stable, "reason": ret.reason,
+                     "n_ratio_draws": int(np.isfinite(r.distribution).sum())})
+        g = r.galar
+        disp.append({
+            "backbone": r.backbone, "comparison": f"{r.baseline} -> {r.method}",
+            "classes": CLASS_SETS[r.class_set], "capsule system": r.subset,
+            "seeds": len(r.seeds),
+            "Galar RGB-only": fmt_mean_sd(g.baseline_macro.mean(), _sd(g.baseline_macro))
+            if g else "n/a",
+            "Galar method": fmt_mean_sd(g.method_macro.mean(), _sd(g.method_macro)) if g else "n/a",
+            "Δ_Galar (k/n+) [95% CI]": _delta_text(g),
+            "Δ_Kvasir (k/n+) [95% CI]": _delta_text(r.kvasir),
+            "retention [95% CI]": _ret_text(r), "band": ret.label})
+        ids.append(r.run_ids)
+    return pd.DataFrame(data), pd.DataFrame(disp), tuple(ids)
+
+
+def _seed_rows(rows: list[RetentionRow]):
+    data, disp, ids = [], [], []
+    for r in rows:
+        ratio = r.per_seed_ratio
+        for i, s in enumerate(r.seeds):
+            dk = float(r.kvasir.deltas[i])
+            dg = float(r.galar.deltas[i]) if r.galar is not None else float("nan")
+            data.append({"backbone": r.backbone, "baseline": r.baseline, "method": r.method,
+                         "class_set": r.class_set, "capsule_system": r.subset, "seed": s,
+                         "kvasir_delta": dk, "galar_delta": dg, "ratio": float(ratio[i])})
+            disp.append({"backbone": r.backbone, "comparison": f"{r.baseline} -> {r.method}",
+                         "classes": CLASS_SETS[r.class_set], "capsule system": r.subset,
+                         "seed": s, "Δ_Kvasir": fmt_delta(dk, 4), "Δ_Galar": fmt_delta(dg, 4),
+                         "Δ_Galar / Δ_Kvasir": f"{ratio[i]:+.2f}" if np.isfinite(ratio[i])
+                         else "n/a"})
+            ids.append({arm: {s: seeds[s]} for arm, seeds in r.run_ids.items()})
+    return pd.DataFrame(data), pd.DataFrame(disp), tuple(ids)
+
+
+def retention_tables(an: Analysis) -> list[Table]:
+    """The cross-vendor table (across seeds) and its per-seed-pair companion."""
+    ev = an.evidence
+    cv = getattr(ev, "cross_vendor", None)
+    if cv is None:
+        note = ("no `galar` zero-shot runs in this selection: score the Kvasir runs with "
+                "`mlflow run . -e galar -P runs=<run ids | filter>` in the same experiment")
+        return [no_runs("cross_vendor", TITLE, PAPER, note),
+                no_runs("cross_vendor_seeds", SEED_TITLE, PAPER, note)]
+    o = an.options
+    rows = retention_rows(ev, cv, n_resamples=o.n_resamples,
+                          confidence_level=o.confidence_level, seed=o.seed)
+    if not rows:
+        note = (f"galar runs of cells {sorted({c for _, c in cv.arms})} found, but no "
+                "(baseline, method) pair has runs of both cells on both datasets")
+        return [no_runs("cross_vendor", TITLE, PAPER, note),
+                no_runs("cross_vendor_seeds", SEED_TITLE, PAPER, note)]
+    level = round(100 * o.confidence_level)
+    notes = [
+        "Δ = method - baseline macro-AUC, paired by seed (the Galar run of seed s scored the "
+        "Kvasir model of seed s zero-shot); mean ± sd over seeds, (k/n+) seeds with Δ > 0.",
+        f"{level}% CIs of Δ: BCa bootstrap of the cross-seed mean Δ resampling test videos "
+        f"({o.n_resamples} resamples; one resample applied to every seed and arm). Retention "
+        f"CI: percentile interval of Δ_Galar* / Δ_Kvasir* over independent resamples of the "
+        "Kvasir test videos and the Galar videos.",
+        "Bands: Strong >= 1.0; Positive 0.75-1.0; Partial 0.30-0.75; Null -0.10-0.30; "
+        "Negative < -0.10. 'undefined/unstable' when Δ_Kvasir <= 0 (no in-domain lift to "
+        "retain); '(unstable)' when Δ_Kvasir's CI includes 0.",
+        f"Classes: {CLASS_SETS['galkva']} on the frames labelled with them (the benchmark's "
+        f"scoring), and {CLASS_SETS['all']} (Kvasir: the headline classes; Galar: every mapped "
+        f"class with positives) on all frames. Per capsule system: Δ_Galar on that system's "
+        f"Galar frames against the same Δ_Kvasir; '{ALL_SYSTEMS}' pools them.",
+        f"Galar: {len(cv.labels)} scored frames in {len(set(cv.videos))} videos (fold "
+        f"{cv.fold}), data digest {cv.data_digest[:16]}; {len(cv.runs)} galar runs.",
+    ]
+    if cv.excluded is not None and not cv.excluded.empty and "reason" in cv.excluded:
+        notes += [f"galar run {x.run_id} not used: {x.reason}"
+                  for x in cv.excluded.itertuples() if str(x.reason)]
+    data, disp, ids = _rows(rows)
+    sdata, sdisp, sids = _seed_rows(rows)
+    return [Table("cross_vendor", TITLE, data, disp, ids, tuple(notes), paper=PAPER),
+            Table("cross_vendor_seeds", SEED_TITLE, sdata, sdisp, sids, tuple(notes[:1]),
+                  paper=PAPER)]

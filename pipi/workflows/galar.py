@@ -1,0 +1,281 @@
+"""The ``galar`` workflow: zero-shot evaluation of Kvasir-trained runs on staged Galar frames.
+
+No retraining: each source run's logged model scores the staged Galar frames through
+:func:`pipi.evaluate.evaluate_run` (study ``galar``, variant ``zero_shot``), one child run
+per source run under a ``galar`` parent, reused when a FINISHED child with the same key
+(source run, Galar data digest, fold, code version) exists. A child follows the run
+contract (``pipi.source_run_id``, ``pipi.dataset = galar``, ``pipi.data_digest``,
+``pipi.galar_fold``; ``predictions/test.parquet`` with a ``capsule_system`` column) and logs,
+on the scored frames:
+
+* ``test/macro_auc`` = ``test/mapped_macro_auc``: every evaluable mapped class (classes with
+  positives among the scored frames), per class ``test/auc/<class>``;
+* ``test/galkva_macro_auc``: the GalKva-2026 v1.0 6-class intersection, over the frames
+  whose label is in it (as the benchmark scores them);
+* the same two per capsule system: ``test/capsule/<system>/{mapped,galkva}_macro_auc`` and
+  ``test/capsule/<system>/n_frames`` (system names with spaces as underscores).
+
+``fold=evaluation`` (default) scores the vendor folds' evaluation videos only (the
+calibration videos stay unseen for ``calibrate``); ``fold=all`` scores every staged frame.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import re
+import shutil
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from pipi import tracking
+from pipi.cells import CELLS, PER_FRAME_CELLS
+from pipi.classes import class_index
+from pipi.data.kvasir import load_staged
+from pipi.data.synthetic import synthesize_galar
+from pipi.errors import ConfigError, DataError
+from pipi.evaluate import EvalContext, Evaluation, evaluate_run, find_evaluation, plain_scorer
+from pipi.galkva import BENCHMARK_VERSION, SCORING_SETS
+from pipi.paths import pipi_home
+from pipi.stats import macro_auc
+from pipi.workflows.stage import run_stage_galar
+
+__all__ = ["GALAR_FOLDS", "STUDY", "TAG_FOLD", "VARIANT", "GalarResult", "galar_evaluation",
+           "galar_metrics", "resolve_galar_data", "resolve_source_runs", "run_galar",
+           "synthetic_galar_staged"]
+
+log = logging.getLogger(__name__)
+
+STUDY, VARIANT = "galar", "zero_shot"
+#: ``evaluation``: the vendor folds' evaluation videos; ``all``: every staged frame.
+GALAR_FOLDS = ("evaluation", "all")
+TAG_FOLD = "pipi.galar_fold"
+SYNTHETIC_PRESETS = ("tiny", "demo")
+_RUN_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+# --------------------------------------------------------------------------- data
+def synthetic_galar_staged(preset: str = "demo", seed: int = 0, *, log_run: bool = True) -> Path:
+    """The staged synthetic Galar release (``pipi synthesize galar``), built once.
+
+    The release is written to a temporary folder and renamed into place; staging moves its
+    folder into place only when complete, so an interrupted call leaves nothing half-made.
+    """
+    out = pipi_home() / "data" / f"galar-synthetic-{preset}-s{seed}"
+    if (out / "manifest.json").is_file():
+        return out
+    release = pipi_home() / "releases" / f"galar-synthetic-{preset}-s{seed}"
+    if not (release / "metadata.csv").is_file():
+        release.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{release.name}-", dir=release.parent))
+        try:
+            log.info("synthesizing the %s Galar release (seed %d) into %s", preset, seed, release)
+            synthesize_galar(tmp / "release", preset=preset, seed=seed)
+            shutil.rmtree(release, ignore_errors=True)
+            os.replace(tmp / "release", release)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    run_stage_galar(root=release, out=out, seed=seed, log_run=log_run, nested=log_run)
+    return out
+
+
+def resolve_galar_data(data: str | None) -> Path:
+    """A staged Galar folder from the ``data`` parameter ('synthetic[-tiny|-demo]' or a path)."""
+    if not data or data == "synthetic":
+        return synthetic_galar_staged("demo")
+    if data.startswith("synthetic-"):
+        preset = data.removeprefix("synthetic-")
+        if preset not in SYNTHETIC_PRESETS:
+            raise ConfigError(f"data={data!r}: unknown synthetic preset; use a staged Galar "
+                              "folder, 'synthetic', 'synthetic-tiny' or 'synthetic-demo'")
+        return synthetic_galar_staged(preset)
+    path = Path(data).expanduser().resolve()
+    if not (path / "manifest.json").is_file():
+        raise ConfigError(f"data={data!r}: {path} is not a staged Galar folder (no "
+                          "manifest.json); stage one with `pipi stage galar --root RELEASE "
+                          "--out DIR`, or pass data=synthetic")
+    _, manifest = load_staged(path)
+    if manifest.get("dataset") != "galar":
+        raise ConfigError(f"data={data!r}: {path} holds dataset {manifest.get('dataset')!r}, "
+                          "not galar; stage Galar with `pipi stage galar`")
+    return path
+
+
+# --------------------------------------------------------------------------- source runs
+def _check_source(run_id: str) -> None:
+    run = tracking.get_run(run_id)
+    tags = run.data.tags
+    cell = tags.get(tracking.TAG_CELL, "")
+    if run.info.status != "FINISHED":
+        raise ConfigError(f"runs: run {run_id} is {run.info.status}; galar scores FINISHED runs")
+    if tags.get(tracking.TAG_STUDY) or tags.get(tracking.TAG_DATASET) == "galar":
+        raise ConfigError(f"runs: run {run_id} is an evaluation run (study "
+                          f"{tags.get(tracking.TAG_STUDY)!r}), not a Kvasir-trained model run")
+    if cell not in CELLS:
+        raise ConfigError(f"runs: run {run_id} has no pipi.cell tag; galar scores runs of "
+                          "`pipi train` / `ablate`")
+    if CELLS[cell].is_sequence:
+        raise ConfigError(f"runs: run {run_id} is the sequence cell {cell}; galar scores "
+                          f"per-frame runs ({', '.join(PER_FRAME_CELLS)})")
+
+
+def resolve_source_runs(runs: str, *, experiment: str) -> list[str]:
+    """Run ids from ``runs``: comma-separated run ids and ``models:/`` URIs, or an MLflow filter.
+
+    A filter string selects the FINISHED per-frame model runs of ``experiment`` it matches
+    (evaluation children left out). Every run is checked (FINISHED, per-frame cell, not an
+    evaluation) before anything is staged or scored.
+    """
+    text = (runs or "").strip()
+    if not text:
+        raise ConfigError("runs: give comma-separated run ids, models:/ URIs (models:/NAME/1, "
+                          "models:/NAME@candidate) or an MLflow filter string")
+    tokens = [t.strip() for t in text.split(",") if t.strip()]
+    if all(_RUN_ID.match(t) or t.startswith("models:/") for t in tokens):
+        ids = [tracking.model_uri_run_id(t) if t.startswith("models:/") else t for t in tokens]
+    else:
+        found = tracking.load_runs(experiment, text)
+        found = found[(found["status"] == "FINISHED") & found["cell"].isin(PER_FRAME_CELLS)
+                      & (found["study"].fillna("") == "") & (found["dataset"] != "galar")]
+        if found.empty:
+            raise ConfigError(f"runs={text!r}: no FINISHED per-frame model run of experiment "
+                              f"{experiment!r} matches this filter")
+        ids = list(found.sort_values(["cell", "seed"])["run_id"])
+    ids = list(dict.fromkeys(ids))
+    for rid in ids:
+        _check_source(rid)
+    return ids
+
+
+# --------------------------------------------------------------------------- scoring
+def _slug(system: str) -> str:
+    return re.sub(r"[^0-9A-Za-z._-]+", "_", str(system)).strip("_") or "unknown"
+
+
+def galar_metrics(frames: pd.DataFrame, probs: np.ndarray, prefix: str = "test") -> dict:
+    """Mapped-class and GalKva macro-AUC of scored Galar frames, overall and per capsule system."""
+    y = frames["class_index"].to_numpy(np.int64)
+    systems = (frames["capsule_system"].astype(str).to_numpy() if "capsule_system" in frames
+               else np.full(len(y), ""))
+    galkva = [class_index(c) for c in SCORING_SETS[BENCHMARK_VERSION]]
+    out: dict[str, float] = {}
+    groups = [("", np.ones(len(y), bool))] + [
+        (f"capsule/{_slug(s)}/", systems == s) for s in sorted(set(systems)) if s]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a class without negatives in a subset is left out
+        for name, m in groups:
+            ys, ps = y[m], probs[m]
+            mapped = sorted(set(ys.tolist()))
+            g = np.isin(ys, galkva)
+            out[f"{prefix}/{name}mapped_macro_auc"] = (
+                macro_auc(ys, ps, classes=mapped) if len(mapped) > 1 else float("nan"))
+            present = sorted(set(ys[g].tolist()))
+            out[f"{prefix}/{name}galkva_macro_auc"] = (
+                macro_auc(ys[g], ps[g], classes=present) if len(present) > 1 else float("nan"))
+            out[f"{prefix}/{name}n_frames"] = float(m.sum())
+    return out
+
+
+def galar_scorer(ctx: EvalContext, rows: np.ndarray, split: str):
+    """The model as trained (no calibration), plus the Galar metrics of :func:`galar_metrics`."""
+    probs, _ = plain_scorer(ctx, rows, split)
+    return probs, galar_metrics(ctx.frames.iloc[rows], probs, prefix=split)
+
+
+def _fold_rows(frames: pd.DataFrame, *, fold: str) -> np.ndarray:
+    if fold == "all":
+        return np.ones(len(frames), bool)
+    if "vendor_fold" not in frames:
+        raise DataError("the staged Galar frames have no vendor_fold column; restage with "
+                        "`pipi stage galar` or pass fold=all")
+    return (frames["vendor_fold"] == fold).to_numpy()
+
+
+def galar_evaluation(fold: str = "evaluation") -> Evaluation:
+    """How one Kvasir-trained run is scored on Galar (the one place that builds it)."""
+    if fold not in GALAR_FOLDS:
+        raise ConfigError(f"fold={fold!r}: must be one of {list(GALAR_FOLDS)}")
+    return Evaluation(study=STUDY, variant=VARIANT, scorer=galar_scorer, splits=("test",),
+                      options={"fold": fold}, tags={TAG_FOLD: fold},
+                      select=functools.partial(_fold_rows, fold=fold))
+
+
+# --------------------------------------------------------------------------- the workflow
+@dataclass(frozen=True)
+class GalarResult:
+    parent_run_id: str
+    table: pd.DataFrame  # one row per source run: child run, reused, metrics
+    summary: str
+
+
+def _row(source_id: str, child_id: str, reused: bool) -> dict:
+    run = tracking.get_run(child_id)
+    t, m = run.data.tags, run.data.metrics
+    row = {"cell": t.get(tracking.TAG_CELL, "").split("@")[0],
+           "backbone": t.get(tracking.TAG_BACKBONE, ""), "seed": t.get(tracking.TAG_SEED, ""),
+           "source_run_id": source_id, "galar_run_id": child_id, "reused": reused,
+           "n_frames": int(m.get("test/n_frames", 0)),
+           "mapped_macro_auc": m.get("test/mapped_macro_auc", float("nan")),
+           "galkva_macro_auc": m.get("test/galkva_macro_auc", float("nan"))}
+    for k in sorted(m):
+        if k.startswith("test/capsule/") and k.endswith("galkva_macro_auc"):
+            row[f"galkva {k.split('/')[2]}"] = m[k]
+    return row
+
+
+def _summary(table: pd.DataFrame, root: Path, fold: str, digest: str) -> str:
+    lines = [f"galar zero-shot: {len(table)} run(s) on {root} (fold {fold}, data digest "
+             f"{digest[:12]}); macro-AUC over every evaluable mapped class | over the GalKva "
+             "v1.0 6-class intersection | GalKva per capsule system"]
+    for r in table.to_dict("records"):
+        per = "  ".join(f"{k.removeprefix('galkva ')} {v:.4f}" for k, v in r.items()
+                        if k.startswith("galkva ") and isinstance(v, float))
+        lines.append(f"  {r['cell']:8s} {r['backbone']:16s} seed {r['seed']:>4s}  "
+                     f"mapped {r['mapped_macro_auc']:.4f}  GalKva {r['galkva_macro_auc']:.4f}  "
+                     f"[{per}]  run {r['galar_run_id']}"
+                     + (" (reused)" if r["reused"] else ""))
+    return "\n".join(lines)
+
+
+def run_galar(*, runs: str, data: str | None = "synthetic", fold: str = "evaluation",
+              experiment: str | None = None, progress: bool = True) -> GalarResult:
+    """Score every source run zero-shot on Galar under a ``galar`` parent run.
+
+    Everything the user passed is checked (fold, runs) before the data is staged.
+    """
+    ev = galar_evaluation(fold)
+    experiment = experiment or tracking.default_experiment()
+    sources = resolve_source_runs(runs, experiment=experiment)
+    root = resolve_galar_data(data)
+    _, manifest = load_staged(root)
+    digest = manifest["data_digest"]
+    attached = bool(os.environ.get("MLFLOW_RUN_ID"))
+    rows = []
+    with tracking.pipi_run(entry_point="galar", experiment=None if attached else experiment,
+                           run_name="galar", tags={**tracking.data_tags(manifest),
+                                                   TAG_FOLD: fold}) as parent:
+        tracking.log_params({"galar.runs": runs, "galar.fold": fold, "galar.data": str(root),
+                             "galar.n_runs": len(sources)})
+        for sid in tqdm(sources, desc="galar zero-shot", unit="run", disable=not progress):
+            found = find_evaluation(sid, ev, data_digest=digest, entry_point="galar")
+            if found is not None:
+                log.info("run %s: reusing its FINISHED galar child %s", sid, found.info.run_id)
+                rows.append(_row(sid, found.info.run_id, True))
+                continue
+            child = evaluate_run(sid, ev, data=root, parent_run_id=parent.info.run_id,
+                                 entry_point="galar", progress=progress)
+            rows.append(_row(sid, child, False))
+        table = pd.DataFrame(rows)
+        summary = _summary(table, root, fold, digest)
+        tracking.log_text(table.to_csv(index=False), "galar_zero_shot.csv")
+        tracking.log_text(summary + "\n", "galar_zero_shot.txt")
+        tracking.log_metrics({"galar.n_runs": float(len(table)),
+                              "galar.n_reused": float(table["reused"].sum())})
+    return GalarResult(parent.info.run_id, table, summary)

@@ -1,0 +1,159 @@
+"""The `galar` entry point: zero-shot children of Kvasir-trained runs on staged Galar frames,
+their metrics (checked against scikit-learn on the logged predictions), reuse, the retention
+tables of `aggregate` and `pipi galkva submission --experiment` on those runs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+from scipy import special
+from sklearn.metrics import roc_auc_score
+
+from pipi.classes import CLASSES, class_index
+from pipi.errors import ConfigError
+from pipi.galkva import SCORING_SETS
+from pipi.predictions import predictions_frame, read_predictions, write_predictions
+from pipi.workflows import galar as workflow
+
+GALKVA = [class_index(c) for c in SCORING_SETS["v1.0"]]
+
+
+def sk_macro(y, p, classes):
+    cls = [c for c in classes if 0 < (y == c).sum() < len(y)]
+    return float(np.mean([roc_auc_score(y == c, p[:, c]) for c in cls]))
+
+
+def test_galar_metrics_match_scikit_learn_overall_and_per_capsule_system():
+    rng = np.random.default_rng(0)
+    classes = [*GALKVA, 3, 7]  # two mapped classes outside the GalKva intersection
+    y = rng.choice(classes, 400)
+    systems = rng.choice(["PillCam SB3", "Olympus"], 400)
+    probs = special.softmax(rng.normal(size=(400, 14)) + np.eye(14)[y], axis=1)
+    frames = pd.DataFrame({"class_index": y, "capsule_system": systems})
+    m = workflow.galar_metrics(frames, probs)
+    assert m["test/mapped_macro_auc"] == pytest.approx(sk_macro(y, probs, classes))
+    g = np.isin(y, GALKVA)
+    assert m["test/galkva_macro_auc"] == pytest.approx(sk_macro(y[g], probs[g], GALKVA))
+    for s in ("PillCam SB3", "Olympus"):
+        k = systems == s
+        slug = s.replace(" ", "_")
+        assert m[f"test/capsule/{slug}/mapped_macro_auc"] == pytest.approx(
+            sk_macro(y[k], probs[k], classes))
+        assert m[f"test/capsule/{slug}/galkva_macro_auc"] == pytest.approx(
+            sk_macro(y[k & g], probs[k & g], GALKVA))
+        assert m[f"test/capsule/{slug}/n_frames"] == k.sum()
+
+
+def test_galar_evaluation_selects_the_fold_and_refuses_unknown_folds():
+    frames = pd.DataFrame({"vendor_fold": ["calibration", "evaluation", "evaluation"]})
+    ev = workflow.galar_evaluation("evaluation")
+    assert (ev.study, ev.variant, ev.splits, dict(ev.options)) == (
+        "galar", "zero_shot", ("test",), {"fold": "evaluation"})
+    assert ev.select(frames).tolist() == [False, True, True]
+    assert workflow.galar_evaluation("all").select(frames).all()
+    with pytest.raises(ConfigError, match="fold='calib'"):
+        workflow.galar_evaluation("calib")
+
+
+def test_predictions_carry_capsule_system_and_stay_readable(tmp_path):
+    frames = pd.DataFrame({"path": ["a.png", "b.png"], "video_id": ["1", "2"],
+                           "frame_number": [0, 1], "class_index": [1, 2],
+                           "class": [CLASSES[1], CLASSES[2]],
+                           "capsule_system": ["Olympus", "PillCam SB3"]})
+    folder = write_predictions({"test": predictions_frame(frames, np.full((2, 14), 1 / 14))},
+                               tmp_path / "predictions")
+    schema = json.loads((folder / "schema.json").read_text())
+    assert schema["version"] == 1 and schema["columns"][-1] == "capsule_system"
+    assert read_predictions(folder)["capsule_system"].tolist() == ["Olympus", "PillCam SB3"]
+    plain = write_predictions({"test": predictions_frame(frames.drop(columns="capsule_system"),
+                                                         np.full((2, 14), 1 / 14))},
+                              tmp_path / "plain")
+    assert "capsule_system" not in json.loads((plain / "schema.json").read_text())["columns"]
+
+
+def test_bad_runs_and_data_are_refused_before_anything_is_staged(tracking, tmp_path):
+    with pytest.raises(ConfigError, match="runs: give comma-separated run ids"):
+        workflow.run_galar(runs="", data=str(tmp_path))
+    with pytest.raises(ConfigError, match="fold='x'"):
+        workflow.run_galar(runs="0" * 32, fold="x")
+    with pytest.raises(ConfigError, match="not a staged Galar folder"):
+        workflow.resolve_galar_data(str(tmp_path))
+    with pytest.raises(ConfigError, match="unknown synthetic preset"):
+        workflow.resolve_galar_data("synthetic-huge")
+
+
+@pytest.mark.slow
+def test_galar_children_aggregate_retention_and_submission(tracking, tiny_staged, tmp_path,
+                                                           monkeypatch):
+    """Smoke pair a / pi (two seeds) -> galar children -> aggregate -> GalKva submission."""
+    from pipi import analysis
+    from pipi import tracking as tr
+    from pipi.cli import ENTRY_POINTS
+    from pipi.cli.galkva import galkva
+    from pipi.config import make_config
+    from pipi.workflows import aggregate
+    from pipi.workflows import train as train_workflow
+
+    monkeypatch.setenv("PIPI_HOME", str(tmp_path / "home"))
+    exp = f"galar-{tmp_path.name}"
+    src = {}
+    for cell in ("a", "pi"):
+        for seed in (41, 42):
+            cfg = make_config(cell=cell, profile="smoke", weights="none", seed=seed)
+            src[(cell, seed)] = train_workflow.train(
+                cfg, data=str(tiny_staged), experiment=exp, register=False,
+                progress=False)["run_id"]
+    with pytest.raises(ConfigError, match="evaluation run|sequence cell|FINISHED"):
+        workflow.resolve_source_runs("0" * 32, experiment=exp)
+    r = CliRunner().invoke(ENTRY_POINTS["galar"], [
+        "--runs", ",".join(src.values()), "--data", "synthetic-tiny", "--fold", "all",
+        "--experiment", exp])
+    assert r.exit_code == 0, r.output
+    res = workflow.run_galar(runs="tags.`pipi.entry_point` = 'train'", data="synthetic-tiny",
+                             fold="all", experiment=exp, progress=False)
+    assert res.table["reused"].all() and len(res.table) == 4  # found by filter, reused
+    staged = tmp_path / "home" / "data" / "galar-synthetic-tiny-s0"
+    for row in res.table.to_dict("records"):
+        run = tr.get_run(row["galar_run_id"])
+        t = run.data.tags
+        assert t["pipi.source_run_id"] == row["source_run_id"] == src[(row["cell"], int(row["seed"]))]
+        assert (t["pipi.dataset"], t["pipi.study"], t["pipi.galar_fold"]) == ("galar", "galar", "all")
+        assert t["pipi.data_digest"] == json.loads((staged / "manifest.json").read_text())["data_digest"]
+        folder = tr.download_artifact(row["galar_run_id"], "predictions", tmp_path / row["galar_run_id"])
+        pred = read_predictions(folder)
+        assert set(pred["capsule_system"]) >= {"PillCam SB3", "Olympus"} or pred["capsule_system"].nunique() >= 2
+        y, p = pred["label"].to_numpy(), pred[[f"prob_{i:02d}" for i in range(14)]].to_numpy()
+        g = np.isin(y, GALKVA)
+        assert run.data.metrics["test/galkva_macro_auc"] == pytest.approx(
+            sk_macro(y[g], p[g], GALKVA), abs=1e-6)
+        assert run.data.metrics["test/mapped_macro_auc"] == pytest.approx(
+            sk_macro(y, p, sorted(set(y))), abs=1e-6)
+    opts = analysis.AggregateOptions(n_resamples=50, figures=False)
+    rep = aggregate.run_aggregate(experiment=exp, cache_dir=tmp_path / "cache", log_run=False,
+                                  options=opts).report
+    assert rep.table("per_frame").data.set_index("cell").loc["pi", "n_seeds"] == 2
+    t = rep.table("cross_vendor")
+    assert t.ok and set(t.data["capsule_system"]) >= {"all capsule systems"}
+    head = t.data[(t.data["class_set"] == "galkva")
+                  & (t.data["capsule_system"] == "all capsule systems")].iloc[0]
+    assert head["n_seeds"] == 2 and isinstance(head["band"], str) and head["band"]
+    k = head["kvasir_delta"]
+    assert math.isnan(head["retention"]) if k == 0 else head["retention"] == pytest.approx(
+        head["galar_delta"] / k)
+    out = tmp_path / "sub.json"
+    r = CliRunner().invoke(galkva, ["submission", "--experiment", exp, "--method", "pi",
+                                    "--baseline", "a", "--submitter-name", "A. Tester",
+                                    "--affiliation", "Lab", "--email", "a@example.org",
+                                    "--n-resamples", "100", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(galkva, ["validate", str(out)])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(out.read_text())
+    assert doc["provenance"]["runs"]["kvasir"]["method"]["41"] == src[("pi", 41)]
+    assert doc["results"]["galar"]["delta_vs_rgb_baseline"] == pytest.approx(
+        head["galar_delta"], abs=1e-4)
