@@ -259,7 +259,7 @@ class CalibrationObjective:
         labels = self.fold.labels[self.order]
         n = len(rows)
         n_batches = max(1, math.ceil(n / self.batch_size))
-        every = max(1, n_batches // REPORTS_PER_TRIAL)
+        every = math.ceil(n_batches / REPORTS_PER_TRIAL)  # at most REPORTS_PER_TRIAL reports
         probs = np.zeros((n, len(CLASSES)), np.float32)
         cost = TrialCost()
         sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)

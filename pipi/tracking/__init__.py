@@ -20,4 +20,5 @@ from pipi.tracking.runs import *  # noqa: E402,F403
 from pipi.tracking.registry import *  # noqa: E402,F403
 from pipi.tracking.queries import *  # noqa: E402,F403
 from pipi.tracking.contract import *  # noqa: E402,F403
+from pipi.tracking.trials import *  # noqa: E402,F403
 from pipi.tracking.runs import _quote  # noqa: E402,F401

@@ -15,7 +15,8 @@ processes; each finished trial becomes a nested run (params ``alpha``, ``lambda_
   search space), so the best value is never below the model as trained.
 * **Result.** The study's best trial is logged on the parent as params (``alpha``,
   ``lambda_eff``, ``lambda_eff_fraction``) and as ``prior_params.json``, with Optuna's own
-  optimisation history, contour and importance plots (HTML) and the trials table.
+  optimisation history, alpha x lambda_eff contour and importance plots
+  (``optuna/plots.html``, self-contained) and the trials table (``optuna/trials.csv``).
 
 Optuna's ``optuna_integration.MLflowCallback`` is not used (deprecated, and it logs flat
 runs named after the study); :func:`_trial_logger` logs nested runs through
@@ -365,22 +366,28 @@ def resolve_calibration_data(data: str | None, *, target: str, run) -> Path:
 
 
 def _log_plots(study: optuna.Study, work: Path) -> list[str]:
-    """Optuna's own plots as self-contained HTML; returns notes for plots that cannot be drawn."""
+    """Optuna's own plots in one self-contained HTML (plotly.js included once, so it opens
+    offline); returns notes for the plots that cannot be drawn."""
     import optuna.visualization as vis  # plotly is heavy: imported only when plotting
 
-    notes = []
-    plots = {"optimization_history": lambda: vis.plot_optimization_history(study),
-             "contour_alpha_lambda": lambda: vis.plot_contour(
+    notes, parts = [], []
+    plots = {"optimization history": lambda: vis.plot_optimization_history(study),
+             "alpha x lambda_eff contour": lambda: vis.plot_contour(
                  study, params=["alpha", "lambda_eff_fraction"]),
-             "param_importances": lambda: vis.plot_param_importances(study)}
-    (work / "optuna").mkdir(parents=True, exist_ok=True)
-    for name, draw in plots.items():
+             "parameter importances": lambda: vis.plot_param_importances(study)}
+    for title, draw in plots.items():
         try:
-            draw().write_html(work / "optuna" / f"{name}.html", include_plotlyjs=True)
+            html = draw().to_html(full_html=False, include_plotlyjs=not parts)
         except Exception as exc:  # e.g. importances need two complete trials that differ
-            notes.append(f"{name}: not drawn ({type(exc).__name__}: {exc})")
-    if notes:
-        (work / "optuna" / "NOTES.txt").write_text("\n".join(notes) + "\n")
+            notes.append(f"{title}: not drawn ({type(exc).__name__}: {exc})")
+            continue
+        parts.append(f"<h2>{title}</h2>\n{html}")
+    (work / "optuna").mkdir(parents=True, exist_ok=True)
+    notes_html = "".join(f"<p>{n}</p>" for n in notes)
+    (work / "optuna" / "plots.html").write_text(
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{study.study_name}</title>"
+        f"</head><body><h1>Optuna study {study.study_name}</h1>{notes_html}"
+        + "\n".join(parts) + "</body></html>\n")
     return notes
 
 
