@@ -18,6 +18,7 @@ from pipi.cells import get_cell
 from pipi.errors import ConfigError
 from pipi.models.backbones import ARCHS
 from pipi.prior import PriorConfig
+from pipi.runtime import check_runtime
 
 #: The paper's six seeds (46 dropped in the paper; see paper.tex "Dataset and split").
 PAPER_SEEDS = (41, 42, 43, 44, 45, 47)
@@ -56,6 +57,13 @@ class TrainConfig:
     # temporal / C3 (sequence cells)
     window: int = 16
     ae_epochs: int = 10
+    # where and how the run computes (pipi.runtime); hashed as given ("auto" stays "auto",
+    # the resolved values are logged as resolved_* params)
+    device: str = "auto"             # auto (cuda if available) | cpu | cuda | cuda:N
+    precision: str = "auto"          # auto (bf16 on a GPU that has it, else fp32) | fp32 | bf16 | fp16
+    channels_last: str = "auto"      # auto (on for CUDA) | true | false
+    compile: bool = False            # torch.compile the model
+    deterministic: bool = True       # deterministic algorithms, no cuDNN autotuning
 
     def __post_init__(self):
         get_cell(self.cell)
@@ -79,6 +87,9 @@ class TrainConfig:
             raise ConfigError(f"prior_init={self.prior_init!r}; use kaiming (paper) or zeros")
         if not isinstance(self.prior, PriorConfig):
             raise ConfigError(f"prior must be a PriorConfig, got {type(self.prior).__name__}")
+        check_runtime(device=self.device, precision=self.precision,
+                      channels_last=self.channels_last, compile=self.compile,
+                      deterministic=self.deterministic)
         if self.image_size % 32 and get_cell(self.cell).c3:
             raise ConfigError(f"image_size={self.image_size}: C3 needs a multiple of 32")
 
@@ -182,7 +193,8 @@ def run_params(cfg: TrainConfig) -> dict:
 #: Options of ``mlflow run . -e train`` beyond cell/seed/backbone/profile/weights/data.
 TRAIN_OVERRIDES = ("epochs", "image_size", "lr", "batch_size", "patience", "alpha",
                    "lambda_eff", "hb_index", "second_channel", "prior_mask", "prior_init",
-                   "distill_lambda", "select_metric")
+                   "distill_lambda", "select_metric", "device", "precision", "channels_last",
+                   "compile", "deterministic")
 
 
 def overrides_of(cfg: TrainConfig) -> dict:

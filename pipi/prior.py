@@ -352,6 +352,7 @@ def prior_channels(
     second_channel: str = "phi",
     mask: str = "none",
     valid: torch.Tensor | None = None,
+    check: bool = True,
 ) -> torch.Tensor:
     """The two analytic prior channels ``(P_blood, Phi)`` of a batch of RGB frames.
 
@@ -369,6 +370,9 @@ def prior_channels(
         ``R / (R + G + B)`` or the published code's ``R / (G + B)``.
     second_channel : {"phi", "log_gb_phi"}
         Channel 1: ``Phi`` or the published code's ``log(G / B) * Phi``.
+    check : bool
+        Validate the values of ``rgb01`` (a device synchronisation); the training loop, whose
+        augmentation clamps to ``[0, 1]``, turns it off so a GPU step never waits.
 
     Returns
     -------
@@ -403,7 +407,8 @@ def prior_channels(
     )
     single = isinstance(rgb01, torch.Tensor) and rgb01.ndim == 3
     x = rgb01.unsqueeze(0) if single else rgb01
-    _check_rgb(x)
+    if check:
+        _check_rgb(x)
     out_dtype = x.dtype
     if x.dtype in (torch.float16, torch.bfloat16):  # selection and exp are done in float32
         x = x.float()
@@ -425,9 +430,9 @@ def prior_channels(
     # P_blood = sigmoid(alpha * ((clamp(H, lo, hi) - lo) / span - 0.5)) * Phi, in place on `hb`.
     hb.clamp_(min=lo3, max=hi.view(bsz, 1, 1))
     hb.sub_(lo3).mul_(scale.view(bsz, 1, 1)).sub_(0.5 * cfg.alpha)
-    if bool(is_flat.any()):
-        # Flat H: neutral H_norm = 0.5, i.e. a logistic argument of 0.
-        hb.masked_fill_(is_flat.view(bsz, 1, 1), 0.0)
+    # Flat H: neutral H_norm = 0.5, i.e. a logistic argument of 0 (no test of is_flat.any(),
+    # which would synchronise a GPU).
+    hb.masked_fill_(is_flat.view(bsz, 1, 1), 0.0)
     phi = _fluence_cached(h, w, cfg.lambda_eff, x.device, x.dtype)  # (H, W), shared
     hb.sigmoid_().mul_(phi)
 

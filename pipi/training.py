@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 
 from pipi.config import TrainConfig
 from pipi.classes import CLASSES, NUM_CLASSES
-from pipi.data.cache import AugmentConfig, augment, batches, build_cache, normalize, to_float
+from pipi.data.cache import AugmentConfig, augment, batches, build_cache, normalize
 from pipi.data.kvasir import load_staged
 from pipi.errors import PipiError
 from pipi.paths import pipi_home
@@ -41,6 +41,14 @@ from pipi.predictions import (  # noqa: F401  (re-exported: the format's home is
     write_predictions,
 )
 from pipi.prior import prior_channels
+from pipi.runtime import (
+    DeviceBatches,
+    Runtime,
+    apply_determinism,
+    prepare_model,
+    runtime_of,
+    weighted_cross_entropy,
+)
 from pipi.stats.auc import macro_auc, per_class_auc
 
 log = logging.getLogger(__name__)
@@ -51,12 +59,13 @@ class TrainingDiverged(PipiError):
 
 
 # --------------------------------------------------------------------------- setup
-def seed_everything(seed: int) -> torch.Generator:
-    """Seed python, numpy and torch; deterministic kernels. Returns the data generator."""
+def seed_everything(seed: int, runtime: Runtime | None = None) -> torch.Generator:
+    """Seed python, numpy and torch; deterministic kernels unless ``runtime`` says otherwise.
+    Returns the data generator (CPU: the same augmentation on every device)."""
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    apply_determinism(runtime or Runtime(torch.device("cpu")))
     return torch.Generator().manual_seed(seed)
 
 
@@ -89,9 +98,13 @@ def build_frame_model(cfg: TrainConfig) -> torch.nn.Module:
 
 @dataclass
 class FrameInputs:
-    """Turns uint8 batches into model inputs for a cell: augment, prior, normalise, zero."""
+    """Turns uint8 batches into model inputs for a cell: augment, prior, normalise, zero.
+
+    ``check=False`` skips the prior's value check (a device synchronisation) for frames that
+    come from the uint8 cache."""
 
     cfg: TrainConfig
+    check: bool = True
 
     def __call__(self, x01: torch.Tensor, *, train: bool, gen: torch.Generator | None = None,
                  strip_prior: bool = False, scale: float = 1.0
@@ -114,7 +127,8 @@ class FrameInputs:
         prior = None
         if need_prior:
             # The prior is computed after augmentation, on the un-normalised image (paper).
-            prior = prior_channels(x01, **asdict(cfg.prior), valid=valid)
+            prior = prior_channels(x01, **asdict(cfg.prior), valid=valid,
+                                   check=self.check)
         x = normalize(x01)
         if cell.input_channels == 5:
             p = torch.zeros_like(prior) if strip_prior else prior.clone()
@@ -135,44 +149,86 @@ def optimizer_step(loss: torch.Tensor, optimizer, *, where: str) -> float:
     return loss.item()
 
 
+def _frame_loss(fwd, x, y, p_blood, weights, cfg: TrainConfig, device: torch.device):
+    if cfg.cell_config.distill:
+        logits, aux = fwd(x)
+        return distill_loss(logits, y, aux, p_blood, class_weights=weights,
+                            lam=cfg.distill_lambda)
+    if device.type == "cuda":  # the fused weighted nll_loss reduction is not deterministic
+        return weighted_cross_entropy(fwd(x), y, weights)
+    return F.cross_entropy(fwd(x), y, weight=weights)
+
+
 def train_one_epoch(model, images, labels, inputs: FrameInputs, optimizer, weights, *, cfg,
-                    gen, device, epoch: int, progress: bool = True) -> float:
+                    gen, device, epoch: int, progress: bool = True,
+                    runtime: Runtime | None = None, forward=None, scaler=None) -> float:
+    """One epoch of the full step: cache -> device (uint8) -> augmentation -> prior ->
+    forward/backward/step under the runtime's precision and memory format.
+
+    A NaN/inf loss raises ``TrainingDiverged`` naming the batch: at once on the CPU; on a GPU
+    at the end of the epoch (checking every step would synchronise every step).
+    """
+    device = torch.device(device)
+    rt = runtime or Runtime(device)
+    fwd = forward or model
     model.train()
-    total, n = 0.0, 0
     idx_batches = batches(len(labels), cfg.batch_size, gen=gen, max_batches=cfg.max_batches)
-    for bi, idx in enumerate(tqdm(idx_batches, desc=f"epoch {epoch}", unit="batch",
-                                  leave=False, disable=not progress)):
-        x255 = to_float(images, idx, device, scale01=False)
-        y = torch.from_numpy(labels[idx]).to(device)
-        x, p_blood = inputs(x255, train=True, gen=gen, scale=255.0)
-        if cfg.cell_config.distill:
-            logits, aux = model(x)
-            loss = distill_loss(logits, y, aux, p_blood, class_weights=weights,
-                                lam=cfg.distill_lambda)
+    stream = DeviceBatches(images, idx_batches, device, labels=labels)
+    losses, sizes = [], []
+    for bi, (x8, y) in enumerate(tqdm(stream, desc=f"epoch {epoch}", unit="batch",
+                                      leave=False, disable=not progress)):
+        x, p_blood = inputs(x8.float(), train=True, gen=gen, scale=255.0)
+        with rt.autocast():
+            loss = _frame_loss(fwd, rt.inputs(x), y, p_blood, weights, cfg, device)
+        if device.type != "cuda" and not torch.isfinite(loss):
+            raise TrainingDiverged(f"loss is {loss.item()} at epoch {epoch}, batch {bi}")
+        optimizer.zero_grad(set_to_none=True)
+        if scaler is not None and scaler.is_enabled():
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
         else:
-            loss = F.cross_entropy(model(x), y, weight=weights)
-        total += optimizer_step(loss, optimizer, where=f"epoch {epoch}, batch {bi}") * len(idx)
-        n += len(idx)
-    return total / max(n, 1)
+            loss.backward()
+            optimizer.step()
+        losses.append(loss.detach())
+        sizes.append(len(idx_batches[bi]))
+    if not losses:
+        return 0.0
+    vals = torch.stack(losses).double().cpu().numpy()  # one synchronisation per epoch
+    bad = np.flatnonzero(~np.isfinite(vals))
+    if len(bad):
+        raise TrainingDiverged(f"loss is {vals[bad[0]]} at epoch {epoch}, batch {bad[0]}")
+    return float(np.dot(vals, sizes) / sum(sizes))
 
 
 @torch.no_grad()
 def predict_probs(model, images, inputs: FrameInputs, *, device, batch_size: int = 128,
-                  strip_prior: bool = False) -> np.ndarray:
-    """Softmax probabilities ``[N, 14]`` for every row of a uint8 image array."""
+                  strip_prior: bool = False, runtime: Runtime | None = None,
+                  forward=None) -> np.ndarray:
+    """Softmax probabilities ``[N, 14]`` for every row of a uint8 image array.
+
+    Batched on the device (prefetched like training); the probabilities stay there until
+    one copy back at the end."""
+    device = torch.device(device)
+    rt = runtime or Runtime(device)
+    fwd = forward or model
     model.eval()
     deploy = getattr(model, "deploy_mode", None)
     if deploy is not None:
         model.deploy_mode = True
     out = []
     try:
-        for idx in batches(len(images), batch_size):
-            x, _ = inputs(to_float(images, idx, device), train=False, strip_prior=strip_prior)
-            out.append(torch.softmax(model(x).float(), dim=1).cpu().numpy())
+        for x8, _ in DeviceBatches(images, batches(len(images), batch_size), device):
+            x, _ = inputs(x8.float().div_(255.0), train=False, strip_prior=strip_prior)
+            with rt.autocast():
+                logits = fwd(rt.inputs(x))
+            out.append(torch.softmax(logits.float(), dim=1))
     finally:
         if deploy is not None:
             model.deploy_mode = deploy
-    return np.concatenate(out) if out else np.zeros((0, NUM_CLASSES), np.float32)
+    if not out:
+        return np.zeros((0, NUM_CLASSES), np.float32)
+    return torch.cat(out).cpu().numpy()
 
 
 def split_metrics(df: pd.DataFrame, classes: list[int], prefix: str) -> dict[str, float]:
@@ -260,13 +316,16 @@ def fit_epochs(model, *, cfg: TrainConfig, gen: torch.Generator, train_epoch, pr
 
 def run_frame_cell(cfg: TrainConfig, *, data: Path, resume_state: dict | None = None,
                    tracker=None, device: str | None = None, progress: bool = True,
-                   cache_dir: Path | None = None) -> dict:
+                   cache_dir: Path | None = None, runtime: Runtime | None = None) -> dict:
     """Train and evaluate a per-frame cell. Returns predictions, metrics and the model.
 
     ``tracker`` (``pipi.tracking`` functions or a test double with ``log_metrics``,
-    ``log_checkpoint``) receives per-epoch metrics and the resumable checkpoint.
+    ``log_checkpoint``) receives per-epoch metrics and the resumable checkpoint. ``runtime``
+    (default: ``cfg``'s options resolved here, ``device`` overriding ``cfg.device``) says
+    where and in which precision to compute.
     """
-    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    rt = runtime or runtime_of(cfg, device=device)
+    dev = rt.device
     frames, manifest = load_staged(data)
     digest = manifest["data_digest"]
     cache = build_cache(data, frames, size=cfg.image_size, digest=digest,
@@ -277,29 +336,33 @@ def run_frame_cell(cfg: TrainConfig, *, data: Path, resume_state: dict | None = 
     classes = split_classes(frames, "test")
     val_classes = split_classes(frames, "val")
 
-    gen = seed_everything(cfg.seed)
-    model = build_frame_model(cfg).to(dev)
-    inputs = FrameInputs(cfg)
+    gen = seed_everything(cfg.seed, rt)
+    model, fwd = prepare_model(build_frame_model(cfg), rt)
+    inputs = FrameInputs(cfg, check=False)
     weights = class_weights(labels["train"]).to(dev)
+    scaler = rt.scaler()
 
     def train_epoch(epoch, optimizer):
         return train_one_epoch(model, images["train"], labels["train"], inputs, optimizer,
                                weights, cfg=cfg, gen=gen, device=dev, epoch=epoch,
-                               progress=progress)
+                               progress=progress, runtime=rt, forward=fwd, scaler=scaler)
+
+    def predict(split):
+        return predict_probs(model, images[split], inputs, device=dev, runtime=rt, forward=fwd)
 
     fit = fit_epochs(model, cfg=cfg, gen=gen, train_epoch=train_epoch,
-                     predict_val=lambda: predict_probs(model, images["val"], inputs, device=dev),
+                     predict_val=lambda: predict("val"),
                      val_frames=frames.iloc[split_idx["val"]], classes=val_classes, tracker=tracker,
                      resume_state=resume_state)
     best, history = fit["best"], fit["history"]
     preds = {}
     for s in ("val", "test"):
-        preds[s] = predictions_frame(frames.iloc[split_idx[s]],
-                                     predict_probs(model, images[s], inputs, device=dev))
+        preds[s] = predictions_frame(frames.iloc[split_idx[s]], predict(s))
     metrics = {**split_metrics(preds["val"], val_classes, "val"),
                **split_metrics(preds["test"], classes, "test"),
                "best_epoch": best["epoch"]}
-    return {"model": model.cpu(), "predictions": preds, "metrics": metrics,
+    return {"model": model.cpu().to(memory_format=torch.contiguous_format),
+            "predictions": preds, "metrics": metrics, "runtime": rt.params(),
             "classes": classes, "val_classes": val_classes, "history": history, "manifest": manifest, "frames": frames}
 
 

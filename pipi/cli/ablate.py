@@ -21,6 +21,7 @@ from pipi.cli.common import (
 )
 from pipi.config import PAPER_SEEDS, make_config
 from pipi.models.backbones import check_weights
+from pipi.runtime import runtime_of
 from pipi.sweeps.plan import EXECUTORS, STUDIES, parse_list
 from pipi.workflows.ablate import run_ablation
 
@@ -35,20 +36,26 @@ from pipi.workflows.ablate import run_ablation
 @profile_option
 @click.option("--executor", type=choice(EXECUTORS), default="local", show_default=True,
               help="slurm: one job-array task per child (PIPI_SLURM_*).")
+@click.option("--parallel", type=click.IntRange(min=1), default=1, show_default=True,
+              help="local executor: children trained at once, each in its own process.")
 @data_option
 @weights_option
 @with_options(train_override_options)
 @experiment_option
-def ablate(study, seeds, backbones, cells, profile, executor, data, weights, experiment, **kw):
+def ablate(study, seeds, backbones, cells, profile, executor, parallel, data, weights, experiment,
+           **kw):
     """Sweep cells x seeds x backbones as nested runs; idempotent (README, "ablate")."""
     setup_logging()
     overrides = overrides_from(kw)
     parse_list(seeds, cast=int, name="seeds")
-    make_config(cell="a", profile="paper" if profile == "auto" else profile, **overrides)
+    cfg = make_config(cell="a", profile="paper" if profile == "auto" else profile, **overrides)
+    if executor == "local":  # SLURM tasks resolve the device on their own node
+        runtime_of(cfg)
     check_weights(weights)
     tracking.configure()
     result = run_ablation(study=study, seeds=seeds, backbones=backbones, cells=cells,
-                          profile=profile, executor=executor, data=data, weights=weights,
+                          profile=profile, executor=executor, parallel=parallel, data=data,
+                          weights=weights,
                           overrides=overrides, experiment=experiment or None)
     click.echo(result.table)
     click.echo(tracking.ui_hint(result.parent_run_id))

@@ -14,6 +14,7 @@ from pipi.config import PROFILE_CHOICES, SELECT_METRICS, TRAIN_OVERRIDES
 from pipi.errors import PipiError
 from pipi.models.backbones import ARCHS, PRIOR_INITS
 from pipi.prior import HB_INDICES, PRIOR_MASKS, SECOND_CHANNELS
+from pipi.runtime import PRECISIONS, SWITCHES
 
 
 def _fail(message: str) -> None:
@@ -149,6 +150,16 @@ train_override_options = [
     click.option("--select-metric", type=choice(SELECT_METRICS), default="macro_auc",
                  show_default=True, help="Validation metric that selects the checkpoint and "
                  "stops early: macro_auc (paper) or macro_f1 (the published code)."),
+    click.option("--device", default="auto", show_default=True,
+                 help="auto (cuda if available), cpu, cuda or cuda:N."),
+    click.option("--precision", type=choice(PRECISIONS), default="auto", show_default=True,
+                 help="Autocast precision (auto: bf16 on a GPU that supports it, else fp32)."),
+    click.option("--channels-last", type=choice(SWITCHES), default="auto", show_default=True,
+                 help="NHWC memory format for model and inputs (auto: on for CUDA)."),
+    click.option("--compile", type=click.BOOL, default=False, show_default=True,
+                 help="torch.compile the model."),
+    click.option("--deterministic", type=click.BOOL, default=True, show_default=True,
+                 help="Deterministic algorithms (false: cuDNN autotuning, faster on a GPU)."),
 ]
 
 #: Options of the `pipi` commands that are deliberately not MLproject parameters (under

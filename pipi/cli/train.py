@@ -20,6 +20,7 @@ from pipi.cli.common import (
 )
 from pipi.config import make_config
 from pipi.models.backbones import check_weights
+from pipi.runtime import runtime_of
 from pipi.workflows import train as workflow
 
 
@@ -38,8 +39,8 @@ def train(cell, seed, backbone, data, profile, weights, resume, experiment, **kw
     setup_logging()
     overrides = overrides_from(kw)
     # every option is checked before anything is staged, loaded or started
-    make_config(cell=cell, backbone=backbone, seed=seed,
-                profile="paper" if profile == "auto" else profile, **overrides)
+    runtime_of(make_config(cell=cell, backbone=backbone, seed=seed,
+                           profile="paper" if profile == "auto" else profile, **overrides))
     check_weights(weights)
     tracking.configure()
     cfg, _ = workflow.prepare(cell=cell, backbone=backbone, seed=seed, profile=profile,

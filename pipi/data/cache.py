@@ -110,6 +110,13 @@ def _affine_grid(theta: torch.Tensor, h: int, w: int) -> torch.Tensor:
     return torch.stack([gx, gy], dim=-1)
 
 
+def _to_device(t: torch.Tensor, dev: torch.device) -> torch.Tensor:
+    """A small CPU tensor on ``dev`` without a synchronising copy (pinned, non-blocking)."""
+    if dev.type == "cuda":
+        return t.pin_memory().to(dev, non_blocking=True)
+    return t
+
+
 def augment(x: torch.Tensor, cfg: AugmentConfig, gen: torch.Generator, *,
             scale: float = 1.0, normalized: bool = False, return_valid: bool = False):
     """Batched train augmentation of float ``[B, 3, H, W]`` images with values in [0, scale].
@@ -129,8 +136,11 @@ def augment(x: torch.Tensor, cfg: AugmentConfig, gen: torch.Generator, *,
     """
     b, _, h, w = x.shape
     dev, dt = x.device, x.dtype
+    f64 = torch.float64
     valid = torch.ones((b, h, w), dtype=torch.bool, device=dev)
-    u = torch.rand(b, 5, generator=gen, dtype=torch.float64)
+    # the random numbers come from the CPU generator (the same augmentation on any device);
+    # everything derived from them is computed on the device, so a GPU step never waits
+    u = _to_device(torch.rand(b, 5, generator=gen, dtype=f64), dev)
     # ---- geometry: flip folded into the rotation's sampling matrix (one grid_sample)
     if cfg.hflip > 0 or cfg.rotation_deg > 0:
         ang = (u[:, 1] * 2 - 1) * math.radians(cfg.rotation_deg)
@@ -138,7 +148,7 @@ def augment(x: torch.Tensor, cfg: AugmentConfig, gen: torch.Generator, *,
         sx = torch.where(u[:, 0] < cfg.hflip, -1.0, 1.0)
         zero = torch.zeros_like(ang)
         theta = torch.stack([torch.stack([cos * sx, -sin * sx, zero], 1),
-                             torch.stack([sin, cos, zero], 1)], 1).to(dev, dt)
+                             torch.stack([sin, cos, zero], 1)], 1).to(dt)
         grid = _affine_grid(theta, h, w)
         x = F.grid_sample(x, grid, mode=cfg.interpolation, padding_mode="zeros",
                           align_corners=False)
@@ -152,23 +162,22 @@ def augment(x: torch.Tensor, cfg: AugmentConfig, gen: torch.Generator, *,
         return 1 + (u[:, col] * 2 - 1) * amount
 
     fb, fc, fs = factor(2, cfg.brightness), factor(3, cfg.contrast), factor(4, cfg.saturation)
-    luma = torch.tensor(_LUMA, dtype=torch.float64)
+    luma = torch.tensor(_LUMA, dtype=f64, device=dev)
+    eye = torch.eye(3, dtype=f64, device=dev)
     # saturation matrix M_s = s I + (1 - s) 1 w^T; rows of M_s sum to 1 (w sums to 1)
-    ms = fs.view(b, 1, 1) * torch.eye(3, dtype=torch.float64) + \
-        (1 - fs).view(b, 1, 1) * luma.view(1, 1, 3).expand(b, 3, 3)
+    ms = fs.view(b, 1, 1) * eye + (1 - fs).view(b, 1, 1) * luma.view(1, 1, 3).expand(b, 3, 3)
     a = (fc * fb / scale).view(b, 1, 1) * ms                       # (B, 3, 3)
-    chan_mean = x.mean(dim=(2, 3)).double().cpu() / scale  # (B, 3) in [0, 1]
+    chan_mean = x.mean(dim=(2, 3)).double() / scale  # (B, 3) in [0, 1]
     t = ((1 - fc) * fb * (chan_mean @ luma)).view(b, 1).expand(b, 3).clone()  # (B, 3)
-    lo, hi = torch.zeros(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64)
+    lo, hi = torch.zeros(3, dtype=f64, device=dev), torch.ones(3, dtype=f64, device=dev)
     if normalized:
-        mean = torch.tensor(IMAGENET_MEAN, dtype=torch.float64)
-        std = torch.tensor(IMAGENET_STD, dtype=torch.float64)
+        mean = torch.tensor(IMAGENET_MEAN, dtype=f64, device=dev)
+        std = torch.tensor(IMAGENET_STD, dtype=f64, device=dev)
         a = a / std.view(1, 3, 1)
         t = (t - mean) / std
         lo, hi = (lo - mean) / std, (hi - mean) / std
-    out = torch.baddbmm(t.to(dev, dt).unsqueeze(2), a.to(dev, dt), x.reshape(b, 3, h * w))
-    out = out.view(b, 3, h, w).clamp_(lo.to(dev, dt).view(1, 3, 1, 1),
-                                      hi.to(dev, dt).view(1, 3, 1, 1))
+    out = torch.baddbmm(t.to(dt).unsqueeze(2), a.to(dt), x.reshape(b, 3, h * w))
+    out = out.view(b, 3, h, w).clamp_(lo.to(dt).view(1, 3, 1, 1), hi.to(dt).view(1, 3, 1, 1))
     return (out, valid) if return_valid else out
 
 

@@ -20,11 +20,13 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from pipi import tracking
 from pipi.config import PAPER_SEEDS, make_config, resolve_profile
@@ -136,7 +138,7 @@ def tta_evaluation(variant: str, tta: TTAConfig = TTAConfig()) -> Evaluation:
 def run_ablation(*, study: str = "eight_cell", seeds: Sequence[int] | str = PAPER_SEEDS,
                  backbones: Sequence[str] | str = DEFAULT_BACKBONES,
                  cells: Sequence[str] | str = (), profile: str = "auto",
-                 executor: str = "local", data: str | None = "synthetic",
+                 executor: str = "local", parallel: int = 1, data: str | None = "synthetic",
                  weights: str = "imagenet", overrides: dict | None = None,
                  experiment: str | None = None, progress: bool = True,
                  retries: int = 1) -> SweepResult:
@@ -159,6 +161,11 @@ def run_ablation(*, study: str = "eight_cell", seeds: Sequence[int] | str = PAPE
         raise ConfigError("seeds is empty; pass e.g. seeds=41,42")
     if executor not in EXECUTORS:
         raise ConfigError(f"executor={executor!r}; use one of {list(EXECUTORS)}")
+    if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
+        raise ConfigError(f"parallel={parallel!r}: must be an integer >= 1")
+    if parallel > 1 and executor != "local":
+        raise ConfigError(f"parallel={parallel} is for executor=local (SLURM runs its array "
+                          "tasks side by side already)")
     root = resolve_data(data, preset="tiny" if profile == "smoke" else "demo")
     _, manifest = load_staged(root)
     digest = manifest["data_digest"]
@@ -173,7 +180,8 @@ def run_ablation(*, study: str = "eight_cell", seeds: Sequence[int] | str = PAPE
         pid = parent.info.run_id
         tracking.log_params({"study": st.name, "seeds": ",".join(map(str, seeds)),
                              "backbones": ",".join(backbones), "cells": ",".join(cells),
-                             "profile": profile, "executor": executor, "data": data or "",
+                             "profile": profile, "executor": executor, "parallel": parallel,
+                             "data": data or "",
                              "data_dir": str(root), "weights": weights,
                              "overrides": json.dumps(overrides, sort_keys=True),
                              "children": len(children)})
@@ -181,7 +189,9 @@ def run_ablation(*, study: str = "eight_cell", seeds: Sequence[int] | str = PAPE
             results = run_slurm(children, data=root, parent_run_id=pid, retries=retries)
         else:
             results = run_local(children, retries=retries, train_child=lambda c: _train_child(
-                c, data=root, progress=progress, parent_run_id=pid))
+                c, data=root, progress=progress, parent_run_id=pid), parallel=parallel,
+                spawn_child=_spawn_child, parent_run_id=pid,
+                spawn_kwargs={"data": str(root), "tracking_uri": tracking.current_tracking_uri()})
         kw = {"data": root, "digest": digest, "parent_run_id": pid, "progress": progress,
               "retries": retries}
         if st.kind == "channel_infer":
@@ -202,6 +212,19 @@ def run_ablation(*, study: str = "eight_cell", seeds: Sequence[int] | str = PAPE
         tracking.log_metrics({f"children_{k}": v for k, v in counts.items()})
         tracking.set_tags({"pipi.failed_children": counts["failed"]})
     return SweepResult(parent_run_id=pid, study=st.name, children=tuple(results), table=table)
+
+
+def _spawn_child(child: Child, *, run_id: str, threads: int, data: str,
+                 tracking_uri: str) -> str:
+    """A worker process of ``parallel > 1``: fill the child run ``run_id`` (created nested
+    under the sweep by the parent) with the ordinary ``train`` run of its configuration."""
+    torch.set_num_threads(threads)
+    os.environ["MLFLOW_TRACKING_URI"] = tracking_uri
+    os.environ["MLFLOW_RUN_ID"] = run_id  # pipi_run attaches to it, as under `mlflow run`
+    tracking.configure(tracking_uri)
+    logging.basicConfig(level=logging.INFO,
+                        format=f"%(asctime)s [{child.label}] %(levelname)s %(name)s: %(message)s")
+    return train(child.cfg, data=data, progress=False)["run_id"]
 
 
 def _train_child(child: Child, *, data: Path, progress: bool, parent_run_id: str) -> str:

@@ -25,6 +25,7 @@ from pipi.data.cache import build_cache
 from pipi.data.kvasir import load_staged
 from pipi.errors import ConfigError
 from pipi.paths import pipi_home
+from pipi.runtime import runtime_of
 from pipi.sequence import base_config, fit_sequence
 from pipi.tracking.pyfunc import PipiImageClassifier, preprocess
 from pipi.training import FrameInputs, run_frame_cell, tmpdir, write_predictions
@@ -91,6 +92,7 @@ def train(cfg: TrainConfig, *, data: str | None = None, resume: str | None = Non
         cfg, resume_state = load_resume(resume, cfg)
         base_id = tracking.get_run(resume).data.tags.get(tracking.TAG_BASE_RUN)
     seq = cfg.cell_config.is_sequence
+    runtime = runtime_of(cfg)  # a device that is not there fails before the run starts
     tags = tracking.train_tags(cfg, manifest, data=None if data in (None, "", "synthetic")
                                else str(root))
     work = tmpdir()
@@ -106,15 +108,16 @@ def train(cfg: TrainConfig, *, data: str | None = None, resume: str | None = Non
                 tracking.log_dict(cfg.to_dict(), "config.json")
                 tracking.log_dataset(frames, source=str(root), name=tags[tracking.TAG_DATASET],
                                      digest=manifest["data_digest"], context="training")
+            tracking.log_params(runtime.params())  # on resume: `.resolved` if it moved
             tracker = tracking.RunTracker(work / "ckpt")
             if seq:
                 summary = _fit_sequence(cfg, root=root, frames=frames, manifest=manifest,
                                         base_id=base_id, tracker=tracker, work=work,
                                         resume_state=resume_state, register=register,
-                                        progress=progress)
+                                        progress=progress, device=runtime.device)
             else:
                 out = run_frame_cell(cfg, data=root, resume_state=resume_state, tracker=tracker,
-                                     progress=progress)
+                                     progress=progress, runtime=runtime)
                 summary = log_results(out, work)
                 summary.update(_log_model(cfg, out["model"], work, run.info.run_id,
                                           summary["test_macro_auc"], register, tags))
@@ -142,7 +145,7 @@ def ensure_base_run(cfg: TrainConfig, *, data: Path, digest: str, register: bool
 
 def _fit_sequence(cfg: TrainConfig, *, root: Path, frames: pd.DataFrame, manifest: dict,
                   base_id: str | None, tracker, work: Path, resume_state: dict | None,
-                  register: bool, progress: bool) -> dict:
+                  register: bool, progress: bool, device: torch.device) -> dict:
     """The sequence part of a ``train`` run: base run, streams, head; checkpoint, not pyfunc."""
     digest = manifest["data_digest"]
     if base_id is None:
@@ -150,7 +153,7 @@ def _fit_sequence(cfg: TrainConfig, *, root: Path, frames: pd.DataFrame, manifes
                                      progress=progress)
     base_code = tracking.get_run(base_id).data.tags.get(tracking.TAG_CODE_VERSION, "")
     tracking.set_tags({tracking.TAG_BASE_RUN: base_id, "pipi.base_code_version": base_code})
-    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = device
     cache_dir = pipi_home() / "cache"
     images = build_cache(root, frames, size=cfg.image_size, digest=digest, cache_dir=cache_dir,
                          progress=progress)

@@ -1,0 +1,223 @@
+"""Where and how a run computes: device, precision, memory format, compilation, determinism,
+and the stream of uint8 batches that feeds the device.
+
+``TrainConfig`` holds what was asked (``device="auto"``, ``precision="auto"``, ...; hashed as
+given); :func:`resolve_runtime` turns it into a :class:`Runtime` on this machine (logged as
+``resolved_*`` params). Everything that runs only on a GPU is guarded by
+``device.type == "cuda"`` and kept short:
+
+* ``precision``: ``torch.autocast`` around the forward pass and the loss (bf16 or fp16; fp16
+  adds a ``GradScaler``); augmentation and the prior stay in float32.
+* ``channels_last``: model and inputs in NHWC memory format.
+* ``compile``: ``torch.compile`` of the model (the uncompiled module keeps the weights, so
+  checkpoints and state dicts are unchanged).
+* ``deterministic``: ``torch.use_deterministic_algorithms`` (warn-only), cuDNN deterministic
+  without autotuning, and ``CUBLAS_WORKSPACE_CONFIG=:4096:8``; ``False`` lets cuDNN autotune.
+
+:class:`DeviceBatches` gathers each batch from the uint8 cache on a background thread into
+pinned memory and copies it to the GPU on a side stream, so batch ``i + 1`` is read and
+transferred while batch ``i`` trains; frames cross the bus as uint8 (a quarter of float32).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from pipi.errors import ConfigError
+
+DEVICES = ("auto", "cpu", "cuda")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+SWITCHES = ("auto", "true", "false")
+AMP_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def check_runtime(*, device: str, precision: str, channels_last: str, compile: bool,
+                  deterministic: bool) -> None:
+    """Refuse a malformed option with one line naming it (availability is checked later)."""
+    if not (isinstance(device, str) and (device in DEVICES or re.fullmatch(r"cuda:\d+", device))):
+        raise ConfigError(f"device={device!r}; use one of {list(DEVICES)} (or cuda:N)")
+    if precision not in PRECISIONS:
+        raise ConfigError(f"precision={precision!r}; use one of {list(PRECISIONS)}")
+    if channels_last not in SWITCHES:
+        raise ConfigError(f"channels_last={channels_last!r}; use one of {list(SWITCHES)}")
+    for name, value in (("compile", compile), ("deterministic", deterministic)):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{name}={value!r}: must be true or false")
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """The resolved options of a run on this machine."""
+
+    device: torch.device
+    precision: str = "fp32"          # fp32 | bf16 | fp16
+    channels_last: bool = False
+    compile: bool = False
+    deterministic: bool = True
+
+    @property
+    def amp_dtype(self) -> torch.dtype | None:
+        return AMP_DTYPES[self.precision]
+
+    def autocast(self) -> AbstractContextManager:
+        """Mixed precision for the forward pass and the loss (a no-op for fp32)."""
+        return torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
+                              enabled=self.amp_dtype is not None)
+
+    def inputs(self, x: torch.Tensor) -> torch.Tensor:
+        """Model inputs in the run's memory format."""
+        return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
+
+    def scaler(self) -> torch.amp.GradScaler:
+        """Loss scaling for fp16 (disabled, a pass-through, otherwise)."""
+        return torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
+
+    def params(self) -> dict:
+        """The ``resolved_*`` run params."""
+        name = (torch.cuda.get_device_name(self.device) if self.device.type == "cuda"
+                else "cpu")
+        return {"resolved_device": str(self.device), "resolved_device_name": name,
+                "resolved_precision": self.precision,
+                "resolved_channels_last": str(self.channels_last).lower(),
+                "torch_version": torch.__version__}
+
+
+def resolve_runtime(*, device: str = "auto", precision: str = "auto",
+                    channels_last: str = "auto", compile: bool = False,
+                    deterministic: bool = True) -> Runtime:
+    """The :class:`Runtime` these options give on this machine (ConfigError if impossible)."""
+    check_runtime(device=device, precision=precision, channels_last=channels_last,
+                  compile=compile, deterministic=deterministic)
+    if device == "auto":
+        dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        dev = torch.device(device)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device={device}: torch sees no CUDA device (torch "
+                              f"{torch.__version__}); use device=cpu or device=auto")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ConfigError(f"device={device}: only {torch.cuda.device_count()} CUDA "
+                              "device(s) visible")
+    if precision == "auto":
+        precision = ("bf16" if dev.type == "cuda" and torch.cuda.is_bf16_supported()
+                     else "fp32")
+    elif precision == "bf16" and dev.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise ConfigError(f"precision=bf16: {torch.cuda.get_device_name(dev)} has no bf16; "
+                          "use precision=fp16 or fp32")
+    cl = dev.type == "cuda" if channels_last == "auto" else channels_last == "true"
+    return Runtime(dev, precision, cl, compile, deterministic)
+
+
+def runtime_of(cfg, *, device: str | None = None) -> Runtime:
+    """:func:`resolve_runtime` of a ``TrainConfig`` (``device`` overrides ``cfg.device``)."""
+    return resolve_runtime(device=device or cfg.device, precision=cfg.precision,
+                           channels_last=cfg.channels_last, compile=cfg.compile,
+                           deterministic=cfg.deterministic)
+
+
+def apply_determinism(rt: Runtime) -> None:
+    """Deterministic algorithms (and cuDNN without autotuning), or autotuned speed."""
+    torch.use_deterministic_algorithms(rt.deterministic, warn_only=True)
+    if rt.device.type == "cuda":
+        if rt.deterministic:  # cuBLAS needs this before its first call to be deterministic
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.backends.cudnn.deterministic = rt.deterministic
+        torch.backends.cudnn.benchmark = not rt.deterministic
+
+
+def prepare_model(model: torch.nn.Module, rt: Runtime) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """``(model, forward)``: the model on the device in its memory format, and what to call
+    (``torch.compile(model)`` when asked; it shares the model's parameters)."""
+    model = model.to(rt.device)
+    if rt.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    return model, (torch.compile(model) if rt.compile else model)
+
+
+def weighted_cross_entropy(logits: torch.Tensor, labels: torch.Tensor,
+                           weight: torch.Tensor | None) -> torch.Tensor:
+    """``F.cross_entropy(logits, labels, weight=weight)`` (weighted mean) as an explicit
+    per-row loss and two sums: no atomics, so deterministic on CUDA, where the fused
+    weighted ``nll_loss`` reduction is not."""
+    per_row = F.cross_entropy(logits.float(), labels, reduction="none")  # (B,)
+    if weight is None:
+        return per_row.mean()
+    w = weight.to(per_row.dtype)[labels]  # (B,)
+    return (per_row * w).sum() / w.sum()
+
+
+# --------------------------------------------------------------------------- batches
+def _gather(images: np.ndarray, idx: np.ndarray, pin: bool) -> torch.Tensor:
+    """Rows ``idx`` of a uint8 memmap, in that order (read sorted for locality)."""
+    sel = np.sort(idx)
+    order = torch.from_numpy(np.argsort(np.argsort(idx)))
+    read = torch.from_numpy(np.ascontiguousarray(images[sel]))
+    out = torch.empty(read.shape, dtype=read.dtype, pin_memory=pin)
+    return torch.index_select(read, 0, order, out=out)
+
+
+class DeviceBatches:
+    """Iterate ``(x_uint8, labels)`` of index batches on ``device``, prefetching one ahead.
+
+    A worker thread gathers batch ``i + 2`` from the memmap while batch ``i`` is consumed;
+    on CUDA batch ``i + 1`` is already being copied (pinned memory, side stream,
+    ``non_blocking``) and the consumer's stream waits for it only when it takes it.
+    ``labels`` None yields ``None`` labels.
+    """
+
+    def __init__(self, images: np.ndarray, index_batches: Sequence[np.ndarray],
+                 device: torch.device, *, labels: np.ndarray | None = None):
+        self.images, self.batches, self.labels = images, list(index_batches), labels
+        self.device = torch.device(device)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def _host(self, idx: np.ndarray):
+        pin = self.device.type == "cuda"
+        x = _gather(self.images, idx, pin)
+        y = None
+        if self.labels is not None:
+            y = torch.from_numpy(np.ascontiguousarray(self.labels[idx]))
+            y = y.pin_memory() if pin else y
+        return x, y
+
+    def _upload(self, host, stream):
+        x, y = host
+        if stream is None:  # CPU: the gathered tensors are the batch
+            return x.to(self.device), None if y is None else y.to(self.device)
+        with torch.cuda.stream(stream):
+            return (x.to(self.device, non_blocking=True),
+                    None if y is None else y.to(self.device, non_blocking=True))
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor | None]]:
+        n = len(self.batches)
+        if n == 0:
+            return
+        stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pipi-batches") as pool:
+            pending = pool.submit(self._host, self.batches[0])
+            nxt = self._upload(pending.result(), stream)
+            pending = pool.submit(self._host, self.batches[1]) if n > 1 else None
+            for i in range(n):
+                cur = nxt
+                if stream is not None:
+                    main = torch.cuda.current_stream(self.device)
+                    main.wait_stream(stream)
+                    for t in cur:
+                        if t is not None:
+                            t.record_stream(main)
+                if i + 1 < n:
+                    nxt = self._upload(pending.result(), stream)  # overlaps step i
+                    pending = pool.submit(self._host, self.batches[i + 2]) if i + 2 < n else None
+                yield cur

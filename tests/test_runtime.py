@@ -1,0 +1,199 @@
+"""Training throughput options (issue 15): device, precision, channels_last, determinism,
+the device batch stream, and ``ablate -P parallel=N``, on CPU."""
+
+from __future__ import annotations
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import torch.nn.functional as F
+from click.testing import CliRunner
+
+from pipi import tracking as pipi_tracking
+from pipi.config import make_config, run_params, train_params
+from pipi.errors import ConfigError
+from pipi.runtime import (
+    DeviceBatches,
+    Runtime,
+    resolve_runtime,
+    runtime_of,
+    weighted_cross_entropy,
+)
+from pipi.training import FrameInputs, build_frame_model, predict_probs, run_frame_cell
+from pipi.workflows.ablate import run_ablation
+
+CPU = torch.device("cpu")
+
+
+def _images(n=24, size=32, seed=0):
+    return np.random.default_rng(seed).integers(0, 256, (n, 3, size, size), dtype=np.uint8)
+
+
+# --------------------------------------------------------------------------- options
+def test_options_resolve_on_cpu_and_refuse_bad_values():
+    rt = resolve_runtime()
+    if not torch.cuda.is_available():
+        assert rt == Runtime(CPU, "fp32", False, False, True)  # auto: fp32, NCHW on CPU
+        with pytest.raises(ConfigError, match="device=cuda: torch sees no CUDA device"):
+            resolve_runtime(device="cuda")
+    assert resolve_runtime(device="cpu", precision="bf16", channels_last="true") == \
+        Runtime(CPU, "bf16", True, False, True)
+    for bad, match in (({"device": "tpu"}, "device='tpu'"), ({"precision": "fp8"}, "precision"),
+                       ({"channels_last": "yes"}, "channels_last"),
+                       ({"compile": "true"}, "compile='true'")):
+        with pytest.raises(ConfigError, match=match):
+            make_config(cell="a", profile="smoke", **bad)
+
+
+def test_options_are_in_params_hash_and_recipe():
+    base = make_config(cell="pi", profile="smoke", weights="none")
+    fast = make_config(cell="pi", profile="smoke", weights="none", precision="bf16",
+                       deterministic=False, channels_last="true", device="cpu", compile=True)
+    p = run_params(fast)
+    assert (p["device"], p["precision"], p["channels_last"], p["compile"],
+            p["deterministic"]) == ("cpu", "bf16", "true", True, False)
+    digest = "d" * 64
+    assert pipi_tracking.config_hash(pipi_tracking.config_key(base, digest)) != \
+        pipi_tracking.config_hash(pipi_tracking.config_key(fast, digest))
+    tp = train_params(fast)
+    assert {k: tp[k] for k in ("device", "precision", "channels_last", "compile",
+                               "deterministic")} == {
+        "device": "cpu", "precision": "bf16", "channels_last": "true", "compile": True,
+        "deterministic": False}
+    assert "precision" not in train_params(base)  # defaults stay out of the recipe
+
+
+def test_cli_refuses_a_missing_gpu_before_anything_starts(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    from pipi.cli import ENTRY_POINTS
+
+    r = CliRunner().invoke(ENTRY_POINTS["train"], ["--device", "cuda", "--profile", "smoke",
+                                                   "--data", str(tmp_path / "nowhere")])
+    assert r.exit_code == 2
+    assert "error: device=cuda: torch sees no CUDA device" in r.output
+
+
+# --------------------------------------------------------------------------- data path
+def test_device_batches_yield_the_requested_rows_in_order():
+    imgs, labels = _images(10), np.arange(10) * 3
+    order = [np.array([7, 2, 9]), np.array([0]), np.array([5, 1, 8, 3])]
+    got = list(DeviceBatches(imgs, order, CPU, labels=labels))
+    assert len(got) == 3
+    for idx, (x, y) in zip(order, got):
+        assert x.dtype == torch.uint8  # frames travel as uint8
+        np.testing.assert_array_equal(x.numpy(), imgs[idx])
+        np.testing.assert_array_equal(y.numpy(), labels[idx])
+    assert list(DeviceBatches(imgs, [], CPU)) == []
+
+
+def test_weighted_cross_entropy_equals_torch():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(32, 14, generator=g)
+    y = torch.randint(0, 14, (32,), generator=g)
+    w = torch.rand(14, generator=g)
+    torch.testing.assert_close(weighted_cross_entropy(logits, y, w),
+                               F.cross_entropy(logits, y, weight=w), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(weighted_cross_entropy(logits, y, None),
+                               F.cross_entropy(logits, y), rtol=1e-6, atol=1e-6)
+
+
+# --------------------------------------------------------------------------- precision
+def test_bf16_autocast_and_channels_last_predict_close_to_fp32():
+    cfg = make_config(cell="pi", backbone="resnet18", profile="smoke", weights="none", seed=3)
+    torch.manual_seed(3)
+    model = build_frame_model(cfg).eval()
+    imgs = _images(24)
+    seen = []
+    conv = next(m for m in model.modules() if isinstance(m, torch.nn.Conv2d))
+    hook = conv.register_forward_hook(
+        lambda m, args, out: seen.append((out.dtype, args[0].is_contiguous(
+            memory_format=torch.channels_last) and not args[0].is_contiguous())))
+
+    def probs(rt):
+        seen.clear()
+        return predict_probs(model, imgs, FrameInputs(cfg), device=CPU, runtime=rt,
+                             batch_size=8)
+
+    ref = probs(Runtime(CPU))
+    assert set(seen) == {(torch.float32, False)}
+    bf16 = probs(Runtime(CPU, "bf16"))
+    assert set(seen) == {(torch.bfloat16, False)}  # the convolutions really ran in bf16
+    model.to(memory_format=torch.channels_last)
+    cl = probs(Runtime(CPU, "fp32", channels_last=True))
+    assert set(seen) == {(torch.float32, True)}
+    hook.remove()
+    np.testing.assert_allclose(cl, ref, atol=1e-5)
+    np.testing.assert_allclose(bf16, ref, atol=0.03)
+    assert np.abs(bf16 - ref).max() > 0  # bf16 rounding is visible, so the path differs
+    assert (bf16.argmax(1) == ref.argmax(1)).mean() >= 0.9
+
+
+def test_deterministic_training_repeats_exactly_and_bf16_channels_last_trains(tiny_staged,
+                                                                               tmp_path):
+    kw = {"cell": "pi", "backbone": "resnet18", "profile": "smoke", "weights": "none",
+          "seed": 7}
+    cfg = make_config(**kw, deterministic=True)
+    runs = [run_frame_cell(cfg, data=tiny_staged, progress=False, cache_dir=tmp_path)
+            for _ in range(2)]
+    a, b = (r["predictions"]["test"] for r in runs)
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+    assert runs[0]["history"][0]["loss"] == runs[1]["history"][0]["loss"]
+    fast = make_config(**kw, precision="bf16", channels_last="true")
+    out = run_frame_cell(fast, data=tiny_staged, progress=False, cache_dir=tmp_path)
+    assert out["runtime"]["resolved_precision"] == "bf16"
+    assert out["runtime"]["resolved_channels_last"] == "true"
+    assert np.isfinite(out["history"][0]["loss"])
+    probs = out["predictions"]["test"].filter(like="prob_").to_numpy()
+    np.testing.assert_allclose(probs.sum(1), 1.0, atol=1e-4)
+    assert next(out["model"].parameters()).is_contiguous()  # handed back as plain NCHW
+
+
+def test_runtime_of_prefers_the_explicit_device():
+    cfg = make_config(cell="a", profile="smoke")
+    assert runtime_of(cfg, device="cpu").device == CPU
+
+
+# --------------------------------------------------------------------------- parallel
+def _children(parent_run_id: str) -> pd.DataFrame:
+    rows = []
+    for r in pipi_tracking.child_runs(parent_run_id):
+        rows.append({"cell": r.data.tags["pipi.cell"], "seed": r.data.tags["pipi.seed"],
+                     "config_hash": r.data.tags["pipi.config_hash"], "status": r.info.status,
+                     "role": r.data.tags.get("pipi.sweep_role"),
+                     "test_macro_auc": r.data.metrics["test/macro_auc"],
+                     "params": {k: v for k, v in r.data.params.items()
+                                if k != "data_dir"},
+                     "run_id": r.info.run_id})
+    return pd.DataFrame(rows).sort_values(["cell", "seed"]).reset_index(drop=True)
+
+
+def _test_probs(run_id: str, dst) -> np.ndarray:
+    path = mlflow.artifacts.download_artifacts(run_id=run_id,
+                                               artifact_path="predictions/test.parquet",
+                                               dst_path=str(dst))
+    return pd.read_parquet(path).filter(like="prob_").to_numpy()
+
+
+@pytest.mark.slow
+def test_parallel_2_gives_the_same_child_runs_as_parallel_1(tracking, tiny_staged, tmp_path):
+    kw = {"study": "per_frame", "cells": "a,pi", "seeds": "3", "data": str(tiny_staged),
+          "profile": "smoke", "weights": "none", "experiment": "parallel", "progress": False}
+    one = run_ablation(parallel=1, **kw)
+    first = _children(one.parent_run_id)
+    # forget the first sweep's children, so the second one trains them again
+    for rid in first["run_id"]:
+        mlflow.delete_run(rid)
+    two = run_ablation(parallel=2, **kw)
+    assert {c.status for c in two.children} == {"trained"}
+    second = _children(two.parent_run_id)
+    assert list(second["status"]) == ["FINISHED", "FINISHED"]
+    assert set(second["run_id"]).isdisjoint(first["run_id"])
+    cols = ["cell", "seed", "config_hash", "role", "test_macro_auc"]
+    pd.testing.assert_frame_equal(first[cols], second[cols])
+    assert list(first["params"]) == list(second["params"])
+    for a, b in zip(first["run_id"], second["run_id"]):
+        np.testing.assert_array_equal(_test_probs(a, tmp_path / a), _test_probs(b, tmp_path / b))
+    assert mlflow.get_run(two.parent_run_id).data.params["parallel"] == "2"
