@@ -6,11 +6,13 @@ import contextlib
 import logging
 import os
 import traceback
+import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import mlflow
+from mlflow.data.dataset_source_registry import get_registered_sources, resolve_dataset_source
 from mlflow.tracking import MlflowClient
 
 from pipi.errors import ServerGoneError, TrackingError
@@ -195,10 +197,29 @@ def log_dict(obj: Any, artifact_file: str) -> None:
     mlflow.log_dict(obj, artifact_file)
 
 
+def _local_source(path: str):
+    """The staged folder as MLflow's local-file dataset source.
+
+    A bare path string is resolved by every registered local source class at once, and MLflow
+    warns that it is ambiguous; naming the (last registered) local class resolves it once.
+    """
+    uri = Path(path).resolve().as_uri()
+    local = [s for s in get_registered_sources() if s.__name__ == "LocalArtifactDatasetSource"]
+    return resolve_dataset_source(uri, candidate_sources=local[-1:] or None)
+
+
 def log_dataset(frames, *, source: str, name: str, digest: str, context: str) -> None:
-    """Record a staged frame index as an MLflow dataset input of the active run."""
-    ds = mlflow.data.from_pandas(frames, source=source, name=name, digest=digest[:32])
-    mlflow.log_input(ds, context=context)
+    """Record a staged frame index as an MLflow dataset input of the active run.
+
+    MLflow's schema inference hints that integer columns cannot hold missing values; that
+    hint is about model signatures, and a frame index has no missing values, so the schema
+    of this dataset record is inferred without it.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Hint: Inferred schema contains integer")
+        ds = mlflow.data.from_pandas(frames, source=_local_source(source), name=name,
+                                     digest=digest[:32])
+        mlflow.log_input(ds, context=context)
 
 
 def active_run_id() -> str:
