@@ -176,6 +176,7 @@ def test_retention_rows_match_brute_force_deltas_ratio_and_band(study):
     assert by["PillCam SB3"] > by["Olympus"]
 
 
+@pytest.mark.slow
 def test_retention_interval_agrees_with_a_brute_force_video_bootstrap(study):
     """Percentile interval of Δ_Galar*/Δ_Kvasir* from an independent resampling of videos
     with Mann-Whitney AUCs (scipy); Monte Carlo error allowed."""

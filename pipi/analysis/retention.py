@@ -146,7 +146,10 @@ def build_cross_vendor(galar_runs: pd.DataFrame, prediction_dirs: Mapping[str, P
         cell = str(r.cell).split("@")[0]
         arm = kvasir.arm(r.backbone, cell)
         src = str(r.base_run_id or "")
-        if arm is None or int(r.seed) not in arm.seeds:
+        variant = str(getattr(r, "variant", "") or "zero_shot")
+        if variant != "zero_shot":  # e.g. `galar -P prior_params=`: not a zero-shot score
+            reasons.append((r, f"variant {variant} (a calibrated prior), not zero-shot"))
+        elif arm is None or int(r.seed) not in arm.seeds:
             reasons.append((r, f"its Kvasir arm {r.backbone}/{cell} seed {r.seed} is not aggregated"))
         elif arm.runs()[int(r.seed)] != src:
             reasons.append((r, f"it scored run {src}, not the aggregated Kvasir run "
@@ -234,6 +237,17 @@ class DeltaSide:
     @property
     def distribution(self) -> np.ndarray:
         return self.bootstrap.bootstrap.bootstrap_distribution
+
+    @property
+    def ci_method(self) -> str:
+        """BCa, or the percentile interval where BCa is undefined (degenerate jackknife)."""
+        bca = self.bootstrap.bootstrap.bca_interval
+        return "BCa" if np.isfinite([bca.low, bca.high]).all() else "percentile"
+
+    @property
+    def ci(self) -> ConfidenceInterval:
+        b = self.bootstrap.bootstrap
+        return b.bca_interval if self.ci_method == "BCa" else b.percentile_interval
 
 
 def delta_side(dataset: str, y: np.ndarray, videos: np.ndarray, base: np.ndarray,
@@ -340,8 +354,7 @@ def retention_rows(ev: Evidence, cv: CrossVendorEvidence, *, n_resamples: int = 
                     ratio = np.zeros(0)
                 else:
                     ratio, ci = _ratio_ci(kv.distribution, gs.distribution, confidence_level)
-                    ret = classify_retention(kv.delta, gs.delta,
-                                             delta_kvasir_ci=kv.bootstrap.confidence_interval,
+                    ret = classify_retention(kv.delta, gs.delta, delta_kvasir_ci=kv.ci,
                                              confidence_interval=ci)
                 out.append(RetentionRow(backbone, ref, new, cs, name, seeds, kv, gs, ret,
                                         ratio, ids))

@@ -126,11 +126,12 @@ def classify_retention(
         )
     value = delta_galar / delta_kvasir
     band = retention_band(value)
-    if delta_kvasir_ci is not None and delta_kvasir_ci.low <= 0:
+    if delta_kvasir_ci is not None and not delta_kvasir_ci.low > 0:  # NaN: no interval
         return Retention(
             value, band, False,
             f"Delta_Kvasir's CI [{delta_kvasir_ci.low:+.4f}, {delta_kvasir_ci.high:+.4f}] "
-            "includes 0: the ratio is unstable",
+            + ("includes 0" if delta_kvasir_ci.low <= 0 else "could not be computed")
+            + ": the ratio is unstable",
             confidence_interval,
         )
     return Retention(value, band, True, "", confidence_interval)

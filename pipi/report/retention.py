@@ -41,24 +41,25 @@ def _side_cols(side: DeltaSide | None, prefix: str) -> dict:
                 f"{prefix}_ci_high": nan, f"{prefix}_sign_positive": "",
                 f"{prefix}_baseline_macro_auc": nan, f"{prefix}_method_macro_auc": nan,
                 f"{prefix}_n_frames": 0, f"{prefix}_n_videos": 0, f"{prefix}_unit": "",
-                f"{prefix}_classes": ""}
-    ci = side.bootstrap.confidence_interval
+                f"{prefix}_ci_method": "", f"{prefix}_classes": ""}
+    ci = side.ci
     return {f"{prefix}_delta": side.delta, f"{prefix}_delta_sd": _sd(side.deltas),
             f"{prefix}_ci_low": ci.low, f"{prefix}_ci_high": ci.high,
             f"{prefix}_sign_positive": side.sign_positive,
             f"{prefix}_baseline_macro_auc": float(side.baseline_macro.mean()),
             f"{prefix}_method_macro_auc": float(side.method_macro.mean()),
             f"{prefix}_n_frames": side.n_frames, f"{prefix}_n_videos": side.n_videos,
-            f"{prefix}_unit": side.bootstrap.bootstrap.unit,
+            f"{prefix}_unit": side.bootstrap.bootstrap.unit, f"{prefix}_ci_method": side.ci_method,
             f"{prefix}_classes": "; ".join(side.classes)}
 
 
 def _delta_text(side: DeltaSide | None) -> str:
     if side is None:
         return "n/a"
-    ci = side.bootstrap.confidence_interval
+    ci = side.ci
+    mark = "" if side.ci_method == "BCa" else " (pct)"
     return (f"{fmt_mean_sd(side.delta, _sd(side.deltas))} ({side.sign_positive}+) "
-            f"{fmt_ci(ci.low, ci.high)}")
+            f"{fmt_ci(ci.low, ci.high)}{mark}")
 
 
 def _ret_text(r: RetentionRow) -> str:
@@ -137,7 +138,8 @@ def retention_tables(an: Analysis) -> list[Table]:
         "Δ = method - baseline macro-AUC, paired by seed (the Galar run of seed s scored the "
         "Kvasir model of seed s zero-shot); mean ± sd over seeds, (k/n+) seeds with Δ > 0.",
         f"{level}% CIs of Δ: BCa bootstrap of the cross-seed mean Δ resampling test videos "
-        f"({o.n_resamples} resamples; one resample applied to every seed and arm). Retention "
+        f"({o.n_resamples} resamples; one resample applied to every seed and arm; '(pct)': the "
+        "percentile interval, where BCa is undefined, e.g. a degenerate jackknife). Retention "
         f"CI: percentile interval of Δ_Galar* / Δ_Kvasir* over independent resamples of the "
         "Kvasir test videos and the Galar videos.",
         "Bands: Strong >= 1.0; Positive 0.75-1.0; Partial 0.30-0.75; Null -0.10-0.30; "
