@@ -92,9 +92,19 @@ def test_robustness_table_lift_matches_sklearn(tmp_path):
 
 
 # --------------------------------------------------------------------------- smoke runs
+@pytest.fixture(autouse=True)
+def _fixed_code_version(monkeypatch):
+    """Children are keyed by the code version (git commit): fix it, so that a commit made in the
+    shared checkout while these long tests run does not make the second invocation new work."""
+    monkeypatch.setattr("pipi.tracking.contract.code_version", lambda: "test-code-version")
+
+
 @pytest.fixture(scope="module")
 def smoke_runs(mlflow_server, tiny_staged):
-    """Cells a and pi, seeds 1 and 2, EfficientNet-B0 smoke runs: {(cell, seed): run id}."""
+    """Cells a and pi, seeds 1 and 2, ResNet-18 smoke runs: {(cell, seed): run id}.
+
+    ResNet-18: an EfficientNet-B0 trained for two smoke batches is nearly input-independent in
+    eval mode, so perturbations and prior channels would barely move its predictions."""
     from pipi.config import make_config
     from pipi.workflows.train import train
 
@@ -102,7 +112,7 @@ def smoke_runs(mlflow_server, tiny_staged):
     exp = "mechanisms"
     out = {}
     for cell, seed in itertools.product(("a", "pi"), (1, 2)):
-        cfg = make_config(cell=cell, seed=seed, **SMOKE)
+        cfg = make_config(cell=cell, seed=seed, backbone="resnet18", **SMOKE)
         out[(cell, seed)] = train(cfg, data=str(tiny_staged), experiment=exp, register=False,
                                   progress=False)["run_id"]
     return exp, out
@@ -249,13 +259,13 @@ def test_transplant_gradcam_and_aggregate_tables(tracking, smoke_runs, tiny_stag
 
 
 @pytest.mark.slow
-def test_transplant_on_resnet18_and_convnext_tiny(tracking, tiny_staged, tmp_path):
+def test_transplant_on_efficientnet_b0_and_convnext_tiny(tracking, tiny_staged, tmp_path):
     from pipi.config import make_config
     from pipi.workflows.train import train
     from pipi.workflows.transplant import run_transplant
 
     exp = f"transplant-backbones-{tmp_path.name}"
-    for backbone, kind in (("resnet18", "batchnorm"), ("convnext_tiny", "layernorm")):
+    for backbone, kind in (("efficientnet_b0", "batchnorm"), ("convnext_tiny", "layernorm")):
         ids = {cell: train(make_config(cell=cell, seed=3, backbone=backbone, **SMOKE),
                            data=str(tiny_staged), experiment=exp, register=False,
                            progress=False)["run_id"] for cell in ("a", "pi")}
