@@ -46,7 +46,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -177,11 +177,17 @@ def build_windows(frames: pd.DataFrame, *, window: int) -> Windows:
 
 
 # --------------------------------------------------------------------------- z-scoring
-def zscore(x: np.ndarray, ref: np.ndarray) -> np.ndarray:
-    """``(x - mean(ref)) / std(ref)`` per column (population std; a constant column -> 1)."""
+def zscore_stats(ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, std) per column of ``ref`` (population std; a constant column -> 1)."""
     mean = ref.mean(0, dtype=np.float64)
     std = ref.std(0, dtype=np.float64)
     std[~(std > 1e-12)] = 1.0
+    return mean, std
+
+
+def zscore(x: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """``(x - mean(ref)) / std(ref)`` per column (population std; a constant column -> 1)."""
+    mean, std = zscore_stats(ref)
     return ((x - mean) / std).astype(np.float32)
 
 
@@ -211,26 +217,34 @@ def c1_raw(images: np.ndarray, cfg: TrainConfig, *, form: int, device: torch.dev
     return np.concatenate(out).astype(np.float32) if out else np.zeros((0, form), np.float32)
 
 
+def c1_form(cfg: TrainConfig) -> int:
+    """8 or 13 C1 scalars for the cell."""
+    return 13 if cfg.cell_config.c1 == "c13" else 8
+
+
 def c1_stream(frames: pd.DataFrame, images: np.ndarray, cfg: TrainConfig, *, cache_dir: Path,
               digest: str, device: torch.device) -> np.ndarray:
     """The C1 stream of the cell, normalised as the cell says (train or per-patient z)."""
     kind = cfg.cell_config.c1
-    form = 13 if kind == "c13" else 8
+    raw = c1_cached(images, cfg, cache_dir=cache_dir, digest=digest, device=device)
+    if kind == "c8_patient":
+        return zscore_by_group(raw, frames["video_id"].astype(str).to_numpy())
+    return zscore(raw, raw[frames["split"].to_numpy() == "train"])
+
+
+def c1_cached(images: np.ndarray, cfg: TrainConfig, *, cache_dir: Path, digest: str,
+              device: torch.device) -> np.ndarray:
+    """Un-normalised C1 features of every staged frame, cached by data, size, form and prior."""
+    form = c1_form(cfg)
     blob = json.dumps({"digest": digest, "size": cfg.image_size, "form": form,
                        "prior": asdict(cfg.prior)}, sort_keys=True, default=str)
     key = hashlib.sha256(blob.encode()).hexdigest()[:16]
     path = Path(cache_dir) / "c1" / f"{digest[:24]}-{key}.npy"
-    if path.is_file() and np.load(path, mmap_mode="r").shape == (len(frames), form):
-        raw = np.load(path)
-    else:
-        raw = c1_raw(images, cfg, form=form, device=device)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp.npy")
-        np.save(tmp, raw)
-        tmp.replace(path)
-    if kind == "c8_patient":
-        return zscore_by_group(raw, frames["video_id"].astype(str).to_numpy())
-    return zscore(raw, raw[frames["split"].to_numpy() == "train"])
+    if path.is_file() and np.load(path, mmap_mode="r").shape == (len(images), form):
+        return np.load(path)
+    raw = c1_raw(images, cfg, form=form, device=device)
+    store_array(path, raw)
+    return raw
 
 
 def train_autoencoder(images: np.ndarray, rows: np.ndarray, recipe: AutoencoderRecipe, *,
@@ -264,15 +278,6 @@ def residual_matrix(ae: NormalAutoencoder, images: np.ndarray, *, device: torch.
            for idx in batches(len(images), batch_size)]
     return np.concatenate(out).astype(np.float32) if out else np.zeros((0, 192), np.float32)
 
-
-
-
-
-
-
-
-
-
 @torch.no_grad()
 def frame_embeddings(model: nn.Module, images: np.ndarray, inputs: FrameInputs, *,
                      device: torch.device, batch_size: int = 128) -> np.ndarray:
@@ -283,9 +288,6 @@ def frame_embeddings(model: nn.Module, images: np.ndarray, inputs: FrameInputs, 
         x, _ = inputs(to_float(images, idx, device), train=False)
         out.append(model.embed(x).float().cpu().numpy())
     return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
-
-
-
 
 def store_array(path: Path, arr: np.ndarray) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -303,6 +305,9 @@ class Streams:
     windows: Windows
     c1: np.ndarray | None = None    # (N, 8|13)
     c3: np.ndarray | None = None    # (N, 192)
+    #: train-split (mean, std) that standardised each stream ("emb", "c1", "c3"), kept for
+    #: the registered model; C1 of ``c_prime`` is per patient and has none
+    norms: dict = field(default_factory=dict)
 
     def batch(self, rows: np.ndarray, device: torch.device) -> dict:
         idx = self.windows.index[rows]                              # (B, W)

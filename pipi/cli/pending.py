@@ -21,5 +21,3 @@ def pending(name: str, issue: str, *options) -> click.Command:
 
 calibrate = pending("calibrate", "Optuna calibration issue",
                     click.option("--n-trials", default=20), click.option("--storage", default=""))
-promote = pending("promote", "promotion issue", click.option("--model", default=""),
-                  click.option("--version", default=""), click.option("--alias", default="champion"))

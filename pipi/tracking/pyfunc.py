@@ -1,11 +1,24 @@
-"""The registered model: an MLflow pyfunc that takes plain RGB images.
+"""The registered models: MLflow pyfuncs that take plain RGB images (or clips of them).
 
-Input: a batch ``B x H x W x 3`` of uint8 RGB images (one image: ``img[None]``), or an object
-array of ``H x W x 3`` images of different sizes (a ragged batch). Each image is resized to the training size exactly as the training cache was (PIL
-bilinear), 5-channel models compute the analytic prior inside, ``distill`` runs in deploy
-mode (no auxiliary decoder). Output: a DataFrame with one probability column per class and
-``predicted_class``. The ``strip_prior`` parameter feeds zeros for the prior channels of a
-5-channel model (the paper's strip-and-serve recipe).
+**Per-frame cells** (``PipiImageClassifier``). Input: images in any form of
+:mod:`pipi.model_input` (a ``B x H x W x 3`` uint8 batch, one ``H x W x 3`` image, images of
+different sizes as a list / object array, floats in [0, 1] converted explicitly, or base64
+JPEG/PNG strings under an ``image`` column or key). Each image is resized to the training
+size exactly as the training cache was (PIL bilinear), 5-channel models compute the analytic
+prior inside, ``distill`` runs in deploy mode (no auxiliary decoder). Output: a DataFrame
+with one probability column per class and ``predicted_class``. Parameters:
+``strip_prior`` feeds zeros for the prior channels of a 5-channel model (the paper's
+strip-and-serve recipe; no effect on 3-channel cells); ``heatmap`` (``distill`` only) adds
+``p_blood_heatmap``, the auxiliary head's P_blood estimate at the feature-map resolution.
+
+**Sequence cells** (``PipiSequenceClassifier``): a clip of consecutive frames of one video
+(``T x H x W x 3``, ``1 <= T <= MAX_CLIP_FRAMES``), a batch of clips ``B x T x H x W x 3``,
+or a list of clips of different lengths; output one row per frame (``clip``, ``frame``,
+probabilities, ``predicted_class``). The window rule is in :mod:`pipi.sequence_clip`.
+
+Refused input raises ``MlflowException`` with ``INVALID_PARAMETER_VALUE`` (HTTP 400 under
+``mlflow models serve``) and a one-line reason; :mod:`pipi.tracking.serving` keeps the
+scoring server from echoing the request back.
 """
 
 from __future__ import annotations
@@ -17,60 +30,126 @@ import mlflow.pyfunc
 import numpy as np
 import pandas as pd
 import torch
-from PIL import Image
+from mlflow.exceptions import MlflowException
+from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 
 from pipi.classes import CLASSES
 from pipi.config import TrainConfig
+from pipi.errors import DataError
+from pipi.model_input import Limits, clips_from_input, images_from_input
+from pipi.models import NormalAutoencoder
+from pipi.models.sequence import SequenceModel
+from pipi.sequence_clip import ClipPredictor, resize_batch
+from pipi.tracking.serving import install_guard
 from pipi.training import FrameInputs, build_frame_model
 
+__all__ = ["MAX_CLIP_FRAMES", "PARAMS", "PipiImageClassifier", "PipiSequenceClassifier",
+           "preprocess"]
 
-def _as_images(model_input) -> list[np.ndarray]:
-    if isinstance(model_input, pd.DataFrame):
-        model_input = list(model_input.iloc[:, 0])
-    if isinstance(model_input, dict):
-        model_input = next(iter(model_input.values()))
-    if isinstance(model_input, np.ndarray):
-        if model_input.dtype == object and model_input.ndim == 1:  # ragged batch
-            return [np.asarray(x) for x in model_input]
-        if model_input.ndim == 3:
-            return [model_input]
-        if model_input.ndim == 4:
-            return list(model_input)
-        raise ValueError(f"expected H x W x 3 or B x H x W x 3, got shape {model_input.shape}")
-    return [np.asarray(x) for x in model_input]
+#: The model parameters (``params`` of a request) and their defaults.
+PARAMS = {"strip_prior": False, "heatmap": False}
+#: Longest clip a sequence model takes (the paper's window).
+MAX_CLIP_FRAMES = 16
+_BATCH = 64
 
 
 def preprocess(images: list[np.ndarray], size: int) -> torch.Tensor:
     """RGB uint8 images -> float ``[B, 3, size, size]`` in [0, 1] (training-cache resize)."""
-    out = []
-    for im in images:
-        if im.ndim != 3 or im.shape[-1] != 3:
-            raise ValueError(f"each image must be H x W x 3 RGB, got shape {im.shape}")
-        pil = Image.fromarray(np.ascontiguousarray(im.astype(np.uint8)))
-        out.append(np.asarray(pil.resize((size, size), Image.BILINEAR)).transpose(2, 0, 1))
-    return torch.from_numpy(np.stack(out)).float().div_(255.0)
+    return resize_batch(images, size)
+
+
+def refused(reason) -> MlflowException:
+    """A client error: HTTP 400 with this one line under ``mlflow models serve``."""
+    return MlflowException(" ".join(str(reason).split()), error_code=INVALID_PARAMETER_VALUE)
+
+
+def _flag(params: dict | None, name: str) -> bool:
+    v = (params or {}).get(name, PARAMS[name])
+    if isinstance(v, str) and v.lower() in ("true", "false", "1", "0"):
+        return v.lower() in ("true", "1")
+    if isinstance(v, (bool, np.bool_, int)) and v in (0, 1):
+        return bool(v)
+    raise refused(f"params.{name}={v!r}: must be true or false")
+
+
+def _load_frame_model(config: Path, weights: Path):
+    cfg = TrainConfig.from_dict(json.loads(Path(config).read_text()), weights="none")
+    model = build_frame_model(cfg)
+    model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+    model.eval()
+    if hasattr(model, "deploy_mode"):
+        model.deploy_mode = True
+    return model, cfg
 
 
 class PipiImageClassifier(mlflow.pyfunc.PythonModel):
     """pyfunc wrapper around a per-frame pipi model (see the module docstring)."""
 
     def load_context(self, context):
-        cfg_doc = json.loads(Path(context.artifacts["config"]).read_text())
-        self.cfg = TrainConfig.from_dict(cfg_doc, weights="none")
-        self.model = build_frame_model(self.cfg)
-        state = torch.load(context.artifacts["weights"], map_location="cpu", weights_only=True)
-        self.model.load_state_dict(state)
-        self.model.eval()
-        if hasattr(self.model, "deploy_mode"):
-            self.model.deploy_mode = True
+        self.model, self.cfg = _load_frame_model(context.artifacts["config"],
+                                                 context.artifacts["weights"])
         self.inputs = FrameInputs(self.cfg)
+        self.limits = Limits()
+        install_guard()
 
     def predict(self, context, model_input, params=None):
-        strip = bool((params or {}).get("strip_prior", False))
-        x01 = preprocess(_as_images(model_input), self.cfg.image_size)
+        strip, heat = _flag(params, "strip_prior"), _flag(params, "heatmap")
+        if heat and not self.cfg.cell_config.distill:
+            raise refused(f"params.heatmap=true: cell {self.cfg.cell!r} has no P_blood head "
+                          "(only distill does)")
+        try:
+            images = images_from_input(model_input, limits=self.limits)
+        except DataError as exc:
+            raise refused(exc) from None
+        probs, maps = [], []
         with torch.no_grad():
-            x, _ = self.inputs(x01, train=False, strip_prior=strip)
-            probs = torch.softmax(self.model(x).float(), dim=1).numpy()
-        df = pd.DataFrame(probs, columns=list(CLASSES))
-        df["predicted_class"] = [CLASSES[i] for i in probs.argmax(1)]
+            for i in range(0, len(images), _BATCH):
+                x01 = preprocess(images[i:i + _BATCH], self.cfg.image_size)
+                x, _ = self.inputs(x01, train=False, strip_prior=strip)
+                if heat:
+                    self.model.deploy_mode = False
+                    try:
+                        logits, aux = self.model(x)
+                    finally:
+                        self.model.deploy_mode = True
+                    maps.extend(torch.sigmoid(aux[:, 0].float()).numpy())
+                else:
+                    logits = self.model(x)
+                probs.append(torch.softmax(logits.float(), dim=1).numpy())
+        p = np.concatenate(probs).astype(np.float64)
+        df = pd.DataFrame(p, columns=list(CLASSES))
+        df["predicted_class"] = [CLASSES[i] for i in p.argmax(1)]
+        if heat:
+            df["p_blood_heatmap"] = [np.round(m, 4).tolist() for m in maps]
         return df
+
+
+class PipiSequenceClassifier(mlflow.pyfunc.PythonModel):
+    """pyfunc around a sequence cell: base backbone + temporal head (+ C3 autoencoder)."""
+
+    def load_context(self, context):
+        bundle = torch.load(context.artifacts["bundle"], map_location="cpu", weights_only=False)
+        cfg = TrainConfig.from_dict(bundle["config"], weights="none")
+        base_cfg = TrainConfig.from_dict(bundle["base_config"], weights="none")
+        base = build_frame_model(base_cfg)
+        base.load_state_dict(bundle["base_state"])
+        head = SequenceModel(**bundle["spec"])
+        head.load_state_dict(bundle["head_state"])
+        ae = None
+        if bundle.get("autoencoder_state") is not None:
+            ae = NormalAutoencoder()
+            ae.load_state_dict(bundle["autoencoder_state"])
+            ae.eval()
+        self.cfg = cfg
+        self.predictor = ClipPredictor(cfg=cfg, base_cfg=base_cfg, base=base, head=head,
+                                       norms=bundle["norms"], autoencoder=ae)
+        self.limits = Limits()
+        install_guard()
+
+    def predict(self, context, model_input, params=None):
+        try:
+            clips = clips_from_input(model_input, max_frames=MAX_CLIP_FRAMES,
+                                     limits=self.limits)
+        except DataError as exc:
+            raise refused(exc) from None
+        return self.predictor.predict(clips)

@@ -19,18 +19,20 @@ from pipi.tracking.runs import get_run
 
 
 def log_pyfunc_model(*, python_model, artifacts: dict[str, str], input_example,
-                     registered_model_name: str | None, signature_output) -> Any:
-    """Log (and register) a pyfunc model with signature and input example."""
+                     registered_model_name: str | None, signature_output,
+                     params: Mapping[str, Any] | None = None) -> Any:
+    """Log (and register) a pyfunc model with signature and input example.
+
+    The signature declares the outputs and ``params`` but no input schema: the model takes
+    images in several forms (uint8 arrays of any size, base64 JPEG/PNG strings; see
+    ``pipi.model_input``) and checks them itself, which a single MLflow schema cannot say
+    (a TensorSpec would turn base64 strings away before the model sees them).
+    """
     import numpy as np
     from mlflow.models import ModelSignature, infer_signature
-    from mlflow.types import Schema, TensorSpec
 
-    inferred = infer_signature(input_example, signature_output, params={"strip_prior": False})
-    # any image size: B x H x W x 3 uint8 (ragged batches as an object array of H x W x 3)
-    signature = ModelSignature(
-        inputs=Schema([TensorSpec(np.dtype(np.uint8), (-1, -1, -1, 3))]),
-        outputs=inferred.outputs, params=inferred.params,
-    )
+    inferred = infer_signature(input_example, signature_output, params=dict(params or {}) or None)
+    signature = ModelSignature(inputs=None, outputs=inferred.outputs, params=inferred.params)
     reqs = [
         f"torch=={_version('torch')}", f"torchvision=={_version('torchvision')}",
         f"mlflow=={_version('mlflow')}", f"numpy=={np.__version__}", f"pandas=={_version('pandas')}",
@@ -111,3 +113,47 @@ def model_uri_run_id(uri: str) -> str:
     if not run_id:
         raise TrackingError(f"{uri}: the model is not linked to a run")
     return run_id
+
+
+# --------------------------------------------------------------------------- promotion
+def model_version(name: str, version: str | None = None, *, alias: str | None = None):
+    """A registered model version by number or alias (TrackingError naming what is missing)."""
+    c = MlflowClient()
+    try:
+        if version:
+            return c.get_model_version(name, str(version))
+        return c.get_model_version_by_alias(name, alias)
+    except Exception as exc:  # noqa: BLE001 - MlflowException (missing) or REST error
+        what = f"version {version}" if version else f"alias @{alias}"
+        raise TrackingError(f"model={name}: no {what} in the registry of "
+                            f"{mlflow.get_tracking_uri()} ({str(exc).splitlines()[0][:200]})"
+                            ) from None
+
+
+def alias_version(name: str, alias: str) -> str | None:
+    """The version number an alias points at, or None."""
+    try:
+        return str(MlflowClient().get_model_version_by_alias(name, alias).version)
+    except Exception:  # noqa: BLE001 - no such alias
+        return None
+
+
+def set_aliases(name: str, aliases: Mapping[str, str | None]) -> None:
+    """Point each alias at a version (None: delete the alias)."""
+    c = MlflowClient()
+    for alias, version in aliases.items():
+        if version is None:
+            if alias_version(name, alias) is not None:
+                c.delete_registered_model_alias(name, alias)
+        else:
+            c.set_registered_model_alias(name, alias, str(version))
+
+
+def record_on_version(name: str, version: str, tags: Mapping[str, Any],
+                      description: str | None = None) -> None:
+    """Set version tags (values as strings, at most 5000 characters) and the description."""
+    c = MlflowClient()
+    for k, v in tags.items():
+        c.set_model_version_tag(name, str(version), k, str(v)[:5000])
+    if description is not None:
+        c.update_model_version(name, str(version), description=description)

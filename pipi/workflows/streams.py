@@ -32,11 +32,13 @@ from pipi.sequence import (
     store_array,
     base_config,
     build_windows,
+    c1_cached,
     c1_stream,
     frame_embeddings,
     residual_matrix,
     train_autoencoder,
     zscore,
+    zscore_stats,
 )
 from pipi.training import FrameInputs, tmpdir
 
@@ -168,14 +170,19 @@ def build_streams(cfg: TrainConfig, *, base_run_id: str, frames: pd.DataFrame, m
     emb = base_embeddings(base_run_id, frames=frames, images=images, digest=digest,
                           image_size=cfg.image_size, cache_dir=cache_dir, device=device)
     streams = Streams(embeddings=zscore(emb, emb[train_rows]),
-                      windows=build_windows(frames, window=cfg.window))
+                      windows=build_windows(frames, window=cfg.window),
+                      norms={"emb": zscore_stats(emb[train_rows])})
     sources = {tracking.TAG_BASE_RUN: base_run_id}
     if cell.c1:
         streams.c1 = c1_stream(frames, images, cfg, cache_dir=cache_dir, digest=digest,
                                device=device)
+        if cell.c1 != "c8_patient":
+            raw = c1_cached(images, cfg, cache_dir=cache_dir, digest=digest, device=device)
+            streams.norms["c1"] = zscore_stats(raw[train_rows])
     if cell.c3:
         rid, res = ensure_autoencoder(cfg, frames=frames, images=images, manifest=manifest,
                                       cache_dir=cache_dir, device=device, progress=progress)
         streams.c3 = zscore(res, res[train_rows])
+        streams.norms["c3"] = zscore_stats(res[train_rows])
         sources[tracking.TAG_C3_RUN] = rid
     return streams, sources

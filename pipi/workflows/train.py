@@ -2,8 +2,8 @@
 
 One run body serves per-frame and sequence cells: resolve the data, start (or resume, or
 attach to ``mlflow run``'s) run with the contract's tags, log params, config and dataset,
-fit, log metrics and predictions, then the model (a registered pyfunc for per-frame cells,
-a checkpoint for sequence cells).
+fit, log metrics and predictions, then the model: a registered pyfunc for every cell
+(``pipi.tracking.pyfunc``; sequence cells also keep their checkpoint).
 """
 
 from __future__ import annotations
@@ -26,8 +26,18 @@ from pipi.data.kvasir import load_staged
 from pipi.errors import ConfigError
 from pipi.paths import pipi_home
 from pipi.runtime import runtime_of
-from pipi.sequence import base_config, fit_sequence
-from pipi.tracking.pyfunc import PipiImageClassifier, preprocess
+from pipi.evaluate import load_run_model
+from pipi.model_input import encode_png
+from pipi.models import NormalAutoencoder
+from pipi.sequence import C3_DIR, base_config, fit_sequence
+from pipi.sequence_clip import ClipPredictor
+from pipi.tracking.pyfunc import (
+    MAX_CLIP_FRAMES,
+    PARAMS,
+    PipiImageClassifier,
+    PipiSequenceClassifier,
+    preprocess,
+)
 from pipi.training import FrameInputs, run_frame_cell, tmpdir, write_predictions
 from pipi.workflows.stage import resolve_data
 from pipi.workflows.streams import build_streams, find_base_run
@@ -114,13 +124,13 @@ def train(cfg: TrainConfig, *, data: str | None = None, resume: str | None = Non
                 summary = _fit_sequence(cfg, root=root, frames=frames, manifest=manifest,
                                         base_id=base_id, tracker=tracker, work=work,
                                         resume_state=resume_state, register=register,
-                                        progress=progress, device=runtime.device)
+                                        progress=progress, tags=tags, device=runtime.device)
             else:
                 out = run_frame_cell(cfg, data=root, resume_state=resume_state, tracker=tracker,
                                      progress=progress, runtime=runtime)
                 summary = log_results(out, work)
-                summary.update(_log_model(cfg, out["model"], work, run.info.run_id,
-                                          summary["test_macro_auc"], register, tags))
+                summary.update(_log_model(cfg, out["model"], work, summary["test_macro_auc"],
+                                          register, tags))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return summary
@@ -145,8 +155,9 @@ def ensure_base_run(cfg: TrainConfig, *, data: Path, digest: str, register: bool
 
 def _fit_sequence(cfg: TrainConfig, *, root: Path, frames: pd.DataFrame, manifest: dict,
                   base_id: str | None, tracker, work: Path, resume_state: dict | None,
-                  register: bool, progress: bool, device: torch.device) -> dict:
-    """The sequence part of a ``train`` run: base run, streams, head; checkpoint, not pyfunc."""
+                  register: bool, progress: bool, tags: dict, device: torch.device) -> dict:
+    """The sequence part of a ``train`` run: base run, streams, head; checkpoint and the
+    registered pyfunc (base backbone + head + C3 autoencoder)."""
     digest = manifest["data_digest"]
     if base_id is None:
         base_id, _ = ensure_base_run(cfg, data=root, digest=digest, register=register,
@@ -167,32 +178,88 @@ def _fit_sequence(cfg: TrainConfig, *, root: Path, frames: pd.DataFrame, manifes
     torch.save({"model": out["model"].state_dict(), "spec": out["model"].spec,
                 "config": cfg.to_dict(), **sources}, work / "best_state.pt")
     tracking.log_artifact(work / "best_state.pt", "checkpoints")
-    summary.update(base_run_id=base_id, model_uri=None)
+    summary.update(base_run_id=base_id)
+    summary.update(_log_sequence_model(cfg, out["model"], streams.norms, sources, work,
+                                       summary["test_macro_auc"], register, tags))
     return summary
 
 
+def _log_sequence_model(cfg: TrainConfig, head, norms: dict, sources: dict, work: Path,
+                        test_auc: float, register: bool, tags: dict) -> dict:
+    """Log (and register) the sequence pyfunc: base backbone + head (+ C3 autoencoder)."""
+    base_model, base_cfg = load_run_model(sources[tracking.TAG_BASE_RUN])
+    ae_state = None
+    if tracking.TAG_C3_RUN in sources:
+        got = tracking.download_artifact(sources[tracking.TAG_C3_RUN],
+                                         f"{C3_DIR}/autoencoder.pt", work / "c3")
+        ae_state = torch.load(got, map_location="cpu", weights_only=True)
+    bundle = {"config": cfg.to_dict(), "base_config": base_cfg.to_dict(),
+              "base_state": base_model.state_dict(), "spec": head.spec,
+              "head_state": head.state_dict(), "autoencoder_state": ae_state,
+              "norms": {k: (np.asarray(m), np.asarray(s)) for k, (m, s) in norms.items()},
+              "sources": dict(sources)}
+    torch.save(bundle, work / "sequence_model.pt")
+    cpath = work / "model_config.json"
+    cpath.write_text(json.dumps(cfg.to_dict(), indent=2))
+    clip = _example_images(cfg, n=2)
+    predictor = ClipPredictor(cfg=cfg, base_cfg=base_cfg, base=base_model, head=head.cpu(),
+                              norms=bundle["norms"], autoencoder=_autoencoder(ae_state))
+    out_example = predictor.predict([clip])
+    example = pd.DataFrame({"image": [encode_png(im) for im in clip]})   # one clip, 2 frames
+    return _log_and_register(cfg, PipiSequenceClassifier(), {"bundle": str(work / "sequence_model.pt"),
+                             "config": str(cpath)}, example, out_example, test_auc, register,
+                             tags, params=None,
+                             extra={"base_run_id": sources[tracking.TAG_BASE_RUN],
+                                    "window": cfg.window, "max_clip_frames": MAX_CLIP_FRAMES})
+
+
+def _autoencoder(state):
+    if state is None:
+        return None
+    ae = NormalAutoencoder()
+    ae.load_state_dict(state)
+    return ae.eval()
+
+
+def _example_images(cfg: TrainConfig, *, n: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    return list(rng.integers(0, 256, (n, cfg.image_size, cfg.image_size, 3), dtype=np.uint8))
+
+
 # --------------------------------------------------------------------------- the model
-def _log_model(cfg: TrainConfig, model, work: Path, run_id: str, test_auc: float,
-               register: bool, tags: dict) -> dict:
+def _log_model(cfg: TrainConfig, model, work: Path, test_auc: float, register: bool,
+               tags: dict) -> dict:
     wpath = work / "model_state.pt"
     torch.save(model.state_dict(), wpath)
     cpath = work / "model_config.json"
     cpath.write_text(json.dumps(cfg.to_dict(), indent=2))
-    rng = np.random.default_rng(0)
-    example = rng.integers(0, 256, (2, cfg.image_size, cfg.image_size, 3), dtype=np.uint8)
-    name = registered_name(cfg) if register else None
+    images = _example_images(cfg, n=2)
     # the output example is computed by the real model, so the signature is exact
     model.eval()
     with torch.no_grad():
         if hasattr(model, "deploy_mode"):
             model.deploy_mode = True
-        x, _ = FrameInputs(cfg)(preprocess(list(example), cfg.image_size), train=False)
+        x, _ = FrameInputs(cfg)(preprocess(images, cfg.image_size), train=False)
         probs = torch.softmax(model(x), 1).numpy().astype(np.float64)
     out_example = pd.DataFrame(probs, columns=list(CLASSES))
     out_example["predicted_class"] = [CLASSES[i] for i in probs.argmax(1)]
+    # the serving example shows the base64 form a client sends without numpy (PNG: lossless)
+    example = pd.DataFrame({"image": [encode_png(im) for im in images]})
+    return _log_and_register(cfg, PipiImageClassifier(),
+                             {"weights": str(wpath), "config": str(cpath)}, example,
+                             out_example, test_auc, register, tags, params=PARAMS, extra={})
+
+
+def _log_and_register(cfg: TrainConfig, python_model, artifacts: dict, example, out_example,
+                      test_auc: float, register: bool, tags: dict, *, params, extra: dict
+                      ) -> dict:
+    """Log the pyfunc; register it as ``pipi-<backbone>-<cell>`` with version tags and the
+    ``candidate`` alias."""
+    run_id = tracking.active_run_id()
+    name = registered_name(cfg) if register else None
     info = tracking.log_pyfunc_model(
-        python_model=PipiImageClassifier(), artifacts={"weights": str(wpath), "config": str(cpath)},
-        input_example=example, registered_model_name=name, signature_output=out_example,
+        python_model=python_model, artifacts=artifacts, input_example=example,
+        registered_model_name=name, signature_output=out_example, params=params,
     )
     result = {"model_uri": info.model_uri, "registered": None}
     if name:
@@ -202,7 +269,9 @@ def _log_model(cfg: TrainConfig, model, work: Path, run_id: str, test_auc: float
             {"run_id": run_id, "test_macro_auc": f"{test_auc:.6f}",
              "recipe": tags.get(tracking.TAG_RECIPE, recipe_command(cfg)),
              "recipe_hash": tags.get(tracking.TAG_RECIPE_HASH, ""),
-             "git_commit": tracking.code_version(), "cell": cfg.cell, "seed": cfg.seed},
+             "data_digest": tags.get(tracking.TAG_DATA_DIGEST, ""),
+             "git_commit": tracking.code_version(), "cell": cfg.cell,
+             "backbone": cfg.backbone, "seed": cfg.seed, **extra},
             alias="candidate",
         )
         result["registered"] = f"models:/{name}/{version}"

@@ -1,0 +1,91 @@
+"""What ``mlflow models serve`` answers for a pipi model when a request is refused.
+
+MLflow 3's scoring server (``mlflow.pyfunc.scoring_server``) maps an ``MlflowException``
+raised while parsing or predicting to its error code's HTTP status (``BAD_REQUEST`` /
+``INVALID_PARAMETER_VALUE`` -> 400), but it puts the request itself into the message
+(``Failed to predict data '<the whole input>'``; a body that is not JSON is echoed back
+whole), a non-MlflowException becomes a 400 carrying a stack trace, and a huge body is parsed
+before anything can refuse it (a 264 MB request used 5-7 GB and answered 504 after 60 s).
+
+:func:`install_guard` wraps the server's ``invocations`` function (the one the FastAPI route
+calls for every request) once per process, when a pipi model is loaded:
+
+* a body over ``PIPI_SERVE_MAX_BYTES`` (default 64 MiB) -> 413 before it is parsed;
+* a JSON content type whose body is not JSON -> 400 "request body is not JSON (...)";
+* any ``MlflowException`` -> the same status with a one-line message without the request
+  data and without a stack trace.
+
+Every answer is ``{"error_code": ..., "message": ...}``, the shape MLflow uses itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from mlflow.exceptions import MlflowException
+
+__all__ = ["DEFAULT_MAX_BYTES", "guarded", "install_guard", "max_request_bytes"]
+
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+_PREFIX = "Failed to predict data '"
+
+
+def max_request_bytes() -> int:
+    return int(os.environ.get("PIPI_SERVE_MAX_BYTES", DEFAULT_MAX_BYTES))
+
+
+def _one_line(message: str) -> str:
+    """The reason without the echoed request: MLflow prefixes predict errors with the data."""
+    if message.startswith(_PREFIX) and "\nError: " in message:
+        message = message.rsplit("\nError: ", 1)[1]
+    if "\nInput: " in message:
+        message = message.split("\nInput: ", 1)[0]
+    line = " ".join(message.split())
+    return line if len(line) <= 500 else line[:497] + "..."
+
+
+def _answer(response_cls, status: int, code: str, message: str):
+    body = json.dumps({"error_code": code, "message": message})
+    return response_cls(response=body, status=status, mimetype="application/json")
+
+
+def guarded(invocations, response_cls):
+    """``invocations`` with the checks of the module docstring around it."""
+
+    def pipi_invocations(data, content_type, model, input_schema):
+        limit = max_request_bytes()
+        if len(data) > limit:
+            return _answer(response_cls, 413, "BAD_REQUEST",
+                           f"request body of {len(data)} bytes is over the limit of {limit} "
+                           "bytes (PIPI_SERVE_MAX_BYTES); send fewer or smaller images")
+        if (content_type or "").split(";")[0].strip() == "application/json":
+            try:
+                json.loads(data)
+            except (ValueError, UnicodeDecodeError) as exc:
+                where = f" at line {exc.lineno} column {exc.colno}" if hasattr(exc, "lineno") \
+                    else ""
+                return _answer(response_cls, 400, "BAD_REQUEST",
+                               f"request body is not JSON{where}; send e.g. "
+                               '{"dataframe_records": [{"image": "<base64 JPEG>"}]}')
+        try:
+            return invocations(data, content_type, model, input_schema)
+        except MlflowException as exc:
+            return _answer(response_cls, exc.get_http_status_code(), exc.error_code,
+                           _one_line(exc.message))
+        except (ValueError, TypeError, KeyError) as exc:  # the server's own parsing
+            return _answer(response_cls, 400, "BAD_REQUEST",
+                           _one_line(f"cannot read the request ({type(exc).__name__}: {exc})"))
+
+    pipi_invocations.__pipi_guard__ = True
+    return pipi_invocations
+
+
+def install_guard() -> None:
+    """Wrap the scoring server's ``invocations`` (idempotent; harmless outside a server)."""
+    from mlflow.pyfunc import scoring_server
+
+    current = scoring_server.invocations
+    if getattr(current, "__pipi_guard__", False):
+        return
+    scoring_server.invocations = guarded(current, scoring_server.InvocationsResponse)

@@ -1,0 +1,287 @@
+"""The ``promote`` workflow: move a registered model's ``champion`` alias only on evidence.
+
+The evidence is computed by ``aggregate``'s own statistics (:mod:`pipi.analysis`), from the
+per-frame test predictions of the runs behind the version:
+
+* the **new arm**: FINISHED ``train`` runs of the version's cell and backbone on the same
+  data digest and with the same recipe as the version's run (every seed it has);
+* the **baseline arm**: FINISHED ``train`` runs of ``baseline`` (default ``a``) with the same
+  backbone, data digest and profile, in the same experiment; paired with the new arm by seed.
+
+The gate passes when all of these hold:
+
+1. at least ``min_sign_positive`` paired seeds (fewer is a refusal that gives the count);
+2. the cross-seed mean macro-AUC delta (new - baseline) is positive and its video-clustered
+   BCa bootstrap interval (:class:`pipi.stats.PairedAUCBootstrap`) excludes zero;
+3. at least ``min_sign_positive`` seeds have a positive delta;
+4. no class regresses significantly: per class, the bootstrap p-value of the cross-seed AUC
+   delta, Benjamini-Hochberg adjusted over the classes; a class with a negative delta and
+   adjusted p < 0.05 blocks promotion.
+
+The evidence table is printed and recorded on the version (``pipi.promote.*`` tags and the
+description) whether the gate passes or not. On promotion the current champion (if any)
+becomes ``previous-champion``; ``rollback`` points ``champion`` back at it. A forced
+promotion (``force_reason``) skips the gate, records the reason and says so.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from pipi import tracking
+from pipi.analysis import AggregateOptions, Analysis, build_evidence, compare_cells, select_runs
+from pipi.analysis.recipes import recipe_signatures
+from pipi.classes import CLASSES
+from pipi.errors import ConfigError, DataError, PipiError
+from pipi.stats import adjust_pvalues
+from pipi.workflows.aggregate import default_cache_dir, fetch_predictions
+
+__all__ = ["CHAMPION", "PREVIOUS", "Evidence", "PromoteResult", "gather_evidence", "promote",
+           "rollback"]
+
+log = logging.getLogger(__name__)
+
+CHAMPION, PREVIOUS, CANDIDATE = "champion", "previous-champion", "candidate"
+ALPHA = 0.05
+_NAME = re.compile(r"^pipi-(?P<backbone>[a-z0-9_]+)-(?P<cell>[a-z_]+)$")
+
+
+@dataclass
+class Evidence:
+    """What the gate saw: the comparison, the per-class deltas and each criterion."""
+
+    cell: str
+    baseline: str
+    backbone: str
+    seeds: tuple[int, ...] = ()
+    deltas: tuple[float, ...] = ()
+    new_runs: dict = field(default_factory=dict)
+    baseline_runs: dict = field(default_factory=dict)
+    delta: float = float("nan")
+    ci: tuple[float, float] = (float("nan"), float("nan"))
+    pvalue: float = float("nan")
+    unit: str = ""
+    per_class: pd.DataFrame | None = None       # class, delta, p, p_bh
+    criteria: list = field(default_factory=list)  # (criterion, value, required, ok)
+    notes: list = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.criteria) and all(ok for *_, ok in self.criteria)
+
+    def table(self) -> str:
+        """The evidence as Markdown (printed and stored as the version's description)."""
+        lines = [f"Evidence: {self.cell} vs {self.baseline} ({self.backbone}), seeds "
+                 f"{','.join(map(str, self.seeds)) or '-'}", "",
+                 "| criterion | value | required | ok |", "|---|---|---|---|"]
+        lines += [f"| {c} | {v} | {r} | {'yes' if ok else 'NO'} |"
+                  for c, v, r, ok in self.criteria]
+        if self.seeds:
+            lines += ["", "| seed | baseline run | new run | macro-AUC delta |", "|---|---|---|---|"]
+            lines += [f"| {s} | {self.baseline_runs.get(s, '')} | {self.new_runs.get(s, '')} | "
+                      f"{d:+.4f} |" for s, d in zip(self.seeds, self.deltas, strict=True)]
+        if self.per_class is not None and len(self.per_class):
+            lines += ["", "| class | AUC delta | p | p (BH) |", "|---|---|---|---|"]
+            lines += [f"| {r['class']} | {r['delta']:+.4f} | {r['p']:.4f} | {r['p_bh']:.4f} |"
+                      for _, r in self.per_class.iterrows()]
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class PromoteResult:
+    promoted: bool
+    model: str
+    version: str
+    previous: str | None
+    text: str
+
+
+# --------------------------------------------------------------------------- evidence
+def _runs_of_version(mv) -> dict:
+    run = tracking.get_run(mv.run_id)
+    t = run.data.tags
+    need = [tracking.TAG_CELL, tracking.TAG_BACKBONE, tracking.TAG_DATA_DIGEST]
+    missing = [k for k in need if not t.get(k)]
+    if missing:
+        raise DataError(f"version {mv.version} (run {mv.run_id}) lacks the tags {missing}; "
+                        "only versions registered by pipi train can be promoted")
+    return {"run_id": mv.run_id, "experiment_id": run.info.experiment_id,
+            "cell": t[tracking.TAG_CELL], "backbone": t[tracking.TAG_BACKBONE],
+            "digest": t[tracking.TAG_DATA_DIGEST], "profile": run.data.params.get("profile", "")}
+
+
+def _select(runs: pd.DataFrame, src: dict, baseline: str) -> pd.DataFrame:
+    """The new arm (same recipe as the version's run) and the baseline arm (same profile)."""
+    runs = runs[runs["status"] == "FINISHED"]
+    new = runs[runs["cell"] == src["cell"]]
+    sigs = recipe_signatures(new)
+    mine = sigs[new["run_id"] == src["run_id"]]
+    if mine.empty:
+        raise DataError(f"run {src['run_id']} of the version is not a FINISHED train run of "
+                        "its experiment")
+    new = new[sigs == mine.iloc[0]]
+    base = runs[(runs["cell"] == baseline) & (runs["profile"] == src["profile"])]
+    return pd.concat([new, base], ignore_index=True)
+
+
+def gather_evidence(src: dict, *, baseline: str, min_sign_positive: int,
+                    options: AggregateOptions | None = None,
+                    cache_dir: Path | None = None) -> Evidence:
+    """The evidence of the module docstring for the version's run ``src``."""
+    ev = Evidence(cell=src["cell"], baseline=baseline, backbone=src["backbone"])
+    flt = (f"tags.`{tracking.TAG_DATA_DIGEST}` = '{src['digest']}' and "
+           f"tags.`{tracking.TAG_BACKBONE}` = '{src['backbone']}' and "
+           f"tags.`{tracking.TAG_ENTRY_POINT}` = 'train'")
+    runs = tracking.load_runs(src["experiment_id"], flt)
+    kept, _ = select_runs(_select(runs, src, baseline))
+    n_base = int((kept["cell"] == baseline).sum())
+    if n_base == 0:
+        ev.criteria.append(("baseline runs", f"0 FINISHED {baseline} runs", "same data, "
+                            "backbone and profile", False))
+        return ev
+    dirs, no_preds = fetch_predictions(kept, Path(cache_dir) if cache_dir else
+                                       default_cache_dir())
+    kept = kept[kept["run_id"].isin(dirs)].reset_index(drop=True)
+    ev.notes += [f"run {r} has no predictions artifact" for r in no_preds["run_id"]]
+    evidence = build_evidence(kept, dirs, all_runs=runs, experiment_id=src["experiment_id"],
+                              tracking_uri=tracking.current_tracking_uri(), filter_string=flt)
+    an = Analysis(evidence, options or AggregateOptions())
+    notes: list[str] = []
+    comp = compare_cells(an, baseline=baseline, cells=[src["cell"]], family="promote",
+                         backbone=src["backbone"], notes=notes)[0]
+    ev.notes += notes + list(comp.notes)
+    ev.seeds = tuple(int(s) for s in comp.seeds)
+    ev.deltas = tuple(float(d) for d in comp.deltas)
+    ev.new_runs, ev.baseline_runs = dict(comp.new_runs), dict(comp.ref_runs)
+    n = len(ev.seeds)
+    ev.criteria.append(("paired seeds", str(n), f">= {min_sign_positive}",
+                        n >= min_sign_positive))
+    if n < max(min_sign_positive, 2):
+        return ev
+    boot = comp.bootstrap
+    ev.delta, ev.pvalue, ev.unit = float(boot.statistic), float(boot.pvalue), boot.unit
+    ev.ci = (float(boot.bca.low), float(boot.bca.high))
+    ev.criteria.append(("mean macro-AUC delta", f"{ev.delta:+.4f}", "> 0", ev.delta > 0))
+    ev.criteria.append((f"95% BCa CI ({boot.unit})", f"[{ev.ci[0]:+.4f}, {ev.ci[1]:+.4f}]",
+                        "excludes 0", bool(ev.ci[0] > 0)))
+    ev.criteria.append(("positive seeds", comp.sign_text, f">= {min_sign_positive}",
+                        comp.n_positive >= min_sign_positive))
+    rows = []
+    seeds = list(comp.seeds)
+    for k in evidence.classes:
+        d = an.delta_ci(src["backbone"], baseline, src["cell"], seeds, classes=[k])
+        rows.append({"class": CLASSES[k], "delta": float(d.statistic), "p": float(d.pvalue)})
+    pc = pd.DataFrame(rows)
+    pc["p_bh"] = adjust_pvalues(pc["p"].to_numpy(float), method="bh")
+    ev.per_class = pc
+    worse = pc[(pc["delta"] < 0) & (pc["p_bh"] < ALPHA)]
+    ev.criteria.append(("classes with a significant regression (BH)",
+                        ", ".join(worse["class"]) or "none", f"none at p_BH < {ALPHA}",
+                        worse.empty))
+    return ev
+
+
+# --------------------------------------------------------------------------- the workflow
+def _check_name(model: str) -> None:
+    if not _NAME.match(model or ""):
+        raise ConfigError(f"model={model!r}: expected a registered model name "
+                          "pipi-<backbone>-<cell>, e.g. pipi-efficientnet_b0-b_plus")
+
+
+def _record(model: str, version: str, ev: Evidence | None, decision: str, *,
+            force_reason: str = "", error: str = "") -> str:
+    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    text = ev.table() if ev is not None else "no evidence"
+    if error:
+        text += f"\nevidence could not be computed: {error}"
+    if force_reason:
+        text += f"\nFORCED promotion, reason: {force_reason}"
+    head = f"pipi promote {now}: {decision}"
+    tags = {"pipi.promote.decision": decision, "pipi.promote.date": now}
+    if ev is not None:
+        tags.update({
+            "pipi.promote.baseline": ev.baseline, "pipi.promote.seeds": ",".join(map(str, ev.seeds)),
+            "pipi.promote.delta": f"{ev.delta:.6f}",
+            "pipi.promote.ci": f"[{ev.ci[0]:.6f}, {ev.ci[1]:.6f}]",
+            "pipi.promote.p_bootstrap": f"{ev.pvalue:.6g}",
+            "pipi.promote.runs": json.dumps({"new": ev.new_runs, "baseline": ev.baseline_runs}),
+            "pipi.promote.criteria": json.dumps([[c, v, r, bool(ok)] for c, v, r, ok
+                                                 in ev.criteria]),
+        })
+        if ev.per_class is not None:
+            tags["pipi.promote.class_p_bh"] = json.dumps(
+                {r["class"]: [round(r["delta"], 6), round(r["p_bh"], 6)]
+                 for _, r in ev.per_class.iterrows()})
+    if force_reason:
+        tags["pipi.promote.force_reason"] = force_reason
+    if error:
+        tags["pipi.promote.error"] = error
+    tracking.record_on_version(model, version, tags, description=f"{head}\n\n{text}")
+    return f"{head}\n{text}"
+
+
+def rollback(model: str) -> PromoteResult:
+    """Point ``champion`` back at ``previous-champion`` (which then names the demoted one)."""
+    _check_name(model)
+    prev = tracking.alias_version(model, PREVIOUS)
+    if prev is None:
+        raise ConfigError(f"rollback=true: {model} has no @{PREVIOUS} to restore")
+    cur = tracking.alias_version(model, CHAMPION)
+    tracking.set_aliases(model, {CHAMPION: prev, PREVIOUS: cur})
+    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    tracking.record_on_version(model, prev, {"pipi.promote.restored": f"{now} (rollback from "
+                                                                       f"version {cur})"})
+    text = f"rolled back {model}: @{CHAMPION} -> version {prev}" + (
+        f", @{PREVIOUS} -> version {cur}" if cur else "")
+    return PromoteResult(True, model, prev, cur, text)
+
+
+def promote(*, model: str, version: str = "", baseline: str = "a", min_sign_positive: int = 4,
+            force_reason: str = "", options: AggregateOptions | None = None,
+            cache_dir: Path | None = None) -> PromoteResult:
+    """Gate, record and (on evidence or a forced reason) move ``champion`` (module docstring)."""
+    _check_name(model)
+    if min_sign_positive < 1:
+        raise ConfigError(f"min_sign_positive={min_sign_positive}: must be >= 1")
+    mv = tracking.model_version(model, version or None, alias=CANDIDATE)
+    ver = str(mv.version)
+    src = _runs_of_version(mv)
+    if src["cell"] == baseline:
+        raise ConfigError(f"baseline={baseline}: the version is itself a {baseline} model; "
+                          "choose another baseline")
+    ev, error = None, ""
+    try:
+        ev = gather_evidence(src, baseline=baseline, min_sign_positive=min_sign_positive,
+                             options=options, cache_dir=cache_dir)
+    except PipiError as exc:
+        if not force_reason:
+            raise
+        error = str(exc)
+    passed = ev is not None and ev.passed
+    forced = bool(force_reason) and not passed
+    go = passed or forced
+    decision = ("promoted" if passed else "promoted (forced)" if forced else "refused")
+    text = _record(model, ver, ev, decision, force_reason=force_reason if forced else "",
+                   error=error)
+    prev = tracking.alias_version(model, CHAMPION)
+    if go:
+        aliases = {PREVIOUS: prev} if prev and prev != ver else {}
+        tracking.set_aliases(model, {**aliases, CHAMPION: ver})
+        text += f"\n@{CHAMPION} -> {model} version {ver}" + (
+            f" (@{PREVIOUS} -> version {prev})" if aliases else "")
+        if forced:
+            text += f"\nFORCED without passing the gate: {force_reason}"
+    else:
+        failed = [f"{c} = {v} (need {r})" for c, v, r, ok in (ev.criteria if ev else [])
+                  if not ok]
+        text += f"\nrefused: {model} version {ver} is not promoted; failed: " + \
+            "; ".join(failed)
+    return PromoteResult(go, model, ver, prev, text)

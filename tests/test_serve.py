@@ -1,0 +1,196 @@
+"""Registered sequence models, input validation and `mlflow models serve` over HTTP."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+from mlflow.exceptions import MlflowException
+
+from conftest import free_port, wait_http
+from pipi.classes import CLASSES
+from pipi.config import make_config
+from pipi.data.cache import build_cache
+from pipi.data.kvasir import load_staged
+from pipi.model_input import encode_image, encode_png
+from pipi.predictions import PROB_COLUMNS
+from pipi.sequence import build_windows
+from pipi.workflows import train as runner
+
+pytestmark = pytest.mark.slow
+SEQ = "pipi-efficientnet_b0-b_plus"
+FRAME = "pipi-efficientnet_b0-pi"
+
+
+@pytest.fixture(scope="module")
+def b_plus(mlflow_server, tiny_staged):
+    """A smoke b_plus run (and its nested pi base run), both registered."""
+    mlflow.set_tracking_uri(mlflow_server.uri)
+    os.environ["MLFLOW_TRACKING_URI"] = mlflow_server.uri
+    cfg = make_config(cell="b_plus", profile="smoke", weights="none", seed=5)
+    summary = runner.train(cfg, data=str(tiny_staged), experiment="serve", progress=False)
+    while mlflow.active_run():
+        mlflow.end_run()
+    return summary
+
+
+def _fresh(code: str, uri: str) -> str:
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**os.environ, "MLFLOW_TRACKING_URI": uri}, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout
+
+
+def test_b_plus_is_registered_and_reproduces_its_run_in_a_fresh_process(b_plus, tracking,
+                                                                         tiny_staged, tmp_path):
+    c = mlflow.tracking.MlflowClient()
+    mv = c.get_model_version_by_alias(SEQ, "candidate")
+    assert mv.tags["run_id"] == b_plus["run_id"] and mv.tags["cell"] == "b_plus"
+    assert mv.tags["base_run_id"] == b_plus["base_run_id"] and mv.tags["window"] == "4"
+    # the clip: the training window of a test row (smoke window: 4 frames), as the uint8
+    # frames of the training cache; the pyfunc must give that row the probabilities the run
+    # logged for it
+    frames, man = load_staged(tiny_staged)
+    imgs = build_cache(tiny_staged, frames, size=32, digest=man["data_digest"],
+                       cache_dir=tmp_path / "c", progress=False)
+    win = build_windows(frames, window=4)
+    test_rows = np.flatnonzero((frames["split"] == "test").to_numpy()
+                               & ~frames["multilabel"].to_numpy()
+                               & ~win.mask.any(1))
+    row = int(test_rows[0])
+    clip = np.stack([imgs[i] for i in win.index[row]])                  # (T, 3, S, S)
+    clip = np.ascontiguousarray(clip.transpose(0, 2, 3, 1))              # (T, S, S, 3)
+    np.save(tmp_path / "clip.npy", clip)
+    out = _fresh(
+        "import mlflow, numpy as np\n"
+        f"m = mlflow.pyfunc.load_model('models:/{SEQ}@candidate')\n"
+        f"clip = np.load('{tmp_path / 'clip.npy'}')\n"
+        "df = m.predict(clip)\n"
+        "short = m.predict([clip[:2], clip])\n"
+        "assert list(short['clip']) == [0, 0, 1, 1, 1, 1], short\n"
+        "df.to_json('" + str(tmp_path / "out.json") + "', orient='records')\n"
+        "print(len(df), df['predicted_class'].iloc[0])\n", tracking)
+    assert out.split()[0] == "4"
+    got = pd.read_json(tmp_path / "out.json", orient="records")
+    preds = pd.read_parquet(Path(mlflow.artifacts.download_artifacts(
+        run_id=b_plus["run_id"], artifact_path="predictions/test.parquet",
+        dst_path=str(tmp_path / "p"))))
+    fname = frames["filename"].iloc[row] if "filename" in frames else None
+    ref = preds[(preds["video_id"].astype(str) == str(frames["video_id"].iloc[row]))
+                & (preds["frame_number"] == frames["frame_number"].iloc[row])]
+    assert len(ref) >= 1, fname
+    centre = int(win.centre[row])
+    np.testing.assert_allclose(got.loc[centre, list(CLASSES)].to_numpy(float),
+                               ref[list(PROB_COLUMNS)].to_numpy(float)[0], atol=2e-4)
+
+
+def test_in_process_predict_refuses_malformed_images(b_plus, tracking):
+    m = mlflow.pyfunc.load_model(f"models:/{FRAME}@candidate")
+    img = np.random.default_rng(1).integers(0, 256, (40, 48, 3), dtype=np.uint8)
+    ok = m.predict(pd.DataFrame({"image": [encode_image(img), encode_png(img)]}))
+    assert list(ok.columns) == [*CLASSES, "predicted_class"] and len(ok) == 2
+    # the float form is converted explicitly: x in [0, 1] -> round(255 x)
+    f = m.predict((img / 255.0)[None])
+    np.testing.assert_allclose(f.iloc[0, :14].to_numpy(float),
+                               m.predict(img[None]).iloc[0, :14].to_numpy(float), atol=1e-6)
+    bad = {
+        "too small": np.zeros((1, 1, 3), np.uint8),
+        "[0, 255]": np.full((20, 20, 3), 300),
+        "NaN": np.full((1, 20, 20, 3), np.nan),
+        "[0, 1]": np.full((20, 20, 3), 2.5),
+        "channels": np.zeros((20, 20, 4), np.uint8),
+        "no image": np.zeros((0, 20, 20, 3), np.uint8),
+        "not valid base64": pd.DataFrame({"image": ["%%%"]}),
+        "not a JPEG or PNG": pd.DataFrame({"image": [base64.b64encode(b"hello").decode()]}),
+        "shape": np.zeros((2, 2, 20, 20, 3), np.uint8),
+    }
+    for why, x in bad.items():
+        with pytest.raises(MlflowException, match=why.replace("[", r"\[").replace("]", r"\]")):
+            m.predict(x)
+    with pytest.raises(MlflowException, match="P_blood head"):
+        m.predict(img[None], params={"heatmap": True})
+
+
+class _Served:
+    def __init__(self, model_uri: str, uri: str, tmp: Path, env=None):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = open(tmp / "serve.log", "wb")
+        self.proc = subprocess.Popen(
+            [str(Path(sys.executable).parent / "mlflow"), "models", "serve", "-m", model_uri,
+             "--env-manager", "local", "-h", "127.0.0.1", "-p", str(self.port), "-w", "1"],
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, "MLFLOW_TRACKING_URI": uri, **(env or {}),
+                 "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
+        wait_http(self.url + "/ping", timeout=180, proc=self.proc)
+
+    def post(self, body: bytes, ctype: str = "application/json") -> tuple[int, str]:
+        req = urllib.request.Request(self.url + "/invocations", data=body,
+                                     headers={"Content-Type": ctype})
+        try:
+            with urllib.request.urlopen(req, timeout=120) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def stop(self):
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.log.close()
+
+
+def test_served_model_answers_base64_jpeg_and_refuses_malformed(b_plus, tracking, tmp_path):
+    served = _Served(f"models:/{FRAME}@candidate", tracking, tmp_path,
+                     env={"PIPI_SERVE_MAX_BYTES": "200000"})
+    try:
+        img = np.random.default_rng(2).integers(0, 256, (336, 336, 3), dtype=np.uint8)
+        jpeg = encode_image(img)
+        code, text = served.post(json.dumps({"dataframe_records": [{"image": jpeg}]}).encode())
+        assert code == 200, text
+        rec = json.loads(text)["predictions"][0]
+        assert set(CLASSES) <= set(rec) and rec["predicted_class"] in CLASSES
+        assert abs(sum(rec[c] for c in CLASSES) - 1) < 1e-4
+        # the same image as a nested uint8 array and under "inputs": the same answer
+        small = img[:40, :40]
+        code, text = served.post(json.dumps({"inputs": {"image": [encode_png(small)]},
+                                             "params": {"strip_prior": True}}).encode())
+        assert code == 200, text
+        code, text2 = served.post(json.dumps({"inputs": small[None].tolist(),
+                                              "params": {"strip_prior": True}}).encode())
+        assert code == 200, text2
+        a, b = json.loads(text)["predictions"][0], json.loads(text2)["predictions"][0]
+        assert all(abs(a[c] - b[c]) < 1e-6 for c in CLASSES)
+        malformed = {
+            "not JSON": (b"{not json", "not JSON"),
+            "bad base64": (json.dumps({"dataframe_records": [{"image": "%%%"}]}).encode(),
+                           "not valid base64"),
+            "not an image": (json.dumps({"dataframe_records": [
+                {"image": base64.b64encode(b"plain text").decode()}]}).encode(),
+                "not a JPEG or PNG"),
+            "wrong rank": (json.dumps({"inputs": [[1, 2, 3]]}).encode(), "expected"),
+            "too small": (json.dumps({"inputs": [[[[0, 0, 0]]]]}).encode(), "too small"),
+            "over the size": (json.dumps({"inputs": {"image": ["A" * 300000]}}).encode(),
+                              "over the limit"),
+        }
+        for why, (body, expect) in malformed.items():
+            code, text = served.post(body)
+            assert 400 <= code < 500, (why, code, text[:300])
+            msg = json.loads(text)["message"]
+            assert expect in msg and "\n" not in msg and "Traceback" not in text, (why, msg)
+            assert len(text) < 1000, (why, len(text))            # never the request echoed
+    finally:
+        served.stop()
