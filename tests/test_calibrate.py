@@ -319,3 +319,28 @@ def test_two_workers_share_one_postgresql_study(tracking, pi_run, tiny_staged, p
     assert len(workers) == 2 and workers == {t.user_attrs["worker"] for t in study.trials}
     assert {w.worker for w in r.workers} == workers
     assert all(os.getpid() != int(w.split(":")[1]) for w in workers)  # separate processes
+
+
+@pytest.mark.slow
+def test_galar_scores_with_the_calibrated_prior(tracking, pi_run, galar_staged, tmp_path):
+    from pipi.predictions import PROB_COLUMNS
+    from pipi.workflows.galar import run_galar
+
+    def probs(child_id, name):
+        folder = mlflow.artifacts.download_artifacts(run_id=child_id, artifact_path="predictions",
+                                                     dst_path=str(tmp_path / name))
+        return pd.read_parquet(Path(folder) / "test.parquet")[list(PROB_COLUMNS)].to_numpy()
+
+    kw = {"runs": pi_run, "data": str(galar_staged), "experiment": "calibrate-galar",
+          "progress": False}
+    zero = run_galar(**kw).table.iloc[0]["galar_run_id"]
+    own = tmp_path / "own.json"  # the run's own prior, written as a calibration result
+    own.write_text(json.dumps(prior_params_document(PriorParams(4.0, 0.25), image_size=32)))
+    same = run_galar(prior_params=str(own), **kw).table.iloc[0]["galar_run_id"]
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(prior_params_document(PriorParams(11.0, 0.9), image_size=32)))
+    moved = run_galar(prior_params=str(other), **kw).table.iloc[0]["galar_run_id"]
+    assert mlflow.get_run(moved).data.tags["pipi.variant"] == "calibrated"
+    assert mlflow.get_run(moved).data.tags["pipi.prior_params"] == str(other)
+    np.testing.assert_allclose(probs(same, "same"), probs(zero, "zero"), atol=1e-6)
+    assert np.abs(probs(moved, "moved") - probs(zero, "zero2")).max() > 1e-4

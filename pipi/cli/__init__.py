@@ -11,10 +11,10 @@ import click
 
 from pipi.cli.ablate import ablate
 from pipi.cli.aggregate import aggregate
+from pipi.cli.calibrate import calibrate
 from pipi.cli.common import CLI_ONLY_OPTIONS, PipiGroup, setup_logging
 from pipi.cli.galkva import galkva
 from pipi.cli.galar import galar
-from pipi.cli.pending import calibrate
 from pipi.cli.promote import promote
 from pipi.cli.robustness import robustness
 from pipi.cli.server import server

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from pipi import tracking
+from pipi.cli.calibrate import prior_params_option
 from pipi.cli.common import PipiCommand, experiment_option, setup_logging
 from pipi.workflows.galar import GALAR_FOLDS, run_galar
 
@@ -18,11 +19,13 @@ from pipi.workflows.galar import GALAR_FOLDS, run_galar
                    "'synthetic-tiny' (the synthetic Galar release, staged if needed).")
 @click.option("--fold", type=click.Choice(GALAR_FOLDS), default="evaluation", show_default=True,
               help="evaluation: the vendor folds' evaluation videos; all: every staged frame.")
+@prior_params_option
 @experiment_option
-def galar(runs, data, fold, experiment):
+def galar(runs, data, fold, prior_params, experiment):
     """Score Kvasir-trained runs zero-shot on Galar: one child run per source run."""
     setup_logging()
     tracking.configure()
-    res = run_galar(runs=runs, data=data, fold=fold, experiment=experiment or None)
+    res = run_galar(runs=runs, data=data, fold=fold, experiment=experiment or None,
+                    prior_params=prior_params)
     click.echo(res.summary)
     click.echo(f"galar run {res.parent_run_id}: {tracking.ui_hint(res.parent_run_id)}")

@@ -19,5 +19,3 @@ def pending(name: str, issue: str, *options) -> click.Command:
     return cmd
 
 
-calibrate = pending("calibrate", "Optuna calibration issue",
-                    click.option("--n-trials", default=20), click.option("--storage", default=""))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from pipi import tracking
+from pipi.cli.calibrate import prior_params_from, prior_params_option
 from pipi.cli.common import (
     PipiCommand,
     backbone_option,
@@ -32,9 +33,10 @@ from pipi.workflows import train as workflow
 @profile_option
 @weights_option
 @with_options(train_override_options)
+@prior_params_option
 @click.option("--resume", default="", help="Run id of an interrupted run to continue.")
 @experiment_option
-def train(cell, seed, backbone, data, profile, weights, resume, experiment, **kw):
+def train(cell, seed, backbone, data, profile, weights, prior_params, resume, experiment, **kw):
     """Train one cell and register its model (the run contract: README)."""
     setup_logging()
     overrides = overrides_from(kw)
@@ -43,8 +45,11 @@ def train(cell, seed, backbone, data, profile, weights, resume, experiment, **kw
                            profile="paper" if profile == "auto" else profile, **overrides))
     check_weights(weights)
     tracking.configure()
+    calibrated = prior_params_from(prior_params, overrides)
     cfg, _ = workflow.prepare(cell=cell, backbone=backbone, seed=seed, profile=profile,
                               data=data, weights=weights, **overrides)
+    if calibrated is not None:  # lambda_eff scales to the resolved image size
+        cfg = calibrated.apply(cfg)
     s = workflow.train(cfg, data=data, resume=resume or None, experiment=experiment or None)
     click.echo(f"run {s['run_id']}: test macro-AUC {s['test_macro_auc']:.4f} "
                f"(val {s['val_macro_auc']:.4f}, best epoch {s['best_epoch']}; profile "

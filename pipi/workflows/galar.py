@@ -28,7 +28,7 @@ import re
 import shutil
 import tempfile
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +36,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from pipi import tracking
+from pipi.calibration import PriorParams, load_prior_params
 from pipi.cells import CELLS, PER_FRAME_CELLS
 from pipi.classes import class_index
 from pipi.data.kvasir import load_staged
@@ -54,6 +55,8 @@ __all__ = ["GALAR_FOLDS", "STUDY", "TAG_FOLD", "VARIANT", "GalarResult", "galar_
 log = logging.getLogger(__name__)
 
 STUDY, VARIANT = "galar", "zero_shot"
+#: ``prior_params=``: the prior that ``calibrate`` fitted, instead of the run's own.
+VARIANT_CALIBRATED = "calibrated"
 #: ``evaluation``: the vendor folds' evaluation videos; ``all``: every staged frame.
 GALAR_FOLDS = ("evaluation", "all")
 TAG_FOLD = "pipi.galar_fold"
@@ -198,10 +201,31 @@ def _fold_rows(frames: pd.DataFrame, *, fold: str) -> np.ndarray:
     return (frames["vendor_fold"] == fold).to_numpy()
 
 
-def galar_evaluation(fold: str = "evaluation") -> Evaluation:
-    """How one Kvasir-trained run is scored on Galar (the one place that builds it)."""
+def _calibrated_scorer(prior: PriorParams):
+    def scorer(ctx: EvalContext, rows: np.ndarray, split: str):
+        """The model with the calibrated prior (lambda_eff at the run's image size)."""
+        return galar_scorer(replace(ctx, cfg=prior.apply(ctx.cfg)), rows, split)
+    return scorer
+
+
+def _five_channel(cfg) -> None:
+    if cfg.cell_config.input_channels != 5:
+        raise ConfigError(f"cell {cfg.cell} has no prior input channels; prior_params needs "
+                          "runs of a 5-channel cell (pi, pblood_only, phi_only)")
+
+
+def galar_evaluation(fold: str = "evaluation", prior: PriorParams | None = None) -> Evaluation:
+    """How one Kvasir-trained run is scored on Galar (the one place that builds it):
+    zero-shot, or with a calibrated prior (variant ``calibrated``)."""
     if fold not in GALAR_FOLDS:
         raise ConfigError(f"fold={fold!r}: must be one of {list(GALAR_FOLDS)}")
+    if prior is not None:
+        return Evaluation(study=STUDY, variant=VARIANT_CALIBRATED,
+                          scorer=_calibrated_scorer(prior), splits=("test",),
+                          options={"fold": fold, "alpha": prior.alpha,
+                                   "lambda_eff_fraction": prior.lambda_eff_fraction},
+                          tags={TAG_FOLD: fold, "pipi.prior_params": prior.source},
+                          check=_five_channel, select=functools.partial(_fold_rows, fold=fold))
     return Evaluation(study=STUDY, variant=VARIANT, scorer=galar_scorer, splits=("test",),
                       options={"fold": fold}, tags={TAG_FOLD: fold},
                       select=functools.partial(_fold_rows, fold=fold))
@@ -245,12 +269,15 @@ def _summary(table: pd.DataFrame, root: Path, fold: str, digest: str) -> str:
 
 
 def run_galar(*, runs: str, data: str | None = "synthetic", fold: str = "evaluation",
-              experiment: str | None = None, progress: bool = True) -> GalarResult:
+              experiment: str | None = None, progress: bool = True,
+              prior_params: str = "") -> GalarResult:
     """Score every source run zero-shot on Galar under a ``galar`` parent run.
 
-    Everything the user passed is checked (fold, runs) before the data is staged.
+    ``prior_params`` (a ``prior_params.json`` or a calibrate run id) scores them with the
+    calibrated prior instead (variant ``calibrated``). Everything the user passed is checked
+    (fold, prior_params, runs) before the data is staged.
     """
-    ev = galar_evaluation(fold)
+    ev = galar_evaluation(fold, load_prior_params(prior_params) if prior_params else None)
     experiment = experiment or tracking.default_experiment()
     sources = resolve_source_runs(runs, experiment=experiment)
     root = resolve_galar_data(data)
@@ -262,7 +289,8 @@ def run_galar(*, runs: str, data: str | None = "synthetic", fold: str = "evaluat
                            run_name="galar", tags={**tracking.data_tags(manifest),
                                                    TAG_FOLD: fold}) as parent:
         tracking.log_params({"galar.runs": runs, "galar.fold": fold, "galar.data": str(root),
-                             "galar.n_runs": len(sources)})
+                             "galar.n_runs": len(sources), "galar.variant": ev.variant,
+                             **({"galar.prior_params": prior_params} if prior_params else {})})
         for sid in tqdm(sources, desc="galar zero-shot", unit="run", disable=not progress):
             found = find_evaluation(sid, ev, data_digest=digest, entry_point="galar")
             if found is not None:
