@@ -325,7 +325,10 @@ class LabServer:
         # no secrets in the file: the admin credentials reach MLflow through its environment
         path.write_text("[mlflow]\ndefault_permission = READ\n"
                         f"database_uri = {db}\n"
-                        "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
+                        "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
+                        # one PBKDF2 check per user and minute, not per request (a run makes
+                        # thousands); a password change reaches other workers within 60 s
+                        "auth_cache_ttl_seconds = 60\n")
         self._env["MLFLOW_AUTH_CONFIG_PATH"] = str(path)
 
     def command(self) -> list[str]:

@@ -90,7 +90,7 @@ def test_server_restart_mid_training(tiny_staged, pipi_home, tmp_path, monkeypat
         t0 = time.time()
         _, err = proc.communicate(timeout=300)
         assert proc.returncode != 0
-        assert time.time() - t0 < 120
+        assert time.time() - t0 < 180  # the epoch in flight, then one retry: not minutes
         assert "Traceback" not in err, err[-3000:]
         last = [ln for ln in err.splitlines() if ln.strip()][-1]
         assert last.startswith("error: lost the MLflow tracking server " + lab.uri)

@@ -71,7 +71,7 @@ def _get(url: str, user: str | None = None, password: str | None = None) -> int:
 
 def _entry(name: str, *args: str, env: dict) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(ROOT / "entrypoints" / f"{name}.py"), *args],
-                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=1800)
 
 
 def test_lab_server_with_auth_postgres_and_s3(lab, tiny_staged, tmp_path):
@@ -89,6 +89,9 @@ def test_lab_server_with_auth_postgres_and_s3(lab, tiny_staged, tmp_path):
                   "--data", str(tiny_staged), "--experiment", "lab",
                   env={k: v for k, v in env.items() if "USERNAME" not in k and "PASSWORD" not in k})
     assert anon.returncode != 0
+    assert anon.stderr.strip().splitlines()[-1].startswith(
+        f"error: the MLflow tracking server {lab.uri} needs a login (HTTP 401)")
+    assert "Traceback" not in anon.stderr
     train = _entry("train", "--cell", "pi", "--profile", "smoke", "--weights", "none",
                    "--data", str(tiny_staged), "--experiment", "lab", env=env)
     assert train.returncode == 0, train.stderr[-3000:]

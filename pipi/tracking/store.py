@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import logging
@@ -59,9 +60,35 @@ def configure(uri: str | None = None) -> str:
     """
     uri = uri or default_tracking_uri()
     check_reachable(uri)
+    check_credentials(uri)
     mlflow.set_tracking_uri(uri)
     flush_lost_runs(uri)
     return uri
+
+
+def check_credentials(uri: str, *, timeout: float = 60.0) -> None:
+    """One line instead of a traceback when a basic-auth server refuses the credentials."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    req = urllib.request.Request(uri.rstrip("/") + "/api/2.0/mlflow/experiments/search"
+                                 "?max_results=1")
+    user = os.environ.get("MLFLOW_TRACKING_USERNAME")
+    password = os.environ.get("MLFLOW_TRACKING_PASSWORD")
+    if user and password:
+        token = base64.b64encode(f"{user}:{password}".encode()).decode()
+        req.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout):  # noqa: S310
+            return
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):
+            given = "were refused" if user and password else "are not set"
+            raise TrackingError(
+                f"the MLflow tracking server {uri} needs a login (HTTP {exc.code}) and the "
+                f"credentials {given}: set MLFLOW_TRACKING_USERNAME and "
+                "MLFLOW_TRACKING_PASSWORD") from None
+    except (urllib.error.URLError, OSError):
+        return  # reachability is check_reachable's business; MLflow's retries decide
 
 
 # --------------------------------------------------------------------------- outages
