@@ -341,7 +341,7 @@ class LabServer:
             cmd += ["--allowed-hosts", self.allowed_hosts]
         return cmd
 
-    def start_tracking(self, timeout: float = 120) -> None:
+    def start_tracking(self, timeout: float = 300) -> None:
         """Start ``mlflow server`` (again, on the same address) and wait until it is healthy."""
         self._log = open(self.root / "mlflow-server.log", "ab")
         env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", **self._env}

@@ -34,7 +34,7 @@ def _start_train(uri: str, data: Path, *args: str, env=None) -> subprocess.Popen
         env={**os.environ, "MLFLOW_TRACKING_URI": uri, **(env or {})})
 
 
-def _wait_for_epoch(client: MlflowClient, proc: subprocess.Popen, *, exclude=(), timeout=400):
+def _wait_for_epoch(client: MlflowClient, proc: subprocess.Popen, *, exclude=(), timeout=1500):
     """The running run's id once it has logged its first epoch's loss."""
     exp = None
     deadline = time.time() + timeout
