@@ -34,14 +34,35 @@ FRAME = "pipi-efficientnet_b0-pi"
 
 
 @pytest.fixture(scope="module")
-def b_plus(mlflow_server, tiny_staged):
-    """A smoke b_plus run (and its nested pi base run), both registered."""
-    mlflow.set_tracking_uri(mlflow_server.uri)
-    os.environ["MLFLOW_TRACKING_URI"] = mlflow_server.uri
-    cfg = make_config(cell="b_plus", profile="smoke", weights="none", seed=5)
-    summary = runner.train(cfg, data=str(tiny_staged), experiment="serve", progress=False)
-    while mlflow.active_run():
-        mlflow.end_run()
+def store(tmp_path_factory):
+    """A SQLite tracking and registry store: `mlflow models serve` is the server under test."""
+    return f"sqlite:///{tmp_path_factory.mktemp('serve-store') / 'mlflow.db'}"
+
+
+@pytest.fixture()
+def tracking(store, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+    mlflow.set_tracking_uri(store)
+    yield store
+
+
+@pytest.fixture(scope="module")
+def b_plus(store, tiny_staged):
+    """A smoke b_plus run (and its nested pi base run) and a distill run, all registered."""
+    saved = os.environ.get("MLFLOW_TRACKING_URI")
+    os.environ["MLFLOW_TRACKING_URI"] = store
+    mlflow.set_tracking_uri(store)
+    try:
+        cfg = make_config(cell="b_plus", profile="smoke", weights="none", seed=5)
+        summary = runner.train(cfg, data=str(tiny_staged), experiment="serve", progress=False)
+        runner.train(make_config(cell="distill", profile="smoke", weights="none", seed=5),
+                     data=str(tiny_staged), experiment="serve", progress=False)
+    finally:
+        while mlflow.active_run():
+            mlflow.end_run()
+        os.environ.pop("MLFLOW_TRACKING_URI")
+        if saved:
+            os.environ["MLFLOW_TRACKING_URI"] = saved
     return summary
 
 
@@ -120,6 +141,28 @@ def test_in_process_predict_refuses_malformed_images(b_plus, tracking):
             m.predict(x)
     with pytest.raises(MlflowException, match="P_blood head"):
         m.predict(img[None], params={"heatmap": True})
+
+
+def test_distill_heatmap_is_the_auxiliary_head_and_leaves_the_probabilities(b_plus, tracking):
+    import torch
+
+    m = mlflow.pyfunc.load_model("models:/pipi-efficientnet_b0-distill@candidate")
+    # at the training size (32 px) the resize is the identity, so x01 = imgs / 255 exactly
+    imgs = np.random.default_rng(3).integers(0, 256, (2, 32, 32, 3), dtype=np.uint8)
+    plain = m.predict(imgs)
+    hm = m.predict(imgs, params={"heatmap": True})
+    np.testing.assert_allclose(hm[list(CLASSES)].to_numpy(float),
+                               plain[list(CLASSES)].to_numpy(float), atol=1e-6)
+    assert "p_blood_heatmap" not in plain
+    py = m.unwrap_python_model()
+    x01 = torch.from_numpy(imgs.transpose(0, 3, 1, 2).copy()).float() / 255
+    py.model.deploy_mode = False
+    with torch.no_grad():
+        _, aux = py.model(py.inputs(x01, train=False)[0])
+    py.model.deploy_mode = True
+    got = np.array(hm["p_blood_heatmap"].tolist(), dtype=float)
+    assert got.shape == tuple(aux[:, 0].shape) and ((got >= 0) & (got <= 1)).all()
+    np.testing.assert_allclose(got, torch.sigmoid(aux[:, 0]).numpy(), atol=1e-4)
 
 
 class _Served:
