@@ -25,7 +25,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_http(url: str, *, timeout: float = 90.0, proc: subprocess.Popen | None = None) -> None:
+def wait_http(url: str, *, timeout: float = 300.0, proc: subprocess.Popen | None = None) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
         if proc is not None and proc.poll() is not None:

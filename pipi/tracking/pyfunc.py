@@ -92,7 +92,10 @@ class PipiImageClassifier(mlflow.pyfunc.PythonModel):
         self.limits = Limits()
         install_guard()
 
-    def predict(self, context, model_input, params=None):
+    # `pd.DataFrame` is what MLflow's type-hint check skips (no schema inferred, no input
+    # converted, no warning at import): a DataFrame, a dict of lists or an array is accepted
+    # and checked by pipi.model_input.
+    def predict(self, context, model_input: pd.DataFrame, params=None):
         strip, heat = _flag(params, "strip_prior"), _flag(params, "heatmap")
         if heat and not self.cfg.cell_config.distill:
             raise refused(f"params.heatmap=true: cell {self.cfg.cell!r} has no P_blood head "
@@ -146,7 +149,10 @@ class PipiSequenceClassifier(mlflow.pyfunc.PythonModel):
         self.limits = Limits()
         install_guard()
 
-    def predict(self, context, model_input, params=None):
+    # `pd.DataFrame` is what MLflow's type-hint check skips (no schema inferred, no input
+    # converted, no warning at import): a DataFrame, a dict of lists or an array is accepted
+    # and checked by pipi.model_input.
+    def predict(self, context, model_input: pd.DataFrame, params=None):
         try:
             clips = clips_from_input(model_input, max_frames=MAX_CLIP_FRAMES,
                                      limits=self.limits)
