@@ -72,7 +72,8 @@ CLASS_SETS = {"galkva": f"GalKva {BENCHMARK_VERSION} (6-class intersection)",
 
 def split_galar_runs(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(runs of the Kvasir arms, Galar zero-shot children): the latter never join an arm."""
-    galar = runs["study"].fillna("").astype(str) == GALAR_STUDY
+    study = runs["study"] if "study" in runs else pd.Series("", index=runs.index)
+    galar = study.fillna("").astype(str) == GALAR_STUDY
     return runs[~galar].reset_index(drop=True), runs[galar].reset_index(drop=True)
 
 
