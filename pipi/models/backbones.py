@@ -247,6 +247,8 @@ def _read_state_dict(path: Path) -> dict[str, Tensor]:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises several types for unreadable files
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        if "weights only load failed" in first.lower():  # torch's advice would load code
+            first = "not a torch save file holding only tensors"
         raise ConfigError(f"weights={str(path)!r}: cannot read it as a torch state_dict file "
                           f"({type(exc).__name__}: {first[:160]}); pass a .pth file saved "
                           "with torch.save(model.state_dict(), path), or weights=none") from None
