@@ -15,7 +15,7 @@ from scipy import special
 from sklearn.metrics import roc_auc_score
 
 from pipi.classes import CLASSES, class_index
-from pipi.errors import ConfigError
+from pipi.errors import ConfigError, PipiError
 from pipi.galkva import SCORING_SETS
 from pipi.predictions import predictions_frame, read_predictions, write_predictions
 from pipi.workflows import galar as workflow
@@ -108,7 +108,7 @@ def test_galar_children_aggregate_retention_and_submission(tracking, tiny_staged
             src[(cell, seed)] = train_workflow.train(
                 cfg, data=str(tiny_staged), experiment=exp, register=False,
                 progress=False)["run_id"]
-    with pytest.raises(ConfigError, match="evaluation run|sequence cell|FINISHED"):
+    with pytest.raises(PipiError, match="not found|evaluation run|sequence cell|FINISHED"):
         workflow.resolve_source_runs("0" * 32, experiment=exp)
     r = CliRunner().invoke(ENTRY_POINTS["galar"], [
         "--runs", ",".join(src.values()), "--data", "synthetic-tiny", "--fold", "all",

@@ -22,8 +22,14 @@ from pipi.errors import DataError
 __all__ = ["NOT_RECIPE", "check_recipes", "recipe_of", "recipe_signatures"]
 
 #: Params and ``-P`` options that differ between runs of one recipe (not part of it).
+#: A study's own option (``<study>.<name>``) is matched by its last part, so a transplant
+#: child's ``transplant.donor_run_id`` (the +PI run of the same seed) is not a recipe either.
 NOT_RECIPE = frozenset({"seed", "data", "data_dir", "resume", "base_run_id", "source_run_id",
-                        "experiment", "num_workers"})
+                        "donor_run_id", "experiment", "num_workers"})
+
+
+def _in_recipe(key: str) -> bool:
+    return key not in NOT_RECIPE and key.rpartition(".")[2] not in NOT_RECIPE
 
 
 def _text(value) -> str:
@@ -39,10 +45,10 @@ def recipe_of(run: Mapping, *, source: str) -> dict[str, str]:
     if source == "recipe":
         words = shlex.split(_text(run.get("recipe")))
         pairs = [w.partition("=") for a, w in itertools.pairwise(words) if a == "-P"]
-        return {k: v for k, _, v in pairs if k not in NOT_RECIPE}
+        return {k: v for k, _, v in pairs if _in_recipe(k)}
     raw = _text(run.get("params"))
     params = json.loads(raw) if raw else {}
-    return {str(k): str(v) for k, v in params.items() if k not in NOT_RECIPE}
+    return {str(k): str(v) for k, v in params.items() if _in_recipe(str(k))}
 
 
 def _signature(recipe: Mapping[str, str]) -> str:
