@@ -79,6 +79,7 @@ def test_lost_runs_are_marked_failed_once_the_store_answers(tmp_path, pipi_home,
     # a resumed run keeps the reason as pipi.previous_failure, not as a failure reason
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     mlflow.set_tracking_uri(uri)
+    mlflow.set_experiment(experiment_id=exp)  # resume happens in the run's own experiment
     with tracking.pipi_run(entry_point="train", run_id=running):
         pass
     run = client.get_run(running)

@@ -191,9 +191,9 @@ def test_parallel_2_gives_the_same_child_runs_as_parallel_1(tracking, tiny_stage
     second = _children(two.parent_run_id)
     assert list(second["status"]) == ["FINISHED", "FINISHED"]
     assert set(second["run_id"]).isdisjoint(first["run_id"])
+    assert list(first["params"]) == list(second["params"])
     cols = ["cell", "seed", "config_hash", "role", "test_macro_auc"]
     pd.testing.assert_frame_equal(first[cols], second[cols])
-    assert list(first["params"]) == list(second["params"])
     for a, b in zip(first["run_id"], second["run_id"]):
         np.testing.assert_array_equal(_test_probs(a, tmp_path / a), _test_probs(b, tmp_path / b))
     assert mlflow.get_run(two.parent_run_id).data.params["parallel"] == "2"

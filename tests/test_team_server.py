@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -95,7 +96,8 @@ def test_lab_server_with_auth_postgres_and_s3(lab, tiny_staged, tmp_path):
     train = _entry("train", "--cell", "pi", "--profile", "smoke", "--weights", "none",
                    "--data", str(tiny_staged), "--experiment", "lab", env=env)
     assert train.returncode == 0, train.stderr[-3000:]
-    run_id = train.stdout.split("run ", 1)[1].split(":", 1)[0]
+    # pipi's own "run <id>" line (MLflow also prints "View run <name> at: <url>")
+    run_id = re.search(r"\brun ([0-9a-f]{32})\b", train.stdout).group(1)
     agg = _entry("aggregate", "--experiment", "lab", env=env)
     assert agg.returncode == 0, agg.stderr[-3000:]
 
@@ -140,8 +142,9 @@ def test_lab_server_with_auth_postgres_and_s3(lab, tiny_staged, tmp_path):
     for name, proc in {"train": train, "aggregate": agg, "anon": anon, "load": r}.items():
         blobs[f"{name} output"] = (proc.stdout + proc.stderr).encode()
     assert any("mlflow-server.log" in n for n in blobs) and any("weed" in n for n in blobs)
-    for secret_name in ("MLFLOW_TRACKING_PASSWORD", "AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID",
-                        "MLFLOW_TRACKING_USERNAME"):
+    # the username is an identity, not a credential: MLflow's auth app records it as the
+    # owner of the runs a user creates (and the server's access log names it), by design
+    for secret_name in ("MLFLOW_TRACKING_PASSWORD", "AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID"):
         value = SECRETS[secret_name].encode()
         leaks = [n for n, b in blobs.items() if value in b]
         assert not leaks, f"{secret_name} appears in {leaks}"
