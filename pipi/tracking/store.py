@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import logging
@@ -168,17 +169,23 @@ def ui_hint(run_id: str | None = None) -> str:
 
 
 # --------------------------------------------------------------------------- versions
+@functools.lru_cache(maxsize=1)
 def code_version() -> str:
-    """Git commit of the project (with '-dirty' when modified), else the package version."""
+    """Git commit of the project (with '-dirty' when modified), else the package version.
+
+    Read once per process (it keys idempotent children, so it must not flip within a sweep),
+    with a generous time limit: on a loaded machine a 5 s limit fell back to the package
+    version for some processes of a sweep and not others.
+    """
     root = PROJECT_ROOT
     try:
         sha = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5,
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=60,
             check=True,
         ).stdout.strip()
         dirty = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=no", "--", "pipi"], cwd=root,
-            capture_output=True, text=True, timeout=5,
+            capture_output=True, text=True, timeout=60,
         ).stdout.strip()
         return f"{sha}{'-dirty' if dirty else ''}"
     except (OSError, subprocess.SubprocessError):
