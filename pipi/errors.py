@@ -24,6 +24,3 @@ class TrackingError(PipiError):
 class ServerGoneError(TrackingError):
     """The tracking server stopped answering for longer than the client's retry budget."""
 
-
-class NotBuiltYetError(PipiError):
-    """An entry point whose issue has not landed yet."""
