@@ -46,6 +46,7 @@ from pipi.galkva import (
     BENCHMARK_VERSION,
     SCORING_SETS,
     DatasetRuns,
+    PairedDeltas,
     Retention,
     SeedRun,
     classify_retention,
@@ -212,7 +213,7 @@ def retention_pairs(ev: Evidence, cv: CrossVendorEvidence) -> list[tuple[str, st
 
 # --------------------------------------------------------------------------- the statistics
 @dataclass(frozen=True)
-class DeltaSide:
+class DeltaSide(PairedDeltas):
     """One dataset's paired deltas (method - baseline) on one subset and class set."""
 
     dataset: str
@@ -222,18 +223,6 @@ class DeltaSide:
     baseline_macro: np.ndarray  # (S,)
     method_macro: np.ndarray    # (S,)
     bootstrap: DeltaBootstrapResult | None
-
-    @property
-    def deltas(self) -> np.ndarray:
-        return self.method_macro - self.baseline_macro
-
-    @property
-    def delta(self) -> float:
-        return float(self.deltas.mean())
-
-    @property
-    def sign_positive(self) -> str:
-        return f"{int((self.deltas > 0).sum())}/{len(self.deltas)}"
 
     @property
     def distribution(self) -> np.ndarray:

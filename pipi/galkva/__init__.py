@@ -11,6 +11,7 @@ from pipi.galkva.build import MethodInfo, Submitter, build_submission, write_sub
 from pipi.galkva.recompute import (
     DatasetRecompute,
     DatasetRuns,
+    PairedDeltas,
     Recomputed,
     SeedRun,
     compare_with_submission,
@@ -41,6 +42,7 @@ __all__ = [
     "SCORING_SETS",
     "DatasetRecompute",
     "DatasetRuns",
+    "PairedDeltas",
     "DatasetSummary",
     "Discrepancy",
     "InvalidSubmissionError",

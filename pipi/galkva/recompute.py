@@ -59,6 +59,7 @@ __all__ = [
     "DATASETS",
     "DatasetRecompute",
     "DatasetRuns",
+    "PairedDeltas",
     "Recomputed",
     "SeedRun",
     "compare_with_submission",
@@ -88,8 +89,29 @@ class DatasetRuns:
     method: tuple[SeedRun, ...]
 
 
+class PairedDeltas:
+    """Seed-paired macro-AUC deltas of a method over its baseline (``method_macro`` and
+    ``baseline_macro``, one value per seed, are fields of the class that mixes this in)."""
+
+    method_macro: np.ndarray
+    baseline_macro: np.ndarray
+
+    @property
+    def deltas(self) -> np.ndarray:
+        return self.method_macro - self.baseline_macro
+
+    @property
+    def delta(self) -> float:
+        return float(self.deltas.mean())
+
+    @property
+    def sign_positive(self) -> str:
+        """``"<positive seeds>/<seeds>"``."""
+        return f"{int((self.deltas > 0).sum())}/{len(self.deltas)}"
+
+
 @dataclass(frozen=True)
-class DatasetRecompute:
+class DatasetRecompute(PairedDeltas):
     """Everything recomputed on one dataset; arrays are (seeds,) or (seeds, classes)."""
 
     dataset: str
@@ -108,16 +130,8 @@ class DatasetRecompute:
     run_ids: dict[str, dict[str, str | None]] = field(default_factory=dict)
 
     @property
-    def deltas(self) -> np.ndarray:
-        return self.method_macro - self.baseline_macro
-
-    @property
-    def delta(self) -> float:
-        return float(self.deltas.mean())
-
-    @property
     def sign_positive_seeds(self) -> str:
-        return f"{int((self.deltas > 0).sum())}/{len(self.seeds)}"
+        return self.sign_positive
 
     def sd(self, values: np.ndarray) -> float:
         """Cross-seed sample sd (ddof=1); 0.0 for a single seed."""
