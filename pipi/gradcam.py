@@ -31,7 +31,7 @@ from matplotlib.figure import Figure
 from torch import nn
 
 from pipi.errors import ConfigError
-from pipi.models.backbones import ARCHS, Backbone
+from pipi.models.backbones import ARCHS, find_backbone
 
 __all__ = [
     "CAM_LAYERS",
@@ -55,15 +55,6 @@ CAM_LAYERS: dict[str, str] = {
 assert set(CAM_LAYERS) == set(ARCHS), "every backbone needs its Grad-CAM layer"
 
 
-def _backbone(model: nn.Module) -> tuple[str, Backbone]:
-    for path, module in model.named_modules():
-        if isinstance(module, Backbone):
-            return path, module
-    raise ConfigError(
-        f"{type(model).__name__} holds no pipi Backbone; pass a model built by pipi, or "
-        "name the Grad-CAM layer explicitly with layer=<module>."
-    )
-
 
 def gradcam_layer(model: nn.Module, layer: str | nn.Module | None = None) -> nn.Module:
     """The module Grad-CAM attributes to.
@@ -80,7 +71,8 @@ def gradcam_layer(model: nn.Module, layer: str | nn.Module | None = None) -> nn.
         return layer
     modules = dict(model.named_modules())
     if layer is None:
-        path, backbone = _backbone(model)
+        path, backbone = find_backbone(
+            model, hint="or name the Grad-CAM layer explicitly with layer=<module>.")
         layer = ".".join(p for p in (path, "body", CAM_LAYERS[backbone.arch]) if p)
     if layer not in modules:
         raise ConfigError(

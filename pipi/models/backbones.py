@@ -378,3 +378,16 @@ def check_weights(weights: str) -> str:
     if isinstance(resolved, Path):
         _read_state_dict(resolved)
     return weights
+
+
+def find_backbone(model: nn.Module, *, hint: str = "") -> tuple[str, Backbone]:
+    """The (path, module) of the pipi :class:`Backbone` inside ``model`` ("" if it is one).
+
+    Raises :class:`~pipi.errors.ConfigError` (ending with ``hint``) when there is none.
+    """
+    for path, module in model.named_modules():
+        if isinstance(module, Backbone):
+            return path, module
+    raise ConfigError(f"{type(model).__name__} holds no pipi Backbone; pass a model built by "
+                      "pipi (pipi.training.build_frame_model or pipi.models.build_backbone)"
+                      + (f", {hint}" if hint else ""))

@@ -46,7 +46,7 @@ import torch
 from torch import nn
 
 from pipi.errors import ConfigError
-from pipi.models.backbones import ARCHS, Backbone
+from pipi.models.backbones import ARCHS, Backbone, find_backbone
 
 __all__ = [
     "CHANNEL_NAMES",
@@ -174,14 +174,7 @@ class Transplant:
 # --------------------------------------------------------------------------- lookup
 def _find_backbone(model: nn.Module) -> tuple[str, Backbone]:
     """The (path, module) of the pipi Backbone inside ``model`` ("" if it is one)."""
-    for path, module in model.named_modules():
-        if isinstance(module, Backbone):
-            return path, module
-    raise ConfigError(
-        f"{type(model).__name__} holds no pipi Backbone. Pass a model built by pipi "
-        "(pipi.training.build_frame_model or pipi.models.build_backbone), or a checkpoint "
-        "loaded into one."
-    )
+    return find_backbone(model, hint="or a checkpoint loaded into one.")
 
 
 def _join(*parts: str) -> str:
