@@ -178,7 +178,15 @@ def _test_probs(run_id: str, dst) -> np.ndarray:
 
 
 @pytest.mark.slow
-def test_parallel_2_gives_the_same_child_runs_as_parallel_1(tracking, tiny_staged, tmp_path):
+def test_parallel_2_gives_the_same_child_runs_as_parallel_1(tracking, tiny_staged, tmp_path,
+                                                           monkeypatch):
+    # the sweep's process and its (spawned) workers must key children alike even when git
+    # answers differently in each (a loaded machine, a dirty tree): give this process a
+    # code version of its own that a worker could not read from git
+    import pipi.tracking.store as store
+
+    monkeypatch.delenv(pipi_tracking.CODE_VERSION_ENV, raising=False)
+    monkeypatch.setattr(store, "_git_code_version", lambda: "sweep-process-version")
     kw = {"study": "per_frame", "cells": "a,pi", "seeds": "3", "data": str(tiny_staged),
           "profile": "smoke", "weights": "none", "experiment": "parallel", "progress": False}
     one = run_ablation(parallel=1, **kw)
@@ -197,3 +205,5 @@ def test_parallel_2_gives_the_same_child_runs_as_parallel_1(tracking, tiny_stage
     for a, b in zip(first["run_id"], second["run_id"]):
         np.testing.assert_array_equal(_test_probs(a, tmp_path / a), _test_probs(b, tmp_path / b))
     assert mlflow.get_run(two.parent_run_id).data.params["parallel"] == "2"
+    assert {mlflow.get_run(r).data.tags["pipi.code_version"]
+            for r in second["run_id"]} == {"sweep-process-version"}

@@ -93,7 +93,9 @@ def write_array_script(tasks: Sequence[Task], folder: Path, *, name: str,
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{name}.tasks").write_text("".join(t.command + "\n" for t in tasks))
     (folder / f"{name}.json").write_text(json.dumps([t.__dict__ for t in tasks], indent=1))
-    env = {"MLFLOW_TRACKING_URI": tracking_uri, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    env = {"MLFLOW_TRACKING_URI": tracking_uri, "MLFLOW_DISABLE_TELEMETRY": "true",
+           # the job keys its run as this sweep does, whatever git says on the compute node
+           tracking.CODE_VERSION_ENV: tracking.code_version()}
     if os.environ.get("PIPI_HOME"):
         env["PIPI_HOME"] = os.environ["PIPI_HOME"]
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())

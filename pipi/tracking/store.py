@@ -169,14 +169,21 @@ def ui_hint(run_id: str | None = None) -> str:
 
 
 # --------------------------------------------------------------------------- versions
-@functools.lru_cache(maxsize=1)
+CODE_VERSION_ENV = "PIPI_CODE_VERSION"
+
+
 def code_version() -> str:
     """Git commit of the project (with '-dirty' when modified), else the package version.
 
-    Read once per process (it keys idempotent children, so it must not flip within a sweep),
-    with a generous time limit: on a loaded machine a 5 s limit fell back to the package
-    version for some processes of a sweep and not others.
+    It keys idempotent children, so every process of one sweep must agree on it: a sweep
+    hands its own value to its worker processes and SLURM jobs in ``PIPI_CODE_VERSION``,
+    which wins over git. Otherwise git is read once per process.
     """
+    return os.environ.get(CODE_VERSION_ENV) or _git_code_version()
+
+
+@functools.lru_cache(maxsize=1)
+def _git_code_version() -> str:
     root = PROJECT_ROOT
     try:
         sha = subprocess.run(

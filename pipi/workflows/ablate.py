@@ -191,7 +191,8 @@ def run_ablation(*, study: str = "eight_cell", seeds: Sequence[int] | str = PAPE
             results = run_local(children, retries=retries, train_child=lambda c: _train_child(
                 c, data=root, progress=progress, parent_run_id=pid), parallel=parallel,
                 spawn_child=_spawn_child, parent_run_id=pid,
-                spawn_kwargs={"data": str(root), "tracking_uri": tracking.current_tracking_uri()})
+                spawn_kwargs={"data": str(root), "tracking_uri": tracking.current_tracking_uri(),
+                              "code_version": tracking.code_version()})
         kw = {"data": root, "digest": digest, "parent_run_id": pid, "progress": progress,
               "retries": retries}
         if st.kind == "channel_infer":
@@ -215,10 +216,12 @@ def run_ablation(*, study: str = "eight_cell", seeds: Sequence[int] | str = PAPE
 
 
 def _spawn_child(child: Child, *, run_id: str, threads: int, data: str,
-                 tracking_uri: str) -> str:
+                 tracking_uri: str, code_version: str) -> str:
     """A worker process of ``parallel > 1``: fill the child run ``run_id`` (created nested
-    under the sweep by the parent) with the ordinary ``train`` run of its configuration."""
+    under the sweep by the parent) with the ordinary ``train`` run of its configuration,
+    keyed with the parent's code version (the parent looks children up by that key)."""
     torch.set_num_threads(threads)
+    os.environ[tracking.CODE_VERSION_ENV] = code_version
     os.environ["MLFLOW_TRACKING_URI"] = tracking_uri
     os.environ["MLFLOW_RUN_ID"] = run_id  # pipi_run attaches to it, as under `mlflow run`
     tracking.configure(tracking_uri)
