@@ -170,7 +170,7 @@ def train_one_epoch(model, images, labels, inputs: FrameInputs, optimizer, weigh
     """
     device = torch.device(device)
     rt = runtime or Runtime(device)
-    fwd = forward or model
+    fwd = model if forward is None else forward  # a compiled module has no truth value
     model.train()
     idx_batches = batches(len(labels), cfg.batch_size, gen=gen, max_batches=cfg.max_batches)
     stream = DeviceBatches(images, idx_batches, device, labels=labels)
@@ -211,7 +211,7 @@ def predict_probs(model, images, inputs: FrameInputs, *, device, batch_size: int
     one copy back at the end."""
     device = torch.device(device)
     rt = runtime or Runtime(device)
-    fwd = forward or model
+    fwd = model if forward is None else forward  # a compiled module has no truth value
     model.eval()
     deploy = getattr(model, "deploy_mode", None)
     if deploy is not None:
