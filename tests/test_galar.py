@@ -157,3 +157,35 @@ def test_galar_children_aggregate_retention_and_submission(tracking, tiny_staged
     assert doc["provenance"]["runs"]["kvasir"]["method"]["41"] == src[("pi", 41)]
     assert doc["results"]["galar"]["delta_vs_rgb_baseline"] == pytest.approx(
         head["galar_delta"], abs=1e-4)
+
+    # the pi runs again with another prior (as `calibrate` would give): aggregate puts the
+    # calibrated retention beside the zero-shot one, and the zero-shot table is unchanged
+    from pipi.calibration import PriorParams, prior_params_document
+
+    fitted = tmp_path / "prior_params.json"
+    fitted.write_text(json.dumps(prior_params_document(PriorParams(9.0, 0.6), image_size=32)))
+    cal = workflow.run_galar(runs=",".join(src[("pi", s)] for s in (41, 42)),
+                             data="synthetic-tiny", fold="all", experiment=exp,
+                             progress=False, prior_params=str(fitted))
+    assert {tr.get_run(x).data.tags["pipi.variant"] for x in cal.table["galar_run_id"]} == \
+        {"calibrated"}
+    rep2 = aggregate.run_aggregate(experiment=exp, cache_dir=tmp_path / "cache", log_run=False,
+                                   options=opts).report
+    pd.testing.assert_frame_equal(rep2.table("cross_vendor").data, t.data)
+    side = rep2.table("cross_vendor_calibrated")
+    assert side.ok, side.notes
+    row = side.data[(side.data["class_set"] == "galkva")
+                    & (side.data["capsule_system"] == "all capsule systems")].iloc[0]
+    assert row["zero_shot_retention"] == head["retention"] or (
+        math.isnan(row["zero_shot_retention"]) and math.isnan(head["retention"]))
+    assert row["zero_shot_galar_delta"] == pytest.approx(head["galar_delta"])
+    # the calibrated side: the calibrated pi children against the zero-shot a children
+    ids = side.run_ids[0]
+    assert set(ids["galar pi (calibrated)"].values()) == set(cal.table["galar_run_id"])
+    assert set(ids["galar a (calibrated)"].values()) == set(
+        res.table[res.table["cell"] == "a"]["galar_run_id"])
+    gm = {int(r["seed"]): r["galkva_macro_auc"] for r in cal.table.to_dict("records")}
+    ga = {int(r["seed"]): r["galkva_macro_auc"] for r in res.table.to_dict("records")
+          if r["cell"] == "a"}
+    assert row["calibrated_galar_delta"] == pytest.approx(
+        np.mean([gm[s] - ga[s] for s in (41, 42)]), abs=1e-6)

@@ -263,3 +263,65 @@ def test_galkva_input_from_runs_gives_a_valid_submission_with_the_same_retention
     with pytest.raises(DataError, match="galar distill"):
         galkva_runs(ev, cv, backbone="efficientnet_b0", baseline="a", method="distill")
     assert PROB_COLUMNS[0] in runs["galar"].method[0].predictions
+
+
+# --------------------------------------------------------------------------- calibrated prior
+def with_calibrated_children(study, tmp):
+    """The study plus `galar -P prior_params=` children of the pi runs (variant calibrated),
+    whose prior makes pi better on Galar; -> (runs, dirs, their probabilities by seed)."""
+    ga, rows, dirs, probs = study["ga"], [], dict(study["dirs"]), {}
+    for s in SEEDS:
+        cid, kid = f"gcpi{s}".ljust(32, "0"), f"kpi{s}".ljust(32, "0")
+        q = ga["capsule_system"].map(lambda x: GALAR_Q[x]["pi"] + 0.5).to_numpy()
+        probs[s] = probs_for(ga, q, 5000 + s)
+        dirs[cid] = write_predictions({"test": predictions_frame(ga, probs[s])}, tmp / cid)
+        row = run_row(cid, "pi@calibrated", s, digest="g" * 64, study="galar", base=kid,
+                      params={"galar.fold": "evaluation"}, entry="galar")
+        rows.append({**row, "variant": "calibrated", "start_time": 100 + s})
+    runs = pd.concat([study["runs"], pd.DataFrame(rows)], ignore_index=True)
+    runs["seed"] = runs["seed"].astype("Int64")
+    return runs, dirs, probs
+
+
+def test_zero_shot_and_calibrated_retention_side_by_side(study, tmp_path):
+    runs, dirs, cal_probs = with_calibrated_children(study, tmp_path)
+    kruns, gruns = split_galar_runs(runs)
+    kept, _ = analysis.select_runs(kruns)
+    ev = analysis.build_evidence(kept, dirs)
+    gkept, _ = analysis.select_runs(gruns)
+    # the zero-shot table never takes a calibrated child, and says why
+    cv, gout = build_cross_vendor(gkept, dirs, ev)
+    assert cv.arm("efficientnet_b0", "pi").run_ids == tuple(
+        f"gpi{s}".ljust(32, "0") for s in SEEDS)
+    why = gout.set_index("run_id").loc["gcpi41".ljust(32, "0"), "reason"]
+    assert "variant calibrated, not zero_shot" in why
+    # the calibrated side: calibrated pi against the zero-shot RGB baseline
+    cal, _ = build_cross_vendor(gkept, dirs, ev, variant="calibrated")
+    assert cal.tuned == {("efficientnet_b0", "pi")}
+    assert cal.arm("efficientnet_b0", "pi").run_ids == tuple(
+        f"gcpi{s}".ljust(32, "0") for s in SEEDS)
+    assert cal.arm("efficientnet_b0", "a").run_ids == tuple(f"ga{s}".ljust(32, "0") for s in SEEDS)
+
+    opts = analysis.AggregateOptions(n_resamples=100, figures=False)
+    rep = build_report(replace(ev, cross_vendor=cv, cross_vendor_calibrated=cal), opts)
+    zero, side = rep.table("cross_vendor").data, rep.table("cross_vendor_calibrated")
+    assert side.ok and len(side.data) == len(zero) == 6
+    key = ["class_set", "capsule_system"]
+    both = side.data.merge(zero, on=key, suffixes=("", "_zero_table"))
+    np.testing.assert_allclose(both["zero_shot_retention"], both["retention"])
+    np.testing.assert_allclose(both["kvasir_delta"], both["kvasir_delta_zero_table"])
+    # the calibrated Δ_Galar against scikit-learn, on the GalKva frames of all systems
+    y = study["ga"]["class_index"].to_numpy()
+    m = np.isin(y, GALKVA)
+    brute = np.mean([brute_macro(y[m], cal_probs[s][m], GALKVA)
+                     - brute_macro(y[m], study["probs"][("galar", "a", s)][m], GALKVA)
+                     for s in SEEDS])
+    row = side.data.set_index(key).loc[("galkva", ALL_SYSTEMS)]
+    assert row["calibrated_galar_delta"] == pytest.approx(brute, abs=1e-9)
+    assert row["calibrated_retention"] == pytest.approx(brute / row["kvasir_delta"])
+    assert row["calibrated_galar_delta"] > row["zero_shot_galar_delta"]  # the better prior
+    assert side.run_ids[0]["galar pi (calibrated)"][41] == "gcpi41".ljust(32, "0")
+    assert "retention calibrated [95% CI]" in side.display.columns
+    # without calibrated children the table says how to make them
+    plain = build_report(replace(ev, cross_vendor=cv), opts).table("cross_vendor_calibrated")
+    assert plain.status == "no runs" and "-e calibrate" in plain.notes[0]

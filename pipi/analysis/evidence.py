@@ -67,6 +67,10 @@ class Evidence:
     all_runs: pd.DataFrame = field(default_factory=pd.DataFrame)
     class_source: str = ""       # where ``classes`` came from (tag or test predictions)
     cross_vendor: object = None  # analysis.retention.CrossVendorEvidence (galar runs) or None
+    #: the same with the calibrated-prior children (``galar -P prior_params=``), or None;
+    #: a DataError's message when they cannot be paired with the zero-shot ones
+    cross_vendor_calibrated: object = None
+    cross_vendor_calibrated_error: str = ""
 
     def arm(self, backbone: str, cell: str) -> Arm | None:
         return self.arms.get((backbone, cell))

@@ -60,11 +60,12 @@ from pipi.stats import (
     per_class_auc,
 )
 
-__all__ = ["ALL_SYSTEMS", "CLASS_SETS", "GALAR_STUDY", "CrossVendorEvidence", "DeltaSide",
+__all__ = ["ALL_SYSTEMS", "CALIBRATED", "CLASS_SETS", "GALAR_STUDY", "ZERO_SHOT", "CrossVendorEvidence", "DeltaSide",
            "GalarArm", "RetentionRow", "build_cross_vendor", "galkva_runs", "retention_pairs",
            "retention_rows", "split_galar_runs"]
 
 GALAR_STUDY = "galar"
+ZERO_SHOT, CALIBRATED = "zero_shot", "calibrated"  # variants of galar children
 ALL_SYSTEMS = "all capsule systems"
 #: Class sets of the retention table: key -> label.
 CLASS_SETS = {"galkva": f"GalKva {BENCHMARK_VERSION} (6-class intersection)",
@@ -110,6 +111,9 @@ class CrossVendorEvidence:
     excluded: pd.DataFrame
     data_digest: str
     fold: str
+    variant: str = ZERO_SHOT
+    #: (backbone, cell) arms scored with the variant; the others are zero-shot children
+    tuned: frozenset = frozenset()
 
     def arm(self, backbone: str, cell: str) -> GalarArm | None:
         return self.arms.get((backbone, cell))
@@ -127,11 +131,20 @@ def _read(folder: Path, run_id: str) -> pd.DataFrame:
     return df
 
 
+def _variant(r) -> str:
+    return str(getattr(r, "variant", "") or ZERO_SHOT)
+
+
 def build_cross_vendor(galar_runs: pd.DataFrame, prediction_dirs: Mapping[str, Path],
-                       kvasir: Evidence, *, excluded: pd.DataFrame | None = None
+                       kvasir: Evidence, *, excluded: pd.DataFrame | None = None,
+                       variant: str = ZERO_SHOT
                        ) -> tuple[CrossVendorEvidence | None, pd.DataFrame]:
     """Align the Galar children (``select_runs`` output) and pair each with its Kvasir run.
 
+    ``variant="zero_shot"`` takes the zero-shot children only. ``variant="calibrated"``
+    takes the children scored with a calibrated prior (``galar -P prior_params=``) and, for
+    the arms that have none (the RGB baseline: it has no prior to calibrate), their
+    zero-shot children: the deployment comparison, zero-shot baseline vs calibrated method.
     A child whose source run is not the aggregated Kvasir run of its (backbone, cell, seed)
     is excluded with the reason. Returns (evidence, or None when no child remains; the
     excluded galar runs with a ``reason`` column, ``excluded`` included).
@@ -144,13 +157,18 @@ def build_cross_vendor(galar_runs: pd.DataFrame, prediction_dirs: Mapping[str, P
     """
     excl = [excluded] if excluded is not None and not excluded.empty else []
     rows, reasons = [], []
+    tuned = frozenset((r.backbone, str(r.cell).split("@")[0])
+                      for r in galar_runs.itertuples(index=False)
+                      if variant != ZERO_SHOT and _variant(r) == variant)
     for r in galar_runs.itertuples(index=False):
         cell = str(r.cell).split("@")[0]
         arm = kvasir.arm(r.backbone, cell)
         src = str(r.base_run_id or "")
-        variant = str(getattr(r, "variant", "") or "zero_shot")
-        if variant != "zero_shot":  # e.g. `galar -P prior_params=`: not a zero-shot score
-            reasons.append((r, f"variant {variant} (a calibrated prior), not zero-shot"))
+        own = _variant(r)
+        if own != variant and not (own == ZERO_SHOT and (r.backbone, cell) not in tuned):
+            reasons.append((r, f"variant {own}, not {variant}" + (
+                " (a calibrated prior: see the zero-shot vs calibrated table)"
+                if variant == ZERO_SHOT else "")))
         elif arm is None or int(r.seed) not in arm.seeds:
             reasons.append((r, f"its Kvasir arm {r.backbone}/{cell} seed {r.seed} is not aggregated"))
         elif arm.runs()[int(r.seed)] != src:
@@ -193,7 +211,7 @@ def build_cross_vendor(galar_runs: pd.DataFrame, prediction_dirs: Mapping[str, P
     cv = CrossVendorEvidence(ref["label"].to_numpy(np.int64),
                              ref["video_id"].astype(str).to_numpy(), systems,
                              ref["path"].astype(str).to_numpy(), arms, runs.reset_index(drop=True),
-                             excluded, digest, ",".join(folds))
+                             excluded, digest, ",".join(folds), variant, tuned)
     return cv, excluded
 
 

@@ -27,7 +27,12 @@ import pandas as pd
 
 from pipi import tracking
 from pipi.analysis import AggregateOptions, build_evidence, check_single_dataset, select_runs
-from pipi.analysis.retention import build_cross_vendor, split_galar_runs
+from pipi.analysis.retention import (
+    CALIBRATED,
+    ZERO_SHOT,
+    build_cross_vendor,
+    split_galar_runs,
+)
 from pipi.errors import ConfigError, DataError
 from pipi.paths import pipi_home
 from pipi.report import Report, build_report, dashboard
@@ -272,10 +277,19 @@ def load_evidence(experiment: str, filter_string: str = "", cache_dir: Path | No
     if not galar.empty:
         gkept, gexcluded = select_runs(galar)
         gdirs, gmissing = fetch_predictions(gkept, cache)
-        cv, gout = build_cross_vendor(gkept[gkept["run_id"].isin(gdirs)], gdirs, ev,
+        gkept = gkept[gkept["run_id"].isin(gdirs)]
+        variant = gkept["variant"].fillna("").replace("", ZERO_SHOT) if "variant" in gkept \
+            else pd.Series(ZERO_SHOT, index=gkept.index)
+        cv, gout = build_cross_vendor(gkept[variant == ZERO_SHOT], gdirs, ev,
                                       excluded=pd.concat([gexcluded, gmissing], ignore_index=True))
         ev = replace(ev, cross_vendor=cv,
                      excluded=pd.concat([ev.excluded, gout], ignore_index=True))
+        if (variant == CALIBRATED).any():  # zero-shot vs calibrated, side by side
+            try:
+                cal, _ = build_cross_vendor(gkept, gdirs, ev, variant=CALIBRATED)
+                ev = replace(ev, cross_vendor_calibrated=cal)
+            except DataError as exc:
+                ev = replace(ev, cross_vendor_calibrated_error=str(exc))
     return ev, kept
 
 
