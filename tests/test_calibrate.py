@@ -344,3 +344,18 @@ def test_galar_scores_with_the_calibrated_prior(tracking, pi_run, galar_staged, 
     assert mlflow.get_run(moved).data.tags["pipi.prior_params"] == str(other)
     np.testing.assert_allclose(probs(same, "same"), probs(zero, "zero"), atol=1e-6)
     assert np.abs(probs(moved, "moved") - probs(zero, "zero2")).max() > 1e-4
+
+
+def test_storage_from_the_environment_keeps_the_password_out_of_params(monkeypatch, tmp_path):
+    from pipi.workflows.calibrate import STORAGE_ENV, check_storage_url, default_storage, redact
+
+    monkeypatch.delenv(STORAGE_ENV, raising=False)
+    assert check_storage_url("") == default_storage()
+    url = "postgresql+psycopg://lab:s3cret@db.example.org:5432/optuna"
+    monkeypatch.setenv(STORAGE_ENV, url)
+    assert check_storage_url("") == url               # `-P storage=` left empty
+    assert check_storage_url(f"sqlite:///{tmp_path}/o.db") == f"sqlite:///{tmp_path}/o.db"
+    assert "s3cret" not in redact(url) and "db.example.org" in redact(url)
+    monkeypatch.setenv(STORAGE_ENV, "redis://nope")
+    with pytest.raises(ConfigError, match="use an Optuna RDB URL"):
+        check_storage_url("")

@@ -42,8 +42,8 @@ def prior_params_from(spec: str, overrides: dict | None = None) -> PriorParams |
 @click.option("--pruner", type=choice(PRUNERS), default="median", show_default=True,
               help="Stops hopeless trials on the running macro-AUC.")
 @click.option("--storage", default="",
-              help="Optuna RDB URL (default sqlite:///<project>/optuna.db; "
-                   "postgresql://... for several machines).")
+              help="Optuna RDB URL (default $PIPI_OPTUNA_STORAGE, else "
+                   "sqlite:///<project>/optuna.db; postgresql://... for several machines).")
 @click.option("--study", default="",
               help="Study name (default: a hash of run, target and data digest, so a re-run "
                    "continues the same study).")

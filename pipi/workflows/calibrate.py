@@ -82,9 +82,14 @@ def redact(url: str) -> str:
         return url.split("@")[-1]
 
 
+STORAGE_ENV = "PIPI_OPTUNA_STORAGE"
+
+
 def check_storage_url(url: str) -> str:
-    """The storage URL (default if empty), refused early when it is not an RDB URL."""
-    url = (url or "").strip() or default_storage()
+    """The storage URL, refused early when it is not an RDB URL. Empty: ``$PIPI_OPTUNA_STORAGE``
+    (keeps a password out of the ``storage`` param that ``mlflow run`` logs), else the
+    default SQLite file."""
+    url = (url or "").strip() or os.environ.get(STORAGE_ENV, "").strip() or default_storage()
     scheme = url.split(":", 1)[0].split("+", 1)[0]
     if "://" not in url or scheme not in STORAGE_SCHEMES:
         raise ConfigError(f"storage={redact(url)!r}: use an Optuna RDB URL, sqlite:///PATH or "
