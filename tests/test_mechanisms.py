@@ -91,6 +91,43 @@ def test_robustness_table_lift_matches_sklearn(tmp_path):
     assert not rep.table("transplant").ok and not rep.table("gradcam").ok
 
 
+@pytest.mark.parametrize("pi_quality", [1.6, 0.8])
+def test_transplant_reconstruction_against_sklearn_and_undefined_without_a_lift(
+        tmp_path, monkeypatch, pi_quality):
+    """reconstruction = mean Δ(transplant - a) / mean (pi - a), from sklearn AUCs; with pi no
+    better than a there is no lift to reconstruct and the share is undefined, not +2249%."""
+    from sklearn.metrics import roc_auc_score
+
+    import tests.test_aggregate as agg_tests
+    from pipi import analysis
+    from pipi.report import build_report
+
+    monkeypatch.setitem(agg_tests.QUALITY, "pi", pi_quality)
+    monkeypatch.setitem(agg_tests.QUALITY, "a@transplant_D", 1.3)
+    runs, dirs = agg_tests.local_runs(tmp_path, {c: [1, 2] for c in ("a", "pi", "a@transplant_D")})
+    kept, excluded = analysis.select_runs(runs)
+    ev = analysis.build_evidence(kept, dirs, excluded=excluded)
+    t = build_report(ev, analysis.AggregateOptions(n_resamples=50)).table("transplant")
+    assert t.ok and list(t.data["transplant"]) == ["D"]
+    row, shown = t.data.iloc[0], t.display.iloc[0]
+
+    def macro(cell, seed):
+        arm = ev.arm("efficientnet_b0", cell)
+        p = arm.probs[arm.index(seed)]
+        return np.mean([roc_auc_score(ev.labels == k, p[:, k]) for k in ev.classes])
+
+    delta = np.mean([macro("a@transplant_D", s) - macro("a", s) for s in (1, 2)])
+    lift = np.mean([macro("pi", s) - macro("a", s) for s in (1, 2)])
+    assert row["delta_mean"] == pytest.approx(delta, abs=1e-9)
+    assert row["headline_lift"] == pytest.approx(lift, abs=1e-9)
+    if lift > 0:
+        assert row["reconstruction"] == pytest.approx(delta / lift, rel=1e-9)
+        assert shown["reconstruction"] == f"{delta / lift:+.0%}"
+    else:
+        assert np.isnan(row["reconstruction"])
+        assert shown["reconstruction"] == "n/a (no lift: pi - a <= 0)"
+
+
 # --------------------------------------------------------------------------- smoke runs
 @pytest.fixture(autouse=True)
 def _fixed_code_version(monkeypatch):

@@ -139,7 +139,9 @@ def transplant_table(an: Analysis) -> Table:
             seeds = [s for s in (c.seeds if ok else ()) if lift is not None and s in lift.seeds]
             hl = (float(np.mean([lift.deltas[lift.seeds.index(s)] for s in seeds]))
                   if seeds else float("nan"))
-            share = float(d.mean()) / hl if ok and np.isfinite(hl) and hl != 0 else float("nan")
+            # a share of a lift only where there is a lift: with pi - a <= 0 the ratio's sign
+            # and size mean nothing (as retention is undefined for Δ_Kvasir <= 0)
+            share = float(d.mean()) / hl if ok and np.isfinite(hl) and hl > 0 else float("nan")
             kind = kind_of.get((b, f"transplant_{w}"), "")
             blocks = ("every " + ("LayerNorm (no BatchNorm in this backbone)"
                                   if kind == "layernorm" else "BatchNorm") + " layer"
@@ -156,13 +158,14 @@ def transplant_table(an: Analysis) -> Table:
                          "mean Δ vs RGB (k/n +)": (f"{fmt_mean_sd(d.mean(), rows[-1]['delta_sd'])}"
                                                    f" ({c.sign_text})" if ok else "n/a"),
                          "headline lift (pi - a)": fmt_delta(hl),
-                         "reconstruction": f"{share:+.0%}" if np.isfinite(share) else "n/a"})
+                         "reconstruction": f"{share:+.0%}" if np.isfinite(share) else
+                         "n/a (no lift: pi - a <= 0)" if np.isfinite(hl) else "n/a"})
             ids.append({arm.cell: run_map(arm)} | ({"a": dict(c.ref_runs)} if ok else {})
                        | ({"pi": dict(lift.new_runs)} if lift is not None else {}))
         notes.extend(base_run_notes(ev, b, "a", arms))
     notes = [("Δ = transplanted - RGB (a) run of the same seed, test macro-AUC from "
               "predictions; reconstruction = mean Δ / mean headline lift (pi - a) over the same "
-              "seeds. The stem is never moved (its input channels differ). ConvNeXt-Tiny has no "
+              "seeds, undefined where that lift is <= 0 (nothing to reconstruct). The stem is never moved (its input channels differ). ConvNeXt-Tiny has no "
               "BatchNorm: its norm transplant moves every LayerNorm (column norm_kind)."), *notes]
     return Table("transplant", title, pd.DataFrame(rows), pd.DataFrame(disp), tuple(ids),
                  tuple(notes), paper="tab:subset-transplant")
