@@ -98,6 +98,23 @@ def tracking(mlflow_server, monkeypatch):
         mlflow.end_run()
 
 
+@pytest.fixture(scope="module")
+def sqlite_store(tmp_path_factory, request) -> str:
+    """A SQLite tracking and registry store of one test module (a registry needs no server)."""
+    name = request.module.__name__.rsplit(".", 1)[-1]
+    return f"sqlite:///{tmp_path_factory.mktemp(f'{name}-store') / 'mlflow.db'}"
+
+
+@pytest.fixture()
+def sqlite_tracking(sqlite_store, monkeypatch):
+    """Point mlflow (in-process and in subprocesses) at the module's SQLite store."""
+    import mlflow
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", sqlite_store)
+    mlflow.set_tracking_uri(sqlite_store)
+    yield sqlite_store
+
+
 @pytest.fixture(scope="session")
 def pipi_home(tmp_path_factory):
     home = tmp_path_factory.mktemp("pipi-home")

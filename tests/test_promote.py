@@ -23,23 +23,10 @@ ARMS = {"a": (1.0, SEEDS), "b_plus": (1.8, SEEDS), "e_plus": (1.0, SEEDS),
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    """A SQLite tracking and registry store (the registry needs no server)."""
-    return f"sqlite:///{tmp_path_factory.mktemp('promote-store') / 'mlflow.db'}"
-
-
-@pytest.fixture()
-def tracking(store, monkeypatch):
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
-    mlflow.set_tracking_uri(store)
-    yield store
-
-
-@pytest.fixture(scope="module")
-def registry(store, tmp_path_factory):
+def registry(sqlite_store, tmp_path_factory):
     """An experiment of synthetic train runs per arm and seed; one registered version of each
     new arm (its seed-41 run), a second b_plus version (seed 42)."""
-    client = mlflow.tracking.MlflowClient(store)
+    client = mlflow.tracking.MlflowClient(sqlite_store)
     tmp = tmp_path_factory.mktemp("promote-runs")
     exp_id = client.create_experiment(f"promote-{tmp.name}")
     test, val = make_frames(6, 50, 0), make_frames(2, 30, 1, split="val")
@@ -70,7 +57,8 @@ def _macro(folder) -> float:
     return float(np.mean([roc_auc_score(df["label"] == k, probs[:, k]) for k in EVALUABLE]))
 
 
-def test_promote_gates_records_keeps_the_previous_champion_and_rolls_back(registry, tracking):
+def test_promote_gates_records_keeps_the_previous_champion_and_rolls_back(registry,
+                                                                         sqlite_tracking):
     c = mlflow.tracking.MlflowClient()
     name = "pipi-efficientnet_b0-b_plus"
     v1, v2 = registry["versions"]["b_plus", 41], registry["versions"]["b_plus", 42]
@@ -99,7 +87,7 @@ def test_promote_gates_records_keeps_the_previous_champion_and_rolls_back(regist
     assert c.get_model_version_by_alias(name, "previous-champion").version == v2
 
 
-def test_promote_refuses_without_evidence_and_forces_with_a_reason(registry, tracking):
+def test_promote_refuses_without_evidence_and_forces_with_a_reason(registry, sqlite_tracking):
     c = mlflow.tracking.MlflowClient()
     name = "pipi-efficientnet_b0-e_plus"
     v = registry["versions"]["e_plus", 41]
@@ -118,7 +106,7 @@ def test_promote_refuses_without_evidence_and_forces_with_a_reason(registry, tra
     assert c.get_model_version_by_alias(name, "champion").version == v
 
 
-def test_too_few_seeds_is_a_refusal_with_the_count(registry, tracking):
+def test_too_few_seeds_is_a_refusal_with_the_count(registry, sqlite_tracking):
     r = _cli("--model", "pipi-efficientnet_b0-c", "--version", registry["versions"]["c", 41])
     assert r.exit_code == 1, r.output
     assert "paired seeds = 2 (need >= 4)" in r.output
@@ -127,6 +115,6 @@ def test_too_few_seeds_is_a_refusal_with_the_count(registry, tracking):
     assert r.exit_code == 0, r.output
 
 
-def test_bad_model_name_is_one_line(tracking):
+def test_bad_model_name_is_one_line(sqlite_tracking):
     r = CliRunner().invoke(main, ["promote", "--model", "resnet"])
     assert r.exit_code == 2 and "pipi-<backbone>-<cell>" in r.output

@@ -34,24 +34,11 @@ FRAME = "pipi-efficientnet_b0-pi"
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    """A SQLite tracking and registry store: `mlflow models serve` is the server under test."""
-    return f"sqlite:///{tmp_path_factory.mktemp('serve-store') / 'mlflow.db'}"
-
-
-@pytest.fixture()
-def tracking(store, monkeypatch):
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
-    mlflow.set_tracking_uri(store)
-    yield store
-
-
-@pytest.fixture(scope="module")
-def b_plus(store, tiny_staged):
+def b_plus(sqlite_store, tiny_staged):
     """A smoke b_plus run (and its nested pi base run) and a distill run, all registered."""
     saved = os.environ.get("MLFLOW_TRACKING_URI")
-    os.environ["MLFLOW_TRACKING_URI"] = store
-    mlflow.set_tracking_uri(store)
+    os.environ["MLFLOW_TRACKING_URI"] = sqlite_store
+    mlflow.set_tracking_uri(sqlite_store)
     try:
         cfg = make_config(cell="b_plus", profile="smoke", weights="none", seed=5)
         summary = runner.train(cfg, data=str(tiny_staged), experiment="serve", progress=False)
@@ -73,7 +60,7 @@ def _fresh(code: str, uri: str) -> str:
     return r.stdout
 
 
-def test_b_plus_is_registered_and_reproduces_its_run_in_a_fresh_process(b_plus, tracking,
+def test_b_plus_is_registered_and_reproduces_its_run_in_a_fresh_process(b_plus, sqlite_tracking,
                                                                          tiny_staged, tmp_path):
     c = mlflow.tracking.MlflowClient()
     mv = c.get_model_version_by_alias(SEQ, "candidate")
@@ -101,7 +88,7 @@ def test_b_plus_is_registered_and_reproduces_its_run_in_a_fresh_process(b_plus, 
         "short = m.predict([clip[:2], clip])\n"
         "assert list(short['clip']) == [0, 0, 1, 1, 1, 1], short\n"
         "df.to_json('" + str(tmp_path / "out.json") + "', orient='records')\n"
-        "print(len(df), df['predicted_class'].iloc[0])\n", tracking)
+        "print(len(df), df['predicted_class'].iloc[0])\n", sqlite_tracking)
     assert out.split()[0] == "4"
     got = pd.read_json(tmp_path / "out.json", orient="records")
     preds = pd.read_parquet(Path(mlflow.artifacts.download_artifacts(
@@ -116,7 +103,7 @@ def test_b_plus_is_registered_and_reproduces_its_run_in_a_fresh_process(b_plus, 
                                ref[list(PROB_COLUMNS)].to_numpy(float)[0], atol=2e-4)
 
 
-def test_in_process_predict_refuses_malformed_images(b_plus, tracking):
+def test_in_process_predict_refuses_malformed_images(b_plus, sqlite_tracking):
     m = mlflow.pyfunc.load_model(f"models:/{FRAME}@candidate")
     img = np.random.default_rng(1).integers(0, 256, (40, 48, 3), dtype=np.uint8)
     ok = m.predict(pd.DataFrame({"image": [encode_image(img), encode_png(img)]}))
@@ -143,7 +130,8 @@ def test_in_process_predict_refuses_malformed_images(b_plus, tracking):
         m.predict(img[None], params={"heatmap": True})
 
 
-def test_distill_heatmap_is_the_auxiliary_head_and_leaves_the_probabilities(b_plus, tracking):
+def test_distill_heatmap_is_the_auxiliary_head_and_leaves_the_probabilities(b_plus,
+                                                                            sqlite_tracking):
     import torch
 
     m = mlflow.pyfunc.load_model("models:/pipi-efficientnet_b0-distill@candidate")
@@ -196,8 +184,8 @@ class _Served:
         self.log.close()
 
 
-def test_served_model_answers_base64_jpeg_and_refuses_malformed(b_plus, tracking, tmp_path):
-    served = _Served(f"models:/{FRAME}@candidate", tracking, tmp_path,
+def test_served_model_answers_base64_jpeg_and_refuses_malformed(b_plus, sqlite_tracking, tmp_path):
+    served = _Served(f"models:/{FRAME}@candidate", sqlite_tracking, tmp_path,
                      env={"PIPI_SERVE_MAX_BYTES": "200000"})
     try:
         img = np.random.default_rng(2).integers(0, 256, (336, 336, 3), dtype=np.uint8)
