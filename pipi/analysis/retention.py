@@ -60,9 +60,10 @@ from pipi.stats import (
     per_class_auc,
 )
 
-__all__ = ["ALL_SYSTEMS", "CALIBRATED", "CLASS_SETS", "GALAR_STUDY", "ZERO_SHOT", "CrossVendorEvidence", "DeltaSide",
-           "GalarArm", "RetentionRow", "build_cross_vendor", "galkva_runs", "retention_pairs",
-           "retention_rows", "split_galar_runs"]
+__all__ = ["ALL_SYSTEMS", "CALIBRATED", "CLASS_SETS", "GALAR_STUDY", "ZERO_SHOT",
+           "CrossVendorEvidence", "DeltaSide", "GalarArm", "RetentionRow", "build_cross_vendor",
+           "galkva_runs", "retention_pairs", "retention_rows", "run_variants",
+           "split_galar_runs"]
 
 GALAR_STUDY = "galar"
 ZERO_SHOT, CALIBRATED = "zero_shot", "calibrated"  # variants of galar children
@@ -131,8 +132,11 @@ def _read(folder: Path, run_id: str) -> pd.DataFrame:
     return df
 
 
-def _variant(r) -> str:
-    return str(getattr(r, "variant", "") or ZERO_SHOT)
+def run_variants(runs: pd.DataFrame) -> pd.Series:
+    """Each galar child's variant (``zero_shot`` where the tag is missing or empty)."""
+    if "variant" not in runs:
+        return pd.Series(ZERO_SHOT, index=runs.index, dtype=object)
+    return runs["variant"].fillna("").astype(str).replace("", ZERO_SHOT)
 
 
 def build_cross_vendor(galar_runs: pd.DataFrame, prediction_dirs: Mapping[str, Path],
@@ -157,14 +161,14 @@ def build_cross_vendor(galar_runs: pd.DataFrame, prediction_dirs: Mapping[str, P
     """
     excl = [excluded] if excluded is not None and not excluded.empty else []
     rows, reasons = [], []
+    own_variants = run_variants(galar_runs).tolist()
     tuned = frozenset((r.backbone, str(r.cell).split("@")[0])
-                      for r in galar_runs.itertuples(index=False)
-                      if variant != ZERO_SHOT and _variant(r) == variant)
-    for r in galar_runs.itertuples(index=False):
+                      for r, own in zip(galar_runs.itertuples(index=False), own_variants)
+                      if variant != ZERO_SHOT and own == variant)
+    for r, own in zip(galar_runs.itertuples(index=False), own_variants):
         cell = str(r.cell).split("@")[0]
         arm = kvasir.arm(r.backbone, cell)
         src = str(r.base_run_id or "")
-        own = _variant(r)
         if own != variant and not (own == ZERO_SHOT and (r.backbone, cell) not in tuned):
             reasons.append((r, f"variant {own}, not {variant}" + (
                 " (a calibrated prior: see the zero-shot vs calibrated table)"

@@ -31,6 +31,7 @@ from pipi.analysis.retention import (
     CALIBRATED,
     ZERO_SHOT,
     build_cross_vendor,
+    run_variants,
     split_galar_runs,
 )
 from pipi.errors import ConfigError, DataError
@@ -278,8 +279,7 @@ def load_evidence(experiment: str, filter_string: str = "", cache_dir: Path | No
         gkept, gexcluded = select_runs(galar)
         gdirs, gmissing = fetch_predictions(gkept, cache)
         gkept = gkept[gkept["run_id"].isin(gdirs)]
-        variant = gkept["variant"].fillna("").replace("", ZERO_SHOT) if "variant" in gkept \
-            else pd.Series(ZERO_SHOT, index=gkept.index)
+        variant = run_variants(gkept)
         cv, gout = build_cross_vendor(gkept[variant == ZERO_SHOT], gdirs, ev,
                                       excluded=pd.concat([gexcluded, gmissing], ignore_index=True))
         ev = replace(ev, cross_vendor=cv,
