@@ -31,7 +31,7 @@ from scipy import special
 from pipi import analysis
 from pipi.classes import CLASSES
 from pipi.report import build_report
-from pipi.training import predictions_frame, write_predictions
+from pipi.training.frames import predictions_frame, write_predictions
 from pipi.workflows import aggregate as workflow
 
 CELLS = ("a", "b", "c", "c_prime", "c_dprime", "d", "e", "b_plus", "e_plus", "e_dagger")

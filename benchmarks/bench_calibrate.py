@@ -4,7 +4,7 @@ trial's time goes (prior, forward pass, Optuna + MLflow overhead).
     .venv/bin/python benchmarks/bench_calibrate.py [--trials 6] [--image-size 224]
         [--backbone efficientnet_b0] [--data synthetic-tiny]
 
-Starts a throwaway PostgreSQL (``pipi.server.Postgres``, as the tests do) holding both
+Starts a throwaway PostgreSQL (``pipi.tracking.server.Postgres``, as the tests do) holding both
 the Optuna study and the MLflow tracking store, trains one
 smoke-profile `pi` run at the requested image size (random init; the cost of a forward pass
 does not depend on the weights), then runs `calibrate` twice on the same study: once with
@@ -51,16 +51,17 @@ def main() -> int:
     import torch
 
     from pipi import tracking
-    from pipi.calibration import calibration_fold
+    from pipi.calibration.objective import calibration_fold
+    from pipi.calibration.study import open_storage
     from pipi.config import make_config
     from pipi.data.cache import build_cache, to_float
     from pipi.data.kvasir import load_staged
     from pipi.paths import pipi_home
     from pipi.prior import prior_channels
-    from pipi.server import Postgres, pg_bin
+    from pipi.runs.data import resolve_data
+    from pipi.tracking.server import Postgres, pg_bin
     from pipi.workflows import train as runner
-    from pipi.workflows.calibrate import open_storage, run_calibration
-    from pipi.workflows.stage import resolve_data
+    from pipi.workflows.calibrate import run_calibration
 
     if pg_bin() is None:
         print("PostgreSQL is not installed (scripts/system-deps.sh installs it)")

@@ -37,7 +37,7 @@ import mlflow  # noqa: E402
 from pipi.config import make_config  # noqa: E402
 from pipi.data.kvasir import stage_kvasir  # noqa: E402
 from pipi.data.synthetic import synthesize_kvasir  # noqa: E402
-from pipi.model_input import encode_image  # noqa: E402
+from pipi.serving.model_input import encode_image  # noqa: E402
 from pipi.workflows import train as runner  # noqa: E402
 
 

@@ -5,7 +5,7 @@
         [--channels-last auto|true|false] [--compile] [--no-deterministic]
         [--batch-size 32] [--steps 30] [--warmup 5]
 
-* **end-to-end**: ``pipi.training.train_one_epoch`` over a uint8 memmap cache (the format
+* **end-to-end**: ``pipi.training.frames.train_one_epoch`` over a uint8 memmap cache (the format
   ``build_cache`` writes): gather -> device (uint8, pinned + prefetched on CUDA) ->
   augmentation -> prior -> forward/backward/AdamW step, in the run's precision and memory
   format, as ``train`` runs it (random frames: the cost does not depend on the pixels).
@@ -36,7 +36,7 @@ import torch
 from pipi import tracking
 from pipi.config import make_config
 from pipi.runtime import prepare_model, runtime_of
-from pipi.training import (
+from pipi.training.frames import (
     FrameInputs,
     _frame_loss,
     build_frame_model,

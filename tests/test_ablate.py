@@ -15,13 +15,13 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from pipi.sweeps import plan as ablate
-from pipi.sweeps.plan import ChildResult, plan
-from pipi.workflows.ablate import run_ablation
 from pipi.cells import SEQUENCE_CELLS
 from pipi.errors import ConfigError
 from pipi.models import ARCHS
-from pipi.training import PROB_COLUMNS
+from pipi.sweeps import plan as ablate
+from pipi.sweeps.plan import ChildResult, plan
+from pipi.training.frames import PROB_COLUMNS
+from pipi.workflows.ablate import run_ablation
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from slurm_cluster import SlurmCluster, missing_tools

@@ -24,7 +24,7 @@ from pipi.classes import CLASSES
 from pipi.errors import DataError
 from pipi.report import build_report
 from pipi.stats import delong_macro_test, macro_auc_delta_bootstrap
-from pipi.training import predictions_frame, write_predictions
+from pipi.training.frames import predictions_frame, write_predictions
 from pipi.workflows import aggregate as workflow
 
 ROOT = Path(__file__).resolve().parent.parent

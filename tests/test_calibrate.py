@@ -17,24 +17,25 @@ import torch
 from click.testing import CliRunner
 from sklearn.metrics import roc_auc_score
 
-from pipi.calibration import (
+from pipi.calibration.objective import (
     REPORTS_PER_TRIAL,
     CalibrationObjective,
     PriorParams,
     calibration_fold,
     interleaved_order,
-    load_prior_params,
     parse_target,
     prior_params_document,
 )
+from pipi.calibration.study import open_storage
 from pipi.cli import ENTRY_POINTS
 from pipi.config import make_config
 from pipi.data.cache import IMAGENET_MEAN, IMAGENET_STD, build_cache
 from pipi.data.kvasir import load_staged
 from pipi.errors import ConfigError, DataError
 from pipi.prior import prior_channels
-from pipi.training import build_frame_model
-from pipi.workflows.calibrate import open_storage, run_calibration
+from pipi.runs.prior_params import load_prior_params
+from pipi.training.frames import build_frame_model
+from pipi.workflows.calibrate import run_calibration
 
 SMOKE_PI = {"cell": "pi", "backbone": "resnet18", "profile": "smoke", "weights": "none"}
 
@@ -222,7 +223,7 @@ def test_calibrate_fits_logs_and_continues_the_study(tracking, pi_run, tiny_stag
     assert float(parent.data.params["alpha"]) == pytest.approx(best.params["alpha"])
     assert parent.data.metrics["calibration/best_macro_auc"] == pytest.approx(best.value)
     # the baseline trial's value is the objective of the model as trained, recomputed here
-    from pipi.evaluate import load_run_model
+    from pipi.runs.evaluate import load_run_model
 
     model, cfg = load_run_model(pi_run)
     frames, manifest = load_staged(tiny_staged)
@@ -291,7 +292,7 @@ def postgres():
     import shutil
     import tempfile
 
-    from pipi.server import Postgres, pg_bin
+    from pipi.tracking.server import Postgres, pg_bin
 
     if pg_bin() is None:
         pytest.skip("PostgreSQL is not installed (make test installs it: scripts/system-deps.sh)")
@@ -347,7 +348,7 @@ def test_galar_scores_with_the_calibrated_prior(tracking, pi_run, galar_staged, 
 
 
 def test_storage_from_the_environment_keeps_the_password_out_of_params(monkeypatch, tmp_path):
-    from pipi.workflows.calibrate import STORAGE_ENV, check_storage_url, default_storage, redact
+    from pipi.calibration.study import STORAGE_ENV, check_storage_url, default_storage, redact
 
     monkeypatch.delenv(STORAGE_ENV, raising=False)
     assert check_storage_url("") == default_storage()

@@ -1,6 +1,6 @@
 """Runs that survive the tracking server going away (issue 14, section 5).
 
-The server is a real ``mlflow server`` (pipi.server.LabServer), stopped and started again on
+The server is a real ``mlflow server`` (pipi.tracking.server.LabServer), stopped and started again on
 the same address while a ``train`` process logs to it.
 """
 
@@ -21,7 +21,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from pipi import tracking
-from pipi.server import LabServer
+from pipi.tracking.server import LabServer
 
 ROOT = Path(__file__).resolve().parent.parent
 

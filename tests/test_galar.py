@@ -160,7 +160,7 @@ def test_galar_children_aggregate_retention_and_submission(tracking, tiny_staged
 
     # the pi runs again with another prior (as `calibrate` would give): aggregate puts the
     # calibrated retention beside the zero-shot one, and the zero-shot table is unchanged
-    from pipi.calibration import PriorParams, prior_params_document
+    from pipi.calibration.objective import PriorParams, prior_params_document
 
     fitted = tmp_path / "prior_params.json"
     fitted.write_text(json.dumps(prior_params_document(PriorParams(9.0, 0.6), image_size=32)))

@@ -1,4 +1,4 @@
-"""Tests of pipi.gradcam: Grad-CAM through Captum, top-quintile masks, Dice, figures."""
+"""Tests of pipi.probes.gradcam: Grad-CAM through Captum, top-quintile masks, Dice, figures."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ import torch.nn.functional as F
 from PIL import Image
 
 from pipi.errors import ConfigError
-from pipi.gradcam import (
+from pipi.models import ARCHS, DistillClassifier, FrameClassifier, build_backbone
+from pipi.prior import prior_channels
+from pipi.probes.gradcam import (
     CAM_LAYERS,
     dice,
     gradcam_layer,
@@ -22,8 +24,6 @@ from pipi.gradcam import (
     overlay_figure,
     top_quantile_mask,
 )
-from pipi.models import ARCHS, DistillClassifier, FrameClassifier, build_backbone
-from pipi.prior import prior_channels
 
 NUM_CLASSES = 14
 

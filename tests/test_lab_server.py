@@ -12,7 +12,7 @@ from mlflow.tracking import MlflowClient
 
 from pipi import tracking
 from pipi.errors import ConfigError
-from pipi.server import LabServer
+from pipi.tracking.server import LabServer
 
 CRED_VARS = ("MLFLOW_AUTH_ADMIN_USERNAME", "MLFLOW_AUTH_ADMIN_PASSWORD",
              "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD",

@@ -8,10 +8,28 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parent.parent / "pipi"
-#: Rank of each layer (0 = top); a module may import its own rank or any rank below it.
-#: Everything else (classes, cells, config, prior, data/, models/, training, tracking/,
-#: stats/, ...) is the library, the bottom rank.
-LAYERS = {"cli": 0, "workflows": 1, "sweeps": 2, "evaluate": 2, "report": 2, "analysis": 2}
+#: The layers of DESIGN.md ("Layout"), from the top down; a module may import its own layer or
+#: any layer below it. A layer is a list of module prefixes under ``pipi``; ``*`` is every module
+#: no layer names (the library: data/, models/, training/, serving/, probes/, calibration/,
+#: prior, cells, config, runtime, predictions, galkva/).
+ORDER: tuple[tuple[str, ...], ...] = (
+    ("cli",),
+    ("workflows",),
+    ("sweeps",),
+    ("runs",),
+    ("report",),
+    ("analysis",),
+    ("tracking",),
+    ("*",),
+    ("stats",),
+    ("classes", "errors", "paths"),
+)
+#: Packages whose modules may not import each other (``common`` and ``__init__`` excepted),
+#: and the exceptions: a sweep calling the workflow it sweeps.
+ISOLATED = ("workflows", "cli")
+ALLOWED_SIDEWAYS = {("pipi.workflows.ablate", "pipi.workflows.train")}
+#: At most this many modules directly at pipi/*.py (``__init__`` not counted).
+MAX_TOP_LEVEL = 8
 
 
 def _modules() -> dict[str, Path]:
@@ -47,21 +65,81 @@ def _imports(path: Path, modules: dict[str, Path]) -> tuple[set[str], list[str]]
     return top, inner
 
 
-def _layer(module: str) -> int | None:
-    parts = module.split(".")
-    if len(parts) > 1 and parts[1] in LAYERS:
-        return LAYERS[parts[1]]
-    return 3  # library
+def _layer(module: str) -> int:
+    """Rank of ``module`` in :data:`ORDER` (0 = top); the longest matching prefix wins."""
+    rel = module.removeprefix("pipi").removeprefix(".")
+    best, star = None, None
+    for rank, layer in enumerate(ORDER):
+        for prefix in layer:
+            if prefix == "*":
+                star = rank
+            elif (rel == prefix or rel.startswith(prefix + ".")) and (
+                    best is None or len(prefix) > best[1]):
+                best = (rank, len(prefix))
+    return best[0] if best else star
 
 
-def test_no_import_cycles_and_imports_point_down():
+def upward_imports(modules: dict[str, Path]) -> list[str]:
+    """Every module-level import that points to a higher layer, as 'a imports b'."""
+    out = []
+    for m, p in sorted(modules.items()):
+        for d in sorted(_imports(p, modules)[0]):
+            if d != "pipi" and _layer(d) < _layer(m):
+                out.append(f"{m} imports {d}, a layer above it")
+    return out
+
+
+def sideways_imports(modules: dict[str, Path]) -> list[str]:
+    out = []
+    for m, p in sorted(modules.items()):
+        parts = m.split(".")
+        if len(parts) < 3 or parts[1] not in ISOLATED:
+            continue
+        for d in sorted(_imports(p, modules)[0]):
+            dp = d.split(".")
+            if (len(dp) >= 3 and dp[1] == parts[1] and dp[2] != parts[2]
+                    and dp[2] not in ("common", "__init__") and (m, d) not in ALLOWED_SIDEWAYS):
+                out.append(f"{m} imports {d}, another {parts[1]} module")
+    return out
+
+
+def test_layer_order_matches_design():
+    """Spot checks of the rank function against DESIGN's picture."""
+    assert _layer("pipi.cli.train") < _layer("pipi.workflows.train") < _layer("pipi.sweeps.plan")
+    assert _layer("pipi.sweeps.plan") < _layer("pipi.runs.evaluate") < _layer("pipi.report.tables")
+    assert _layer("pipi.report.tables") < _layer("pipi.analysis.compare") < _layer("pipi.tracking.runs")
+    assert _layer("pipi.tracking.runs") < _layer("pipi.training.frames") == _layer("pipi.prior")
+    assert _layer("pipi.prior") < _layer("pipi.stats.auc") < _layer("pipi.classes")
+
+
+def test_an_upward_import_is_caught(tmp_path):
+    """A planted upward import (the library importing a workflow) fails the check."""
+    planted = tmp_path / "planted.py"
+    planted.write_text("from pipi.workflows.train import train\n")
+    modules = {**_modules(), "pipi.prior_planted": planted}
+    assert upward_imports(modules) == [
+        "pipi.prior_planted imports pipi.workflows.train, a layer above it"]
+    sideways = tmp_path / "sideways.py"
+    sideways.write_text("from pipi.workflows.aggregate import run_aggregate\n")
+    modules = {**_modules(), "pipi.workflows.planted": sideways}
+    assert sideways_imports(modules) == [
+        "pipi.workflows.planted imports pipi.workflows.aggregate, another workflows module"]
+
+
+def test_no_upward_or_sideways_imports():
+    modules = _modules()
+    assert not upward_imports(modules), "\n".join(upward_imports(modules))
+    assert not sideways_imports(modules), "\n".join(sideways_imports(modules))
+
+
+def test_few_modules_at_the_top_level():
+    top = sorted(p.stem for p in PKG.glob("*.py") if p.stem != "__init__")
+    assert len(top) <= MAX_TOP_LEVEL, f"{len(top)} modules at pipi/*.py: {top}"
+
+
+def test_no_import_cycles():
     modules = _modules()
     graph = {m: _imports(p, modules)[0] for m, p in modules.items()}
-    for m, deps in graph.items():
-        for d in deps:
-            if d == "pipi":
-                continue
-            assert _layer(m) <= _layer(d), f"{m} imports {d}, a layer above it"
     seen, stack = {}, []
 
     def visit(m):

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from pipi.cli import ENTRY_POINTS
 from pipi.errors import ConfigError
 from pipi.predictions import PROB_COLUMNS
-from pipi.workflows.runsets import SourceRun, looks_like_filter
+from pipi.runs.runsets import SourceRun, looks_like_filter
 from pipi.workflows.transplant import pair_runs
 
 SMOKE = {"profile": "smoke", "weights": "none"}
@@ -166,9 +166,9 @@ def test_robustness_children_idempotent_and_prior_recomputed(tracking, smoke_run
                                                               tmp_path):
     from pipi.data.cache import build_cache
     from pipi.data.kvasir import load_staged
-    from pipi.evaluate import load_run_model
-    from pipi.perturb import PERTURBATIONS
-    from pipi.training import FrameInputs, predict_probs
+    from pipi.probes.perturb import PERTURBATIONS
+    from pipi.runs.evaluate import load_run_model
+    from pipi.training.frames import FrameInputs, predict_probs
     from pipi.workflows.robustness import perturbed_images, run_robustness
 
     exp, runs = smoke_runs
@@ -224,8 +224,8 @@ def test_robustness_children_idempotent_and_prior_recomputed(tracking, smoke_run
 
 @pytest.mark.slow
 def test_transplant_gradcam_and_aggregate_tables(tracking, smoke_runs, tiny_staged, tmp_path):
-    from pipi.evaluate import load_run_model
     from pipi.models.surgery import bn_transplant, first_conv
+    from pipi.runs.evaluate import load_run_model
     from pipi.workflows.aggregate import run_aggregate
     from pipi.workflows.transplant import run_transplant
 
@@ -248,7 +248,7 @@ def test_transplant_gradcam_and_aggregate_tables(tracking, smoke_runs, tiny_stag
     # the BN child's predictions are those of the transplanted model
     from pipi.data.cache import build_cache
     from pipi.data.kvasir import load_staged
-    from pipi.training import FrameInputs, predict_probs
+    from pipi.training.frames import FrameInputs, predict_probs
 
     frames, man = load_staged(tiny_staged)
     _, cfg = load_run_model(runs[("a", 1)])

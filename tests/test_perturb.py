@@ -1,4 +1,4 @@
-"""Tests of pipi.perturb: the paper's nine test-image perturbations and the baseline."""
+"""Tests of pipi.probes.perturb: the paper's nine test-image perturbations and the baseline."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from PIL import Image
 
 from pipi.errors import ConfigError
-from pipi.perturb import (
+from pipi.probes.perturb import (
     PERTURBATIONS,
     apply_perturbation,
     get_perturbation,

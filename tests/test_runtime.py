@@ -21,7 +21,7 @@ from pipi.runtime import (
     runtime_of,
     weighted_cross_entropy,
 )
-from pipi.training import FrameInputs, build_frame_model, predict_probs, run_frame_cell
+from pipi.training.frames import FrameInputs, build_frame_model, predict_probs, run_frame_cell
 from pipi.workflows.ablate import run_ablation
 
 CPU = torch.device("cpu")

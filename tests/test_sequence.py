@@ -11,15 +11,15 @@ import pandas as pd
 import pytest
 import torch
 
-from pipi import sequence
-from pipi.models.sequence import SequenceModel
-from pipi.workflows import train as runner
 from pipi.cells import SEQUENCE_CELLS
-from pipi.config import make_config
 from pipi.classes import CLASSES
+from pipi.config import make_config
 from pipi.data.cache import build_cache
 from pipi.data.kvasir import load_staged
-from pipi.training import PROB_COLUMNS, FrameInputs
+from pipi.models.sequence import SequenceModel
+from pipi.training import sequence
+from pipi.training.frames import PROB_COLUMNS, FrameInputs
+from pipi.workflows import train as runner
 
 
 # --------------------------------------------------------------------------- windows

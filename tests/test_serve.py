@@ -16,16 +16,16 @@ import mlflow
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import free_port, wait_http
 from mlflow.exceptions import MlflowException
 
-from conftest import free_port, wait_http
 from pipi.classes import CLASSES
 from pipi.config import make_config
 from pipi.data.cache import build_cache
 from pipi.data.kvasir import load_staged
-from pipi.model_input import encode_image, encode_png
 from pipi.predictions import PROB_COLUMNS
-from pipi.sequence import build_windows
+from pipi.serving.model_input import encode_image, encode_png
+from pipi.training.sequence import build_windows
 from pipi.workflows import train as runner
 
 pytestmark = pytest.mark.slow

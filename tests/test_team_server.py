@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from pipi.server import LabServer, pg_bin
+from pipi.tracking.server import LabServer, pg_bin
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent

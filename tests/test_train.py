@@ -14,12 +14,11 @@ import pandas as pd
 import pytest
 import torch
 
-from pipi.workflows import train as runner
 from pipi.cells import PER_FRAME_CELLS
 from pipi.classes import CLASSES
 from pipi.config import make_config
 from pipi.models import ARCHS
-from pipi.training import (
+from pipi.training.frames import (
     PROB_COLUMNS,
     FrameInputs,
     TrainingDiverged,
@@ -27,6 +26,7 @@ from pipi.training import (
     run_frame_cell,
     train_one_epoch,
 )
+from pipi.workflows import train as runner
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -83,7 +83,7 @@ def test_prior_channels_follow_the_cell():
 
 
 def test_nan_loss_is_detected():
-    from pipi.training import build_frame_model
+    from pipi.training.frames import build_frame_model
 
     cfg = make_config(cell="a", profile="smoke", weights="none")
     model = build_frame_model(cfg)
@@ -234,7 +234,7 @@ def test_checkpoint_selection_metric():
     """
     from sklearn.metrics import f1_score, roc_auc_score
 
-    from pipi.training import fit_epochs
+    from pipi.training.frames import fit_epochs
 
     val = pd.DataFrame({"path": [f"v/{i}.jpg" for i in range(4)], "video_id": ["v"] * 4,
                         "frame_number": range(4), "class_index": [0, 0, 1, 1],

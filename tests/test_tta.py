@@ -1,4 +1,4 @@
-"""PI-TTA probes (`pipi.tta`) and the `ablate` study `pi_tta`.
+"""PI-TTA probes (`pipi.probes.tta`) and the `ablate` study `pi_tta`.
 
 The batched per-image adaptation is checked against plain per-image loops (a deep copy of the
 module and `torch.optim.SGD` for K steps); the study against the base run's own logged
@@ -19,14 +19,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipi import tta
-from pipi.sweeps import plan as ablate
-from pipi.workflows.ablate import run_ablation
-from pipi.config import make_config
 from pipi.classes import CLASSES
+from pipi.config import make_config
 from pipi.errors import ConfigError
 from pipi.prior import c1_features, prior_channels
-from pipi.training import PROB_COLUMNS, FrameInputs, build_frame_model, predict_probs
+from pipi.probes import tta
+from pipi.sweeps import plan as ablate
+from pipi.training.frames import PROB_COLUMNS, FrameInputs, build_frame_model, predict_probs
+from pipi.workflows.ablate import run_ablation
 
 SMOKE = {"profile": "smoke", "weights": "none", "progress": False}
 CPU = torch.device("cpu")

@@ -5,28 +5,10 @@ from __future__ import annotations
 import click
 
 from pipi import tracking
-from pipi.calibration import PriorParams, load_prior_params, parse_target
+from pipi.calibration.objective import parse_target
+from pipi.calibration.study import PRUNERS, SAMPLERS, check_storage_url
 from pipi.cli.common import PipiCommand, choice, experiment_option, setup_logging
-from pipi.errors import ConfigError
-from pipi.workflows.calibrate import PRUNERS, SAMPLERS, check_storage_url, run_calibration
-
-#: ``-P prior_params=`` of the entry points that use a calibrated prior (train, galar, ...).
-prior_params_option = click.option(
-    "--prior-params", default="",
-    help="A calibrated prior: the prior_params.json that calibrate logged, or the calibrate "
-         "run's id (sets alpha and lambda_eff; lambda_eff scales with the image size).")
-
-
-def prior_params_from(spec: str, overrides: dict | None = None) -> PriorParams | None:
-    """The prior of a ``--prior-params`` option (None when empty); refuses a second source."""
-    if not spec:
-        return None
-    given = {k: v for k, v in (overrides or {}).items()
-             if (k == "alpha" and v not in (None, 4.0)) or (k == "lambda_eff" and v is not None)}
-    if given:
-        raise ConfigError(f"prior_params={spec}: pass either prior_params or "
-                          f"{' and '.join(sorted(given))}, not both")
-    return load_prior_params(spec)
+from pipi.workflows.calibrate import run_calibration
 
 
 @click.command("calibrate", cls=PipiCommand)

@@ -9,11 +9,13 @@ import sys
 import click
 
 from pipi import tracking
+from pipi.calibration.objective import PriorParams
 from pipi.cells import CELLS
 from pipi.config import PROFILE_CHOICES, SELECT_METRICS, TRAIN_OVERRIDES
-from pipi.errors import PipiError
+from pipi.errors import ConfigError, PipiError
 from pipi.models.backbones import ARCHS, PRIOR_INITS
 from pipi.prior import HB_INDICES, PRIOR_MASKS, SECOND_CHANNELS
+from pipi.runs.prior_params import load_prior_params
 from pipi.runtime import PRECISIONS, SWITCHES
 
 
@@ -174,3 +176,22 @@ experiment_option = click.option(
 def overrides_from(kw: dict) -> dict:
     """The train overrides of a command's keyword arguments (None: not set)."""
     return {k: kw.pop(k) for k in TRAIN_OVERRIDES if k in kw}
+
+
+#: ``-P prior_params=`` of the entry points that use a calibrated prior (train, galar, ...).
+prior_params_option = click.option(
+    "--prior-params", default="",
+    help="A calibrated prior: the prior_params.json that calibrate logged, or the calibrate "
+         "run's id (sets alpha and lambda_eff; lambda_eff scales with the image size).")
+
+
+def prior_params_from(spec: str, overrides: dict | None = None) -> PriorParams | None:
+    """The prior of a ``--prior-params`` option (None when empty); refuses a second source."""
+    if not spec:
+        return None
+    given = {k: v for k, v in (overrides or {}).items()
+             if (k == "alpha" and v not in (None, 4.0)) or (k == "lambda_eff" and v is not None)}
+    if given:
+        raise ConfigError(f"prior_params={spec}: pass either prior_params or "
+                          f"{' and '.join(sorted(given))}, not both")
+    return load_prior_params(spec)

@@ -5,8 +5,7 @@ from __future__ import annotations
 import click
 
 from pipi import tracking
-from pipi.cli.calibrate import prior_params_option
-from pipi.cli.common import PipiCommand, experiment_option, setup_logging
+from pipi.cli.common import PipiCommand, experiment_option, prior_params_option, setup_logging
 from pipi.workflows.galar import GALAR_FOLDS, run_galar
 
 

@@ -6,7 +6,7 @@ import click
 
 from pipi import tracking
 from pipi.cli.common import PipiCommand, experiment_option, setup_logging
-from pipi.perturb import parse_perturbations
+from pipi.probes.perturb import parse_perturbations
 from pipi.workflows.robustness import run_robustness
 
 

@@ -8,7 +8,7 @@ import click
 
 from pipi.cli.common import PipiCommand, choice, setup_logging
 from pipi.paths import pipi_home
-from pipi.server import ARTIFACT_STORES, BACKENDS, LabServer
+from pipi.tracking.server import ARTIFACT_STORES, BACKENDS, LabServer
 
 
 @click.command("server", cls=PipiCommand)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import click
 
 from pipi import tracking
-from pipi.cli.calibrate import prior_params_from, prior_params_option
 from pipi.cli.common import (
     PipiCommand,
     backbone_option,
@@ -13,6 +12,8 @@ from pipi.cli.common import (
     data_option,
     experiment_option,
     overrides_from,
+    prior_params_from,
+    prior_params_option,
     profile_option,
     setup_logging,
     train_override_options,

@@ -12,7 +12,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from pipi.analysis import Analysis, compare_pairs
-from pipi.perturb import KINDS, PERTURBATIONS
+from pipi.probes.perturb import KINDS, PERTURBATIONS
 from pipi.report.rows import no_runs, run_map
 from pipi.report.tables import Table, fmt_mean_sd, fmt_p, fmt_z
 

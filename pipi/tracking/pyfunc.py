@@ -1,7 +1,7 @@
 """The registered models: MLflow pyfuncs that take plain RGB images (or clips of them).
 
 **Per-frame cells** (``PipiImageClassifier``). Input: images in any form of
-:mod:`pipi.model_input` (a ``B x H x W x 3`` uint8 batch, one ``H x W x 3`` image, images of
+:mod:`pipi.serving.model_input` (a ``B x H x W x 3`` uint8 batch, one ``H x W x 3`` image, images of
 different sizes as a list / object array, floats in [0, 1] converted explicitly, or base64
 JPEG/PNG strings under an ``image`` column or key). Each image is resized to the training
 size exactly as the training cache was (PIL bilinear), 5-channel models compute the analytic
@@ -14,7 +14,7 @@ strip-and-serve recipe; no effect on 3-channel cells); ``heatmap`` (``distill`` 
 **Sequence cells** (``PipiSequenceClassifier``): a clip of consecutive frames of one video
 (``T x H x W x 3``, ``1 <= T <= MAX_CLIP_FRAMES``), a batch of clips ``B x T x H x W x 3``,
 or a list of clips of different lengths; output one row per frame (``clip``, ``frame``,
-probabilities, ``predicted_class``). The window rule is in :mod:`pipi.sequence_clip`.
+probabilities, ``predicted_class``). The window rule is in :mod:`pipi.serving.sequence_clip`.
 
 Refused input raises ``MlflowException`` with ``INVALID_PARAMETER_VALUE`` (HTTP 400 under
 ``mlflow models serve``) and a one-line reason; :mod:`pipi.tracking.serving` keeps the
@@ -36,12 +36,12 @@ from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 from pipi.classes import CLASSES
 from pipi.config import TrainConfig
 from pipi.errors import DataError
-from pipi.model_input import Limits, clips_from_input, images_from_input
 from pipi.models import NormalAutoencoder
 from pipi.models.sequence import SequenceModel
-from pipi.sequence_clip import ClipPredictor, resize_batch
+from pipi.serving.model_input import Limits, clips_from_input, images_from_input
+from pipi.serving.sequence_clip import ClipPredictor, resize_batch
 from pipi.tracking.serving import install_guard
-from pipi.training import FrameInputs, build_frame_model
+from pipi.training.frames import FrameInputs, build_frame_model
 
 __all__ = ["MAX_CLIP_FRAMES", "PARAMS", "PipiImageClassifier", "PipiSequenceClassifier",
            "preprocess"]
@@ -94,7 +94,7 @@ class PipiImageClassifier(mlflow.pyfunc.PythonModel):
 
     # `pd.DataFrame` is what MLflow's type-hint check skips (no schema inferred, no input
     # converted, no warning at import): a DataFrame, a dict of lists or an array is accepted
-    # and checked by pipi.model_input.
+    # and checked by pipi.serving.model_input.
     def predict(self, context, model_input: pd.DataFrame, params=None):
         strip, heat = _flag(params, "strip_prior"), _flag(params, "heatmap")
         if heat and not self.cfg.cell_config.distill:
@@ -151,7 +151,7 @@ class PipiSequenceClassifier(mlflow.pyfunc.PythonModel):
 
     # `pd.DataFrame` is what MLflow's type-hint check skips (no schema inferred, no input
     # converted, no warning at import): a DataFrame, a dict of lists or an array is accepted
-    # and checked by pipi.model_input.
+    # and checked by pipi.serving.model_input.
     def predict(self, context, model_input: pd.DataFrame, params=None):
         try:
             clips = clips_from_input(model_input, max_frames=MAX_CLIP_FRAMES,

@@ -25,7 +25,7 @@ def log_pyfunc_model(*, python_model, artifacts: dict[str, str], input_example,
 
     The signature declares the outputs and ``params`` but no input schema: the model takes
     images in several forms (uint8 arrays of any size, base64 JPEG/PNG strings; see
-    ``pipi.model_input``) and checks them itself, which a single MLflow schema cannot say
+    ``pipi.serving.model_input``) and checks them itself, which a single MLflow schema cannot say
     (a TensorSpec would turn base64 strings away before the model sees them).
     """
     import numpy as np

@@ -32,7 +32,20 @@ from pipi import tracking
 from pipi.config import PAPER_SEEDS, make_config, resolve_profile
 from pipi.data.kvasir import load_staged
 from pipi.errors import ConfigError
-from pipi.evaluate import (
+from pipi.models.backbones import ARCHS
+from pipi.predictions import PROB_COLUMNS, read_predictions
+from pipi.probes.tta import (
+    BN_TENT_NOTE,
+    NULL_NOTE,
+    PAPER_VARIANTS,
+    TTAConfig,
+    adapt_predict,
+    check_variant,
+    fit_probe,
+    variants_for,
+)
+from pipi.runs.data import resolve_data
+from pipi.runs.evaluate import (
     CHANNEL_VARIANTS,
     EvalContext,
     Evaluation,
@@ -40,8 +53,6 @@ from pipi.evaluate import (
     evaluate_run,
     find_evaluation,
 )
-from pipi.models.backbones import ARCHS
-from pipi.predictions import PROB_COLUMNS, read_predictions
 from pipi.sweeps.local import run_local
 from pipi.sweeps.plan import (
     EXECUTORS,
@@ -57,9 +68,6 @@ from pipi.sweeps.plan import (
     summary_frames,
 )
 from pipi.sweeps.slurm import run_slurm
-from pipi.tta import BN_TENT_NOTE, NULL_NOTE, PAPER_VARIANTS, TTAConfig, adapt_predict, fit_probe
-from pipi.tta import check_variant, variants_for
-from pipi.workflows.stage import resolve_data
 from pipi.workflows.train import train
 
 log = logging.getLogger(__name__)

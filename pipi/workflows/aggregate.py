@@ -26,21 +26,13 @@ from pathlib import Path
 import pandas as pd
 
 from pipi import tracking
-from pipi.analysis import AggregateOptions, build_evidence, check_single_dataset, select_runs
-from pipi.analysis.retention import (
-    CALIBRATED,
-    ZERO_SHOT,
-    build_cross_vendor,
-    run_variants,
-    split_galar_runs,
-)
-from pipi.errors import ConfigError, DataError
-from pipi.paths import pipi_home
+from pipi.analysis import AggregateOptions
+from pipi.errors import ConfigError
 from pipi.report import Report, build_report, dashboard
 from pipi.report.tables import dump_json, table_markdown
+from pipi.runs.evidence import load_evidence
 
-__all__ = ["MARKER", "AggregateResult", "OutFolder", "default_cache_dir", "fetch_predictions",
-           "load_evidence", "prepare_out", "run_aggregate", "write_report"]
+__all__ = ["MARKER", "AggregateResult", "OutFolder", "prepare_out", "run_aggregate", "write_report"]
 
 log = logging.getLogger(__name__)
 
@@ -172,24 +164,6 @@ class AggregateResult:
     summary: str
 
 
-def fetch_predictions(runs: pd.DataFrame, cache_dir: Path) -> tuple[dict[str, Path], pd.DataFrame]:
-    """Download each run's ``predictions/`` once (cache by run id); runs without it excluded."""
-
-    dirs, missing = {}, []
-    for r in runs.itertuples(index=False):
-        cached = Path(cache_dir) / r.run_id / "predictions" / "schema.json"
-        if not cached.is_file() and not tracking.has_artifact(r.run_id, "predictions"):
-            missing.append(r.run_id)
-            continue
-        dirs[r.run_id] = tracking.download_predictions(r.run_id, cache_dir)
-    return dirs, runs[runs["run_id"].isin(missing)].assign(reason="no predictions artifact")
-
-
-def default_cache_dir() -> Path:
-    """Where predictions are cached by run id: ``$PIPI_HOME/cache/predictions``."""
-    return pipi_home() / "cache" / "predictions"
-
-
 def run_aggregate(*, experiment: str | None = None, filter_string: str = "",
                   out: Path | None = None, resample: str = "video",
                   cache_dir: Path | None = None, options: AggregateOptions | None = None,
@@ -249,48 +223,6 @@ def _compute(experiment: str, filter_string: str, cache_dir: Path | None,
     """(report, evidence, kept runs): the MLflow read, the downloads, the report."""
     ev, kept = load_evidence(experiment, filter_string, cache_dir)
     return build_report(ev, options), ev, kept
-
-
-def load_evidence(experiment: str, filter_string: str = "", cache_dir: Path | None = None):
-    """(evidence, kept runs): the MLflow read and the downloads.
-
-    Galar zero-shot children (study ``galar``) never join the Kvasir arms: they are selected
-    on their own and paired with the Kvasir runs they scored (``evidence.cross_vendor``).
-    """
-    all_runs = tracking.load_runs(experiment, filter_string)
-    runs, galar = split_galar_runs(all_runs)
-    kept, excluded = select_runs(runs)
-    if kept.empty:
-        raise DataError(f"no FINISHED model runs in experiment {experiment!r}"
-                        + (f" matching {filter_string!r}" if filter_string else "")
-                        + f" ({len(runs)} runs seen, all excluded)")
-    check_single_dataset(kept)
-    cache = Path(cache_dir) if cache_dir else default_cache_dir()
-    dirs, no_preds = fetch_predictions(kept, cache)
-    kept = kept[kept["run_id"].isin(dirs)].reset_index(drop=True)
-    excluded = pd.concat([excluded, no_preds], ignore_index=True)
-    if kept.empty:
-        raise DataError(f"no run of experiment {experiment!r} has a predictions/ artifact")
-    uri = tracking.current_tracking_uri()
-    ev = build_evidence(kept, dirs, excluded=excluded, all_runs=all_runs, experiment=experiment,
-                        experiment_id=str(all_runs["experiment_id"].iloc[0]), tracking_uri=uri,
-                        filter_string=filter_string)
-    if not galar.empty:
-        gkept, gexcluded = select_runs(galar)
-        gdirs, gmissing = fetch_predictions(gkept, cache)
-        gkept = gkept[gkept["run_id"].isin(gdirs)]
-        variant = run_variants(gkept)
-        cv, gout = build_cross_vendor(gkept[variant == ZERO_SHOT], gdirs, ev,
-                                      excluded=pd.concat([gexcluded, gmissing], ignore_index=True))
-        ev = replace(ev, cross_vendor=cv,
-                     excluded=pd.concat([ev.excluded, gout], ignore_index=True))
-        if (variant == CALIBRATED).any():  # zero-shot vs calibrated, side by side
-            try:
-                cal, _ = build_cross_vendor(gkept, gdirs, ev, variant=CALIBRATED)
-                ev = replace(ev, cross_vendor_calibrated=cal)
-            except DataError as exc:
-                ev = replace(ev, cross_vendor_calibrated_error=str(exc))
-    return ev, kept
 
 
 def _write_and_log(report: Report, ev, kept: pd.DataFrame, experiment: str, filter_string: str,

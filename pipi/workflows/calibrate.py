@@ -4,7 +4,7 @@ One call is one parent MLflow run (entry point ``calibrate``) that drives an Opt
 an RDB storage (SQLite by default, PostgreSQL for many machines) with ``workers`` local
 processes; each finished trial becomes a nested run (params ``alpha``, ``lambda_eff``,
 ``lambda_eff_fraction``; metric ``calibration/macro_auc``; pruned trials tagged
-``pipi.trial_state = PRUNED``). The objective is :mod:`pipi.calibration`'s.
+``pipi.trial_state = PRUNED``). The objective is :mod:`pipi.calibration.objective`'s.
 
 * **Continuing.** The study name defaults to a hash of (source run, target, data digest) and
   the study is opened with ``load_if_exists``: a later call, or a call on another machine
@@ -26,7 +26,6 @@ runs named after the study); :func:`_trial_logger` logs nested runs through
 from __future__ import annotations
 
 import logging
-import math
 import multiprocessing as mp
 import os
 import queue as queue_mod
@@ -36,13 +35,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
 import optuna
-import sqlalchemy
 import torch
 
 from pipi import tracking
-from pipi.calibration import (
+from pipi.calibration.objective import (
     ALPHA_RANGE,
     LAMBDA_FRACTION_RANGE,
     CalibrationObjective,
@@ -52,100 +49,31 @@ from pipi.calibration import (
     parse_target,
     prior_params_document,
 )
+from pipi.calibration.study import (
+    PRUNERS,
+    SAMPLERS,
+    check_storage_url,
+    default_storage,
+    make_pruner,
+    make_sampler,
+    open_storage,
+    redact,
+)
 from pipi.config import run_params
 from pipi.data.cache import build_cache
 from pipi.data.kvasir import load_staged
 from pipi.errors import ConfigError, PipiError
-from pipi.evaluate import device_for, load_run_model
-from pipi.paths import PROJECT_ROOT, pipi_home
-from pipi.training import tmpdir
-from pipi.workflows.stage import resolve_data
+from pipi.paths import pipi_home
+from pipi.runs.data import resolve_data
+from pipi.runs.evaluate import device_for, load_run_model
+from pipi.training.frames import tmpdir
 
 log = logging.getLogger(__name__)
-
-SAMPLERS = ("tpe", "gp", "grid")
-PRUNERS = ("median", "none")
-STORAGE_SCHEMES = ("sqlite", "postgresql", "mysql")
-
-
-# --------------------------------------------------------------------------- storage, study
-def default_storage() -> str:
-    """``sqlite:///<project>/optuna.db``: one local study file beside the MLproject."""
-    return f"sqlite:///{PROJECT_ROOT / 'optuna.db'}"
-
-
-def redact(url: str) -> str:
-    """The storage URL without its password (for params, tags and messages)."""
-    try:
-        return sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
-    except Exception:
-        return url.split("@")[-1]
-
-
-STORAGE_ENV = "PIPI_OPTUNA_STORAGE"
-
-
-def check_storage_url(url: str) -> str:
-    """The storage URL, refused early when it is not an RDB URL. Empty: ``$PIPI_OPTUNA_STORAGE``
-    (keeps a password out of the ``storage`` param that ``mlflow run`` logs), else the
-    default SQLite file."""
-    url = (url or "").strip() or os.environ.get(STORAGE_ENV, "").strip() or default_storage()
-    scheme = url.split(":", 1)[0].split("+", 1)[0]
-    if "://" not in url or scheme not in STORAGE_SCHEMES:
-        raise ConfigError(f"storage={redact(url)!r}: use an Optuna RDB URL, sqlite:///PATH or "
-                          "postgresql://USER@HOST:PORT/DB")
-    return url
-
-
-def open_storage(url: str) -> optuna.storages.RDBStorage:
-    """Connect to the study storage; one clear line when it cannot be reached."""
-    url = check_storage_url(url)
-    if url.startswith("sqlite:///"):
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-        kw = {"connect_args": {"timeout": 120}}
-    elif url.startswith("postgresql"):
-        kw = {"connect_args": {"connect_timeout": 10}, "pool_pre_ping": True}
-    else:
-        kw = {"pool_pre_ping": True}
-    try:
-        return optuna.storages.RDBStorage(url, engine_kwargs=kw, heartbeat_interval=30,
-                                          grace_period=120)
-    except Exception as exc:
-        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-        raise ConfigError(f"storage={redact(url)}: cannot open the Optuna storage "
-                          f"({reason[0] if reason else type(exc).__name__})") from None
-
 
 def default_study_name(run_id: str, target: str, data_digest: str) -> str:
     """Hash of (run, target, data digest): re-running continues the same study."""
     key = tracking.config_hash({"run": run_id, "target": target, "data_digest": data_digest})
     return f"calibrate-{key}"
-
-
-def grid_axes(trials: int) -> dict[str, list[float]]:
-    """A k x k grid (k = ceil(sqrt(trials)), at least 2): alpha log-spaced, fraction linear."""
-    k = max(2, math.ceil(math.sqrt(trials)))
-    return {"alpha": [float(v) for v in np.geomspace(*ALPHA_RANGE, k)],
-            "lambda_eff_fraction": [float(v) for v in np.linspace(*LAMBDA_FRACTION_RANGE, k)]}
-
-
-def make_sampler(name: str, *, seed: int, trials: int) -> optuna.samplers.BaseSampler:
-    factories = {
-        "tpe": lambda: optuna.samplers.TPESampler(seed=seed),
-        "gp": lambda: optuna.samplers.GPSampler(seed=seed),
-        "grid": lambda: optuna.samplers.GridSampler(grid_axes(trials), seed=seed),
-    }
-    if name not in factories:
-        raise ConfigError(f"sampler={name!r} is unknown. Available: {list(SAMPLERS)}")
-    return factories[name]()
-
-
-def make_pruner(name: str) -> optuna.pruners.BasePruner:
-    factories = {"median": lambda: optuna.pruners.MedianPruner(n_startup_trials=5),
-                 "none": optuna.pruners.NopPruner}
-    if name not in factories:
-        raise ConfigError(f"pruner={name!r} is unknown. Available: {list(PRUNERS)}")
-    return factories[name]()
 
 
 # --------------------------------------------------------------------------- one worker

@@ -1,7 +1,7 @@
 """The ``galar`` workflow: zero-shot evaluation of Kvasir-trained runs on staged Galar frames.
 
 No retraining: each source run's logged model scores the staged Galar frames through
-:func:`pipi.evaluate.evaluate_run` (study ``galar``, variant ``zero_shot``), one child run
+:func:`pipi.runs.evaluate.evaluate_run` (study ``galar``, variant ``zero_shot``), one child run
 per source run under a ``galar`` parent, reused when a FINISHED child with the same key
 (source run, Galar data digest, fold, code version) exists. A child follows the run
 contract (``pipi.source_run_id``, ``pipi.dataset = galar``, ``pipi.data_digest``,
@@ -36,17 +36,18 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from pipi import tracking
-from pipi.calibration import PriorParams, load_prior_params
+from pipi.calibration.objective import PriorParams
 from pipi.cells import CELLS, PER_FRAME_CELLS
 from pipi.classes import class_index
 from pipi.data.kvasir import load_staged
 from pipi.data.synthetic import synthesize_galar
 from pipi.errors import ConfigError, DataError
-from pipi.evaluate import EvalContext, Evaluation, evaluate_run, find_evaluation, plain_scorer
 from pipi.galkva import BENCHMARK_VERSION, SCORING_SETS
 from pipi.paths import pipi_home
+from pipi.runs.data import run_stage_galar
+from pipi.runs.evaluate import EvalContext, Evaluation, evaluate_run, find_evaluation, plain_scorer
+from pipi.runs.prior_params import load_prior_params
 from pipi.stats import macro_auc
-from pipi.workflows.stage import run_stage_galar
 
 __all__ = ["GALAR_FOLDS", "STUDY", "TAG_FOLD", "VARIANT", "GalarResult", "galar_evaluation",
            "galar_metrics", "resolve_galar_data", "resolve_source_runs", "run_galar",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pipi.analysis.retention import galkva_runs
 from pipi.galkva import DatasetRuns
-from pipi.workflows.aggregate import default_cache_dir, load_evidence
+from pipi.runs.evidence import default_cache_dir, load_evidence
 
 __all__ = ["experiment_galkva_runs"]
 

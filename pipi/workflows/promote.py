@@ -40,8 +40,8 @@ from pipi.analysis import AggregateOptions, Analysis, build_evidence, compare_ce
 from pipi.analysis.recipes import recipe_signatures
 from pipi.classes import CLASSES
 from pipi.errors import ConfigError, DataError, PipiError
+from pipi.runs.evidence import default_cache_dir, fetch_predictions
 from pipi.stats import adjust_pvalues
-from pipi.workflows.aggregate import default_cache_dir, fetch_predictions
 
 __all__ = ["CHAMPION", "PREVIOUS", "Evidence", "PromoteResult", "gather_evidence", "promote",
            "rollback"]
@@ -198,7 +198,7 @@ def _check_name(model: str) -> None:
 
 def _record(model: str, version: str, ev: Evidence | None, decision: str, *,
             force_reason: str = "", error: str = "") -> str:
-    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     text = ev.table() if ev is not None else "no evidence"
     if error:
         text += f"\nevidence could not be computed: {error}"
@@ -236,7 +236,7 @@ def rollback(model: str) -> PromoteResult:
         raise ConfigError(f"rollback=true: {model} has no @{PREVIOUS} to restore")
     cur = tracking.alias_version(model, CHAMPION)
     tracking.set_aliases(model, {CHAMPION: prev, PREVIOUS: cur})
-    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     tracking.record_on_version(model, prev, {"pipi.promote.restored": f"{now} (rollback from "
                                                                        f"version {cur})"})
     text = f"rolled back {model}: @{CHAMPION} -> version {prev}" + (

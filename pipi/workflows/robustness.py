@@ -8,7 +8,7 @@ the arm is ``<cell>@perturb_<name>`` (``a@perturb_jpeg25``), so the Kvasir headl
 untouched and ``aggregate`` pairs RGB and +PI per perturbation and seed. The unperturbed
 baseline (``perturb_none``) is scored through the same path.
 
-Each perturbation (:mod:`pipi.perturb`) is applied to the uint8 test frame at the run's
+Each perturbation (:mod:`pipi.probes.perturb`) is applied to the uint8 test frame at the run's
 evaluation size (the frame cache's resolution) as the last step before normalisation, and
 the prior of a 5-channel run is recomputed on the perturbed pixels (:class:`FrameInputs`).
 Gaussian noise is seeded by (``seed``, perturbation, frame key): every run sees the same noise
@@ -19,19 +19,18 @@ seed, data and code (``find_evaluation``), so a second invocation scores nothing
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
 
 from pipi import tracking
-from pipi.evaluate import EvalContext, Evaluation, evaluate_run, find_evaluation
-from pipi.perturb import apply_perturbation, get_perturbation, parse_perturbations
-from pipi.training import FrameInputs, predict_probs
-from pipi.workflows.runsets import SourceRun, resolve_runs, staged_for
+from pipi.probes.perturb import apply_perturbation, get_perturbation, parse_perturbations
+from pipi.runs.children import StudyResult, children_table, evaluate_children
+from pipi.runs.evaluate import EvalContext, Evaluation
+from pipi.runs.runsets import resolve_runs, staged_for
+from pipi.training.frames import FrameInputs, predict_probs
 
-__all__ = ["ENTRY_POINT", "STUDY", "StudyChild", "StudyResult", "frame_keys",
+__all__ = ["ENTRY_POINT", "STUDY", "frame_keys",
            "perturbed_images", "robustness_evaluation", "run_robustness", "variant_of"]
 
 log = logging.getLogger(__name__)
@@ -79,54 +78,6 @@ def robustness_evaluation(perturbation: str, *, seed: int = 0) -> Evaluation:
                       splits=("test",), options=options,
                       tags={TAG_PERTURBATION: spec.name, "pipi.perturbation_kind": spec.kind,
                             "pipi.perturbation_level": spec.level})
-
-
-@dataclass(frozen=True)
-class StudyChild:
-    """One child of a mechanism study: which run, which variant, its run and what happened."""
-
-    source: SourceRun
-    variant: str
-    run_id: str
-    status: str                # scored | reused
-    test_macro_auc: float
-
-
-@dataclass(frozen=True)
-class StudyResult:
-    parent_run_id: str
-    children: tuple[StudyChild, ...]
-    table: str
-
-
-def evaluate_children(sources, evaluations, *, data, digest: str, parent_run_id: str,
-                      entry_point: str, progress: bool) -> list[StudyChild]:
-    """``evaluate_run`` per (source, evaluation), reusing a FINISHED child with the same key."""
-    todo = [(s, ev) for s in sources for ev in evaluations(s)]
-    out = []
-    for src, ev in tqdm(todo, desc=entry_point, unit="child", disable=not progress):
-        found = find_evaluation(src.run_id, ev, data_digest=digest, entry_point=entry_point)
-        if found is not None:
-            rid, status = found.info.run_id, "reused"
-        else:
-            rid = evaluate_run(src.run_id, ev, data=data, parent_run_id=parent_run_id,
-                               entry_point=entry_point, progress=progress)
-            status = "scored"
-        auc = tracking.get_run(rid).data.metrics.get("test/macro_auc", float("nan"))
-        out.append(StudyChild(src, ev.variant, rid, status, float(auc)))
-    return out
-
-
-def children_table(title: str, children) -> str:
-    lines = [f"# {title}", "", "| source run | cell | backbone | seed | variant | test macro-AUC (first_conv: cosine) "
-             "| child run | status |", "|---|---|---|---|---|---|---|---|"]
-    for c in children:
-        s = c.source
-        lines.append(f"| {s.run_id} | {s.cell} | {s.backbone} | {s.seed} | {c.variant} | "
-                     f"{c.test_macro_auc:.4f} | {c.run_id} | {c.status} |")
-    n = {k: sum(c.status == k for c in children) for k in ("scored", "reused")}
-    lines += ["", f"{len(children)} children: {n['scored']} scored, {n['reused']} reused"]
-    return "\n".join(lines)
 
 
 def run_robustness(*, runs: str, perturbations: str = "all", seed: int = 0, data: str = "",

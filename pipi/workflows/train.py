@@ -24,13 +24,14 @@ from pipi.config import TrainConfig, make_config, recipe_command, resolve_profil
 from pipi.data.cache import build_cache
 from pipi.data.kvasir import load_staged
 from pipi.errors import ConfigError
-from pipi.paths import pipi_home
-from pipi.runtime import runtime_of
-from pipi.evaluate import load_run_model
-from pipi.model_input import encode_png
 from pipi.models import NormalAutoencoder
-from pipi.sequence import C3_DIR, base_config, fit_sequence
-from pipi.sequence_clip import ClipPredictor
+from pipi.paths import pipi_home
+from pipi.runs.data import resolve_data
+from pipi.runs.evaluate import load_run_model
+from pipi.runs.streams import build_streams, find_base_run
+from pipi.runtime import runtime_of
+from pipi.serving.model_input import encode_png
+from pipi.serving.sequence_clip import ClipPredictor
 from pipi.tracking.pyfunc import (
     MAX_CLIP_FRAMES,
     PARAMS,
@@ -38,9 +39,8 @@ from pipi.tracking.pyfunc import (
     PipiSequenceClassifier,
     preprocess,
 )
-from pipi.training import FrameInputs, run_frame_cell, tmpdir, write_predictions
-from pipi.workflows.stage import resolve_data
-from pipi.workflows.streams import build_streams, find_base_run
+from pipi.training.frames import FrameInputs, run_frame_cell, tmpdir, write_predictions
+from pipi.training.sequence import C3_DIR, base_config, fit_sequence
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The ``transplant`` workflow: where in the network the +PI lift lives (paper section
 "Channel ablation": first-conv cosine, BN transplant, subset-block transplant) and, with
-``study=gradcam``, the Grad-CAM / prior overlap (:mod:`pipi.workflows.gradcam`).
+``study=gradcam``, the Grad-CAM / prior overlap (:mod:`pipi.runs.gradcam`).
 
 RGB runs (``rgb``) and +PI runs (``pi``) are paired by (backbone, seed). One parent run
 (entry point ``transplant``) and nested children, each reused when it exists for the same
@@ -18,7 +18,7 @@ runs, data and code:
   analogues for ResNet-18 and ConvNeXt-Tiny). Both are ``evaluate_run`` children of the RGB
   run scored on test: arms ``a@transplant_bn``, ``a@transplant_D``, ... with the donor in the
   tag ``pipi.donor_run_id``;
-* ``gradcam`` (``study=gradcam`` or ``all``): see :mod:`pipi.workflows.gradcam`.
+* ``gradcam`` (``study=gradcam`` or ``all``): see :mod:`pipi.runs.gradcam`.
 """
 
 from __future__ import annotations
@@ -31,12 +31,18 @@ from tqdm.auto import tqdm
 
 from pipi import tracking
 from pipi.errors import ConfigError
-from pipi.evaluate import Evaluation, load_run_model
-from pipi.models.surgery import SUBSETS, bn_transplant, channel_norms, first_conv_cosine
-from pipi.models.surgery import norm_kind, subset_transplant
-from pipi.workflows.gradcam import GRADCAM_CLASSES, log_gradcam
-from pipi.workflows.robustness import StudyChild, StudyResult, children_table, evaluate_children
-from pipi.workflows.runsets import SourceRun, resolve_runs, staged_for
+from pipi.models.surgery import (
+    SUBSETS,
+    bn_transplant,
+    channel_norms,
+    first_conv_cosine,
+    norm_kind,
+    subset_transplant,
+)
+from pipi.runs.children import StudyChild, StudyResult, children_table, evaluate_children
+from pipi.runs.evaluate import Evaluation, load_run_model
+from pipi.runs.gradcam import GRADCAM_CLASSES, log_gradcam
+from pipi.runs.runsets import SourceRun, resolve_runs, staged_for
 
 __all__ = ["ENTRY_POINT", "STUDIES", "pair_runs", "run_transplant", "transplant_evaluation"]
 

@@ -22,25 +22,25 @@ from pipi import tracking
 from pipi.classes import class_index
 from pipi.config import TrainConfig, recipe_key
 from pipi.errors import ConfigError, PipiError
-from pipi.evaluate import load_run_model
-from pipi.sequence import (
+from pipi.runs.evaluate import load_run_model
+from pipi.training.frames import FrameInputs, tmpdir
+from pipi.training.sequence import (
     C3_DIR,
     EMBEDDINGS_DIR,
     NORMAL_CLASS,
     AutoencoderRecipe,
     Streams,
-    store_array,
     base_config,
     build_windows,
     c1_cached,
     c1_stream,
     frame_embeddings,
     residual_matrix,
+    store_array,
     train_autoencoder,
     zscore,
     zscore_stats,
 )
-from pipi.training import FrameInputs, tmpdir
 
 log = logging.getLogger(__name__)
 

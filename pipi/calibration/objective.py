@@ -24,27 +24,21 @@ the id of a ``calibrate`` run) into alpha and lambda_eff.
 
 from __future__ import annotations
 
-import json
 import math
-import re
-import shutil
-import tempfile
 import time
 import warnings
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
-from pipi import tracking
 from pipi.classes import CLASSES, class_index
 from pipi.config import TrainConfig
 from pipi.data.cache import to_float
 from pipi.errors import ConfigError, DataError
 from pipi.stats.auc import macro_auc
-from pipi.training import FrameInputs
+from pipi.training.frames import FrameInputs
 
 #: Search space (paper "Analytic prior": alpha is a calibrated steepness; lambda_eff ~ 0.25 diag).
 ALPHA_RANGE = (1.0, 12.0)            # log scale
@@ -55,7 +49,6 @@ PRIOR_PARAMS_VERSION = 1
 REPORTS_PER_TRIAL = 10
 TARGET_KVASIR = "kvasir-val"
 TARGET_GALAR = "galar:"
-_RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 
 
 # --------------------------------------------------------------------------- prior params
@@ -92,7 +85,7 @@ def prior_params_document(params: PriorParams, *, image_size: int, **extra) -> d
             **extra}
 
 
-def _parse_prior_params(doc, source: str) -> PriorParams:
+def parse_prior_params(doc, source: str) -> PriorParams:
     if not isinstance(doc, dict) or doc.get("format") != PRIOR_PARAMS_FORMAT:
         raise ConfigError(f"prior_params={source}: not a {PRIOR_PARAMS_FORMAT} document "
                           "(the prior_params.json that `calibrate` logs)")
@@ -108,35 +101,6 @@ def _parse_prior_params(doc, source: str) -> PriorParams:
         raise ConfigError(f"prior_params={source}: alpha={alpha} and lambda_eff_fraction="
                           f"{frac} must be finite and > 0")
     return PriorParams(alpha, frac, source)
-
-
-def load_prior_params(spec: str) -> PriorParams:
-    """Resolve a ``prior_params`` option: a ``prior_params.json`` file or a calibrate run id.
-
-    The one resolution used by every entry point that accepts ``-P prior_params=``.
-    """
-    spec = str(spec).strip()
-    path = Path(spec).expanduser()
-    if path.is_file():
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"prior_params={spec}: cannot read JSON ({exc})") from None
-        return _parse_prior_params(doc, spec)
-    if _RUN_ID.match(spec):
-        run = tracking.get_run(spec)
-        if run.data.tags.get(tracking.TAG_ENTRY_POINT) != "calibrate":
-            raise ConfigError(f"prior_params={spec}: run {spec} is not a calibrate run "
-                              f"(entry point {run.data.tags.get(tracking.TAG_ENTRY_POINT)!r})")
-        work = Path(tempfile.mkdtemp(prefix="pipi-prior-params-"))
-        try:
-            got = tracking.download_artifact(spec, "prior_params.json", work)
-            return _parse_prior_params(json.loads(got.read_text()), f"run {spec}")
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-    raise ConfigError(f"prior_params={spec}: neither a file nor a calibrate run id (32 hex "
-                      "characters); pass the prior_params.json that calibrate logged or the "
-                      "calibrate run's id")
 
 
 # --------------------------------------------------------------------------- targets, folds
@@ -295,4 +259,4 @@ class CalibrationObjective:
 
 __all__ = ["ALPHA_RANGE", "LAMBDA_FRACTION_RANGE", "CalibrationObjective", "Fold",
            "PriorParams", "TrialCost", "calibration_fold", "diagonal", "interleaved_order",
-           "load_prior_params", "parse_target", "prior_params_document"]
+           "parse_prior_params", "parse_target", "prior_params_document"]

@@ -1,7 +1,7 @@
 """Sequence-aware cells (library half): C1 summaries, C2 windows, C3 residuals, the head's fit.
 
 The MLflow side (base runs, stored embeddings, the autoencoder run, the ``train`` run of a
-sequence cell) lives in ``pipi.workflows.streams`` and ``pipi.workflows.train``.
+sequence cell) lives in ``pipi.runs.streams`` and ``pipi.workflows.train``.
 
 A sequence cell (``b`` ... ``e_dagger``, see ``pipi.cells``) classifies each labelled frame
 from up to three feature streams computed around it:
@@ -55,14 +55,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pipi.config import TrainConfig, make_config
 from pipi.classes import NUM_CLASSES
+from pipi.config import TrainConfig, make_config
 from pipi.data.cache import batches, to_float
 from pipi.errors import ConfigError, DataError
 from pipi.models import NormalAutoencoder, residual_features
 from pipi.models.sequence import SequenceModel
 from pipi.prior import c1_features, prior_channels
-from pipi.training import (
+from pipi.training.frames import (
     FrameInputs,
     class_weights,
     fit_epochs,

@@ -20,7 +20,7 @@ from pipi import tracking
 from pipi.cells import CELLS
 from pipi.data.kvasir import load_staged
 from pipi.errors import ConfigError
-from pipi.workflows.stage import resolve_data
+from pipi.runs.data import resolve_data
 
 __all__ = ["SourceRun", "check_digest", "looks_like_filter", "resolve_runs", "staged_for"]
 

@@ -24,7 +24,7 @@ the release root (the ``frame_path`` column of the predictions format).
 
 The analytic prior is *not* handled here: a perturbation is the last step before
 normalisation, and the caller recomputes ``P_blood`` and ``Phi`` from the perturbed pixels
-(:class:`pipi.training.FrameInputs` does that on whatever uint8 frames it is given).
+(:class:`pipi.training.frames.FrameInputs` does that on whatever uint8 frames it is given).
 
 Examples
 --------

@@ -60,7 +60,7 @@ from pipi.data.cache import batches, to_float
 from pipi.errors import ConfigError
 from pipi.models import AuxDecoder
 from pipi.prior import c1_features, prior_channels
-from pipi.training import FrameInputs
+from pipi.training.frames import FrameInputs
 
 log = logging.getLogger(__name__)
 

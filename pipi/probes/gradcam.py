@@ -10,7 +10,7 @@
   state, so safe in worker processes and without a display).
 
 Pure torch/numpy/matplotlib; no tracking. The caller builds the model inputs (for a 5-channel
-model, RGB + the prior channels computed by :class:`pipi.training.FrameInputs`).
+model, RGB + the prior channels computed by :class:`pipi.training.frames.FrameInputs`).
 
 References
 ----------

@@ -25,13 +25,13 @@ import torch.nn.functional as F
 from sklearn.metrics import f1_score
 from tqdm.auto import tqdm
 
-from pipi.config import TrainConfig
 from pipi.classes import CLASSES, NUM_CLASSES
+from pipi.config import TrainConfig
 from pipi.data.cache import AugmentConfig, augment, batches, build_cache, normalize
 from pipi.data.kvasir import load_staged
 from pipi.errors import PipiError
-from pipi.paths import pipi_home
 from pipi.models import DistillClassifier, FrameClassifier, build_backbone, distill_loss
+from pipi.paths import pipi_home
 from pipi.predictions import (  # noqa: F401  (re-exported: the format's home is pipi.predictions)
     PREDICTIONS_VERSION,
     PROB_COLUMNS,

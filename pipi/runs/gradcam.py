@@ -3,10 +3,10 @@ study=gradcam``; paper "Quantitative Grad-CAM/prior overlap" and its Grad-CAM fi
 
 For each focal class, up to ``n_frames`` test frames of that class are drawn with a generator
 seeded by (``frame_seed``, class index), the same frames for both runs. Per frame: Grad-CAM of
-the last convolutional stage (Captum ``LayerGradCam``, :func:`pipi.gradcam.gradcam_maps`) for
+the last convolutional stage (Captum ``LayerGradCam``, :func:`pipi.probes.gradcam.gradcam_maps`) for
 the frame's true class, through the RGB and through the +PI model; ``P_blood`` of the frame
 with the +PI run's prior parameters; the Dice of the top-quintile Grad-CAM mask with the
-top-quintile ``P_blood`` mask (:func:`pipi.gradcam.gradcam_prior_dice`).
+top-quintile ``P_blood`` mask (:func:`pipi.probes.gradcam.gradcam_prior_dice`).
 
 Logged as one child run (study ``gradcam``, no ``pipi.cell`` tag, so no arm of the headline
 tables): metrics ``gradcam/dice_rgb/<Class>``, ``gradcam/dice_pi/<Class>``,
@@ -31,11 +31,11 @@ from pipi.classes import CLASSES
 from pipi.config import TrainConfig
 from pipi.data.cache import build_cache, to_float
 from pipi.data.kvasir import load_staged
-from pipi.evaluate import device_for
-from pipi.gradcam import gradcam_maps, gradcam_prior_dice, image_grid, overlay_figure
 from pipi.paths import pipi_home
 from pipi.prior import prior_channels
-from pipi.training import FrameInputs, tmpdir
+from pipi.probes.gradcam import gradcam_maps, gradcam_prior_dice, image_grid, overlay_figure
+from pipi.runs.evaluate import device_for
+from pipi.training.frames import FrameInputs, tmpdir
 
 __all__ = ["GRADCAM_CLASSES", "GradcamResult", "gradcam_overlap", "log_gradcam", "sample_frames"]
 

@@ -8,7 +8,7 @@ every frame is classified exactly as a labelled frame was in training:
 * **window rule**: frame ``t``'s window holds the ``W = cfg.window`` frames of the clip
   nearest to ``t`` (ties towards the earlier frame), in order; near the clip's ends it
   shifts inwards; a clip shorter than ``W`` fills the window with all its frames and pads
-  and masks the rest (:func:`pipi.sequence.build_windows` with one video, frame numbers =
+  and masks the rest (:func:`pipi.training.sequence.build_windows` with one video, frame numbers =
   positions);
 * C1: the P_blood summaries of each frame, z-scored with train statistics (``c``,
   ``c_dprime``, ``d``) or, for ``c_prime`` (per patient), with the clip's own statistics
@@ -33,8 +33,8 @@ from pipi.config import TrainConfig
 from pipi.models import residual_features
 from pipi.models.sequence import SequenceModel
 from pipi.prior import c1_features, prior_channels
-from pipi.sequence import build_windows, c1_form, zscore
-from pipi.training import FrameInputs
+from pipi.training.frames import FrameInputs
+from pipi.training.sequence import build_windows, c1_form, zscore
 
 __all__ = ["ClipPredictor", "resize_batch"]
 
@@ -50,7 +50,7 @@ def resize_batch(images: list[np.ndarray], size: int) -> torch.Tensor:
 
 
 def _standardise(x: torch.Tensor, stats) -> torch.Tensor:
-    """``(x - mean) / std`` in float64 as in training (:func:`pipi.sequence.zscore`): a
+    """``(x - mean) / std`` in float64 as in training (:func:`pipi.training.sequence.zscore`): a
     near-constant column has a std near 1e-11, where float32 rounding would be amplified."""
     mean, std = (np.asarray(v, dtype=np.float64) for v in stats)
     return torch.from_numpy(((x.double().numpy() - mean) / std).astype(np.float32))

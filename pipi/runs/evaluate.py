@@ -34,7 +34,7 @@ from pipi.data.kvasir import load_staged
 from pipi.errors import ConfigError
 from pipi.paths import pipi_home
 from pipi.predictions import predictions_frame, write_predictions
-from pipi.training import (
+from pipi.training.frames import (
     FrameInputs,
     build_frame_model,
     predict_probs,

@@ -1,0 +1,133 @@
+"""Staged data for every workflow: resolve a ``data`` option, stage a release, log a ``stage`` run.
+
+Staging the default synthetic release is idempotent: a staged folder whose manifest is
+complete is reused (the data digest in its manifest identifies it), whoever asks for it.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from pipi import tracking
+from pipi.data.galar import stage_galar
+from pipi.data.kvasir import StageResult, format_count_table, load_staged, stage_kvasir
+from pipi.data.synthetic import synthesize_kvasir
+from pipi.errors import ConfigError
+from pipi.paths import pipi_home
+
+log = logging.getLogger(__name__)
+
+#: Split seed of the embedded default data (the paper's headline seed).
+DEFAULT_SPLIT_SEED = 42
+SYNTHETIC_PRESETS = ("tiny", "demo")
+
+
+def synthetic_release(preset: str, seed: int) -> Path:
+    """Path of the synthetic Kvasir-format release for (preset, seed), built if missing."""
+    release = pipi_home() / "releases" / f"kvasir-synthetic-{preset}-s{seed}"
+    if not (release / "metadata.csv").is_file():
+        log.info("synthesizing the %s release (seed %d) into %s", preset, seed, release)
+        synthesize_kvasir(release, preset=preset, seed=seed)
+    return release
+
+
+def default_staged(preset: str = "demo", seed: int = 0) -> Path:
+    return pipi_home() / "data" / f"kvasir-synthetic-{preset}-s{seed}"
+
+
+def ensure_synthetic_staged(preset: str = "demo", seed: int = 0, *, log_run: bool = True) -> Path:
+    """The staged synthetic release, staging (and logging a ``stage`` run) when missing."""
+    out = default_staged(preset, seed)
+    if not (out / "manifest.json").is_file():
+        release = synthetic_release(preset, seed)
+        run_stage(
+            images=release / "labelled_images", metadata=release / "metadata.csv", out=out,
+            dataset=f"kvasir-synthetic-{preset}", log_run=log_run, nested=log_run,
+        )
+    return out
+
+
+def run_stage(
+    *,
+    images: Path,
+    metadata: Path,
+    out: Path,
+    split_manifest: Path | None = None,
+    seed: int = DEFAULT_SPLIT_SEED,
+    link: str = "hardlink",
+    dataset: str = "kvasir-capsule",
+    log_run: bool = True,
+    nested: bool = False,
+    experiment: str | None = None,
+    progress: bool = True,
+) -> StageResult:
+    """Stage a Kvasir-format release and record it as an MLflow ``stage`` run."""
+    result = stage_kvasir(
+        images, metadata, out, split_manifest=split_manifest, seed=seed, link=link,
+        progress=progress,
+    )
+    _log_stage_run(result, dataset=dataset, out=out, log_run=log_run, nested=nested,
+                   experiment=experiment, params={
+                       "stage.images": images, "stage.metadata": metadata, "stage.out": out,
+                       "stage.seed": seed, "stage.split_manifest": split_manifest or "",
+                       "stage.link": link})
+    return result
+
+
+def _log_stage_run(result: StageResult, *, dataset: str, out: Path, log_run: bool,
+                   nested: bool, experiment: str | None, params: dict) -> None:
+    """Print the count table and record the staging as an MLflow ``stage`` run."""
+    print(format_count_table(result.counts), flush=True)
+    if not log_run:
+        return
+    with tracking.pipi_run(entry_point="stage", experiment=experiment, nested=nested,
+                           run_name=f"stage-{dataset}", tags=tracking.data_tags(result.manifest)
+                           ) as run:
+        # prefixed: `mlflow run -e stage` already logs its own raw parameters
+        tracking.log_params(params)
+        tracking.log_metrics({f"frames_{s}": n for s, n in result.manifest["n_frames"].items()})
+        for name in ("manifest.json", "counts.md", "counts.csv"):
+            tracking.log_artifact(out / name)
+        tracking.log_dataset(result.frames, source=str(Path(out).resolve()), name=dataset,
+                             digest=result.data_digest, context="staging")
+        print(f"stage run {run.info.run_id}; {tracking.ui_hint(run.info.run_id)}", flush=True)
+
+
+def run_stage_galar(*, root: Path, out: Path, mapping: Path | None = None,
+                    frames_per_class: int | None = None, capsule_systems: str | None = None,
+                    videos: str | None = None, multilabel: str = "priority", seed: int = 0,
+                    link: str = "hardlink", log_run: bool = True, nested: bool = False,
+                    experiment: str | None = None, progress: bool = True) -> StageResult:
+    """Stage a Galar release (zero-shot test data with vendor folds) and log a ``stage`` run."""
+    result = stage_galar(Path(root), Path(out), mapping=mapping,
+                         frames_per_class=frames_per_class, capsule_systems=capsule_systems,
+                         videos=videos, seed=seed, link=link, multilabel=multilabel,
+                         progress=progress)
+    _log_stage_run(result, dataset="galar", out=Path(out), log_run=log_run, nested=nested,
+                   experiment=experiment, params={
+                       "stage.root": root, "stage.out": out, "stage.mapping": mapping or "",
+                       "stage.frames_per_class": frames_per_class or "",
+                       "stage.capsule_systems": capsule_systems or "",
+                       "stage.videos": videos or "", "stage.multilabel": multilabel,
+                       "stage.seed": seed, "stage.link": link})
+    return result
+
+
+def resolve_data(data: str | None, *, preset: str = "demo") -> Path:
+    """A staged folder from a user's ``data`` parameter ('synthetic' or empty: the default)."""
+    if not data or data in ("synthetic", f"synthetic-{preset}"):
+        return ensure_synthetic_staged(preset)
+    if data.startswith("synthetic-"):
+        preset = data.removeprefix("synthetic-")
+        if preset not in SYNTHETIC_PRESETS:
+            raise ConfigError(f"data={data!r}: unknown synthetic preset; use a staged folder, "
+                              "'synthetic', " + " or ".join(f"'synthetic-{p}'" for p in SYNTHETIC_PRESETS))
+        return ensure_synthetic_staged(preset)
+    path = Path(data).expanduser().resolve()
+    if not (path / "manifest.json").is_file():
+        raise ConfigError(f"data={data!r}: {path} is not a staged folder (no manifest.json); "
+                          "stage a release first (`pipi stage kvasir ...` or "
+                          "`mlflow run . -e stage`), or pass data=synthetic")
+    load_staged(path)  # clear error if the staged folder is damaged
+    return path

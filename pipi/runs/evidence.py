@@ -1,0 +1,85 @@
+"""The evidence of a set of runs: one MLflow read, one download per run of its
+``predictions/`` artifact (cached by run id), the Galar zero-shot children paired with the
+Kvasir runs they scored. Shared by ``aggregate``, ``promote`` and ``galkva``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+
+from pipi import tracking
+from pipi.analysis import build_evidence, check_single_dataset, select_runs
+from pipi.analysis.retention import (
+    CALIBRATED,
+    ZERO_SHOT,
+    build_cross_vendor,
+    run_variants,
+    split_galar_runs,
+)
+from pipi.errors import DataError
+from pipi.paths import pipi_home
+
+__all__ = ["default_cache_dir", "fetch_predictions", "load_evidence"]
+
+
+def fetch_predictions(runs: pd.DataFrame, cache_dir: Path) -> tuple[dict[str, Path], pd.DataFrame]:
+    """Download each run's ``predictions/`` once (cache by run id); runs without it excluded."""
+
+    dirs, missing = {}, []
+    for r in runs.itertuples(index=False):
+        cached = Path(cache_dir) / r.run_id / "predictions" / "schema.json"
+        if not cached.is_file() and not tracking.has_artifact(r.run_id, "predictions"):
+            missing.append(r.run_id)
+            continue
+        dirs[r.run_id] = tracking.download_predictions(r.run_id, cache_dir)
+    return dirs, runs[runs["run_id"].isin(missing)].assign(reason="no predictions artifact")
+
+
+def default_cache_dir() -> Path:
+    """Where predictions are cached by run id: ``$PIPI_HOME/cache/predictions``."""
+    return pipi_home() / "cache" / "predictions"
+
+
+def load_evidence(experiment: str, filter_string: str = "", cache_dir: Path | None = None):
+    """(evidence, kept runs): the MLflow read and the downloads.
+
+    Galar zero-shot children (study ``galar``) never join the Kvasir arms: they are selected
+    on their own and paired with the Kvasir runs they scored (``evidence.cross_vendor``).
+    """
+    all_runs = tracking.load_runs(experiment, filter_string)
+    runs, galar = split_galar_runs(all_runs)
+    kept, excluded = select_runs(runs)
+    if kept.empty:
+        raise DataError(f"no FINISHED model runs in experiment {experiment!r}"
+                        + (f" matching {filter_string!r}" if filter_string else "")
+                        + f" ({len(runs)} runs seen, all excluded)")
+    check_single_dataset(kept)
+    cache = Path(cache_dir) if cache_dir else default_cache_dir()
+    dirs, no_preds = fetch_predictions(kept, cache)
+    kept = kept[kept["run_id"].isin(dirs)].reset_index(drop=True)
+    excluded = pd.concat([excluded, no_preds], ignore_index=True)
+    if kept.empty:
+        raise DataError(f"no run of experiment {experiment!r} has a predictions/ artifact")
+    uri = tracking.current_tracking_uri()
+    ev = build_evidence(kept, dirs, excluded=excluded, all_runs=all_runs, experiment=experiment,
+                        experiment_id=str(all_runs["experiment_id"].iloc[0]), tracking_uri=uri,
+                        filter_string=filter_string)
+    if not galar.empty:
+        gkept, gexcluded = select_runs(galar)
+        gdirs, gmissing = fetch_predictions(gkept, cache)
+        gkept = gkept[gkept["run_id"].isin(gdirs)]
+        variant = run_variants(gkept)
+        cv, gout = build_cross_vendor(gkept[variant == ZERO_SHOT], gdirs, ev,
+                                      excluded=pd.concat([gexcluded, gmissing], ignore_index=True))
+        ev = replace(ev, cross_vendor=cv,
+                     excluded=pd.concat([ev.excluded, gout], ignore_index=True))
+        if (variant == CALIBRATED).any():  # zero-shot vs calibrated, side by side
+            try:
+                cal, _ = build_cross_vendor(gkept, gdirs, ev, variant=CALIBRATED)
+                ev = replace(ev, cross_vendor_calibrated=cal)
+            except DataError as exc:
+                ev = replace(ev, cross_vendor_calibrated_error=str(exc))
+    return ev, kept
