@@ -1,4 +1,4 @@
-"""The per-frame predictions artifact: one documented, versioned format (README, "Run contract").
+"""The per-frame predictions artifact: one documented, versioned format (docs/run-contract.md).
 
 ``predictions/{val,test}.parquet`` + ``predictions/schema.json``; written by every run that
 evaluates frames and read by ``aggregate`` and the later entry points. No torch here, so
@@ -24,7 +24,7 @@ OPTIONAL_COLUMNS = ("capsule_system",)
 
 
 def predictions_frame(frames: pd.DataFrame, probs: np.ndarray) -> pd.DataFrame:
-    """The versioned predictions table (README, "Run contract")."""
+    """The versioned predictions table (docs/run-contract.md)."""
     df = pd.DataFrame({
         "path": frames["path"].to_numpy(),
         "video_id": frames["video_id"].to_numpy(),

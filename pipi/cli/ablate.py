@@ -44,7 +44,7 @@ from pipi.workflows.ablate import run_ablation
 @experiment_option
 def ablate(study, seeds, backbones, cells, profile, executor, parallel, data, weights, experiment,
            **kw):
-    """Sweep cells x seeds x backbones as nested runs; idempotent (README, "ablate")."""
+    """Sweep cells x seeds x backbones as nested runs; idempotent (docs/entry-points.md, "ablate")."""
     setup_logging()
     overrides = overrides_from(kw)
     parse_list(seeds, cast=int, name="seeds")

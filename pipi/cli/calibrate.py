@@ -36,7 +36,7 @@ from pipi.workflows.calibrate import run_calibration
                    "folder for galar:<system>).")
 @experiment_option
 def calibrate(run, target, trials, sampler, pruner, storage, study, workers, data, experiment):
-    """Fit alpha and lambda_eff of a frozen model's prior on a held-out fold (README)."""
+    """Fit alpha and lambda_eff of a frozen model's prior on a held-out fold (docs/entry-points.md)."""
     setup_logging()
     parse_target(target)                  # every option checked before anything starts
     check_storage_url(storage)

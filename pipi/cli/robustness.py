@@ -22,7 +22,7 @@ from pipi.workflows.robustness import run_robustness
               "trained on, their data_dir param).")
 @experiment_option
 def robustness(runs, perturbations, seed, data, experiment):
-    """Score finished runs on the test split under the paper's perturbations (README)."""
+    """Score finished runs on the test split under the paper's perturbations (docs/entry-points.md)."""
     setup_logging()
     parse_perturbations(perturbations)
     tracking.configure()

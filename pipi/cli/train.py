@@ -38,7 +38,7 @@ from pipi.workflows import train as workflow
 @click.option("--resume", default="", help="Run id of an interrupted run to continue.")
 @experiment_option
 def train(cell, seed, backbone, data, profile, weights, prior_params, resume, experiment, **kw):
-    """Train one cell and register its model (the run contract: README)."""
+    """Train one cell and register its model (the run contract: docs/run-contract.md)."""
     setup_logging()
     overrides = overrides_from(kw)
     # every option is checked before anything is staged, loaded or started

@@ -25,7 +25,7 @@ from pipi.workflows.transplant import STUDIES, run_transplant
               "trained on, their data_dir param).")
 @experiment_option
 def transplant(rgb, pi, study, n_frames, seed, data, experiment):
-    """Where the +PI lift lives: weight surgery between paired runs, and Grad-CAM (README)."""
+    """Where the +PI lift lives: weight surgery between paired runs, and Grad-CAM (docs/entry-points.md)."""
     setup_logging()
     tracking.configure()
     res = run_transplant(rgb=rgb, pi=pi, study=study, data=data, n_frames=n_frames, seed=seed,

@@ -77,7 +77,7 @@ def load_runs(experiment: str, filter_string: str = "", *, page_size: int = 1000
                 "code_version": t.get(TAG_CODE_VERSION, ""),
                 "profile": r.data.params.get("profile", ""),
                 "test_macro_auc": r.data.metrics.get("test/macro_auc", float("nan")),
-                # literal names: the tags of the run contract (README "The run contract")
+                # literal names: the tags of the run contract (docs/run-contract.md)
                 "test_classes": t.get("pipi.test_classes", ""),
                 "val_classes": t.get("pipi.val_classes", ""),
                 "recipe": t.get("pipi.recipe", ""), "recipe_hash": t.get("pipi.recipe_hash", ""),

@@ -103,7 +103,7 @@ def _clear_failure(run_id: str) -> None:
         c.delete_tag(run_id, TAG_FAILURE)
 
 
-#: MLflow's client retry budget (its environment variables; README "Faults").
+#: MLflow's client retry budget (its environment variables; docs/faults.md).
 RETRY_VARS = ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",
               "MLFLOW_HTTP_REQUEST_TIMEOUT")
 

@@ -1,9 +1,9 @@
-"""Tag names of the run contract (README "The run contract") and the default experiment."""
+"""Tag names of the run contract (docs/run-contract.md) and the default experiment."""
 
 #: MLflow's own default experiment: runs land where `mlflow run` puts them.
 DEFAULT_EXPERIMENT = "Default"
 
-# Tag names (the run contract; README "Run contract").
+# Tag names (the run contract; docs/run-contract.md).
 TAG_ENTRY_POINT = "pipi.entry_point"
 TAG_DATASET = "pipi.dataset"
 TAG_DATA_DIGEST = "pipi.data_digest"

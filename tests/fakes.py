@@ -1,0 +1,95 @@
+"""Generated runs for the tests: frame indexes, predictions in the exact v1 format `train`
+writes, run tables as `load_runs` returns them, and fake runs logged to a real store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy import special
+from sklearn.metrics import roc_auc_score
+
+from pipi.classes import CLASSES
+from pipi.training.frames import predictions_frame, write_predictions
+
+EVALUABLE = list(range(1, 12))  # 11 classes, as in the paper's split
+
+
+def make_frames(n_videos: int, per_video: int, seed: int, classes=EVALUABLE, split="test"):
+    """A split's frame index: videos with their own class mix; every class in video 0."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for v in range(n_videos):
+        lab = rng.choice(classes, size=per_video, p=rng.dirichlet(np.ones(len(classes))))
+        if v == 0:
+            lab[: len(classes)] = classes
+        rows += [{"path": f"{split}/{CLASSES[k]}/{split}{v:02d}_{f:04d}.jpg",
+                  "video_id": f"{split}{v:02d}", "frame_number": f, "class_index": int(k),
+                  "class": CLASSES[k]} for f, k in enumerate(lab)]
+    return pd.DataFrame(rows)
+
+
+def make_probs(frames: pd.DataFrame, quality: float, seed: int) -> np.ndarray:
+    """Softmax of noise plus `quality` on the true class (higher quality = better AUC)."""
+    rng = np.random.default_rng(seed)
+    y = frames["class_index"].to_numpy()
+    logits = rng.normal(size=(len(y), 14)) + quality * np.eye(14)[y]
+    return special.softmax(logits, axis=1)
+
+
+def write_run(folder: Path, test: pd.DataFrame, val: pd.DataFrame, quality: float,
+              seed: int) -> Path:
+    """A predictions/ folder in the exact v1 format `train` writes."""
+    preds = {"test": predictions_frame(test, make_probs(test, quality, seed)),
+             "val": predictions_frame(val, make_probs(val, quality, seed + 10_000))}
+    return write_predictions(preds, folder)
+
+
+QUALITY = {"a": 1.0, "pi": 1.25, "distill": 1.1, "b": 1.2, "e_plus": 1.5}
+
+
+def local_runs(tmp: Path, arms: dict[str, list[int]], *, backbone="efficientnet_b0",
+               digest="d" * 64, n_videos=7, per_video=60):
+    """(runs frame as `load_runs` returns it, run id -> predictions folder)."""
+    test, val = make_frames(n_videos, per_video, 0), make_frames(3, 40, 1, split="val")
+    rows, dirs = [], {}
+    for ci, (cell, seeds) in enumerate(arms.items()):
+        for s in seeds:
+            rid = f"{cell}-{backbone}-{s}".replace("_", "")[:32].ljust(32, "0")
+            dirs[rid] = write_run(tmp / rid / "predictions", test, val, QUALITY.get(cell, 1.1),
+                                  1000 * ci + s)
+            rows.append({"run_id": rid, "experiment_id": "1", "run_name": rid,
+                         "status": "FINISHED", "start_time": 1000 * ci + s,
+                         "entry_point": "train", "cell": cell, "backbone": backbone, "seed": s,
+                         "data_digest": digest, "dataset": "kvasir-capsule", "study": "",
+                         "variant": "", "base_run_id": "", "parent_run_id": "",
+                         "evaluable_classes": json.dumps([CLASSES[k] for k in EVALUABLE]),
+                         "code_version": "", "test_macro_auc": float("nan")})
+    runs = pd.DataFrame(rows)
+    runs["seed"] = runs["seed"].astype("Int64")
+    return runs, dirs
+
+
+def log_fake_run(client, exp_id: str, folder: Path | None, *, cell: str, seed: int,
+                 digest: str = "d" * 64, status: str = "FINISHED",
+                 backbone: str = "efficientnet_b0", entry_point: str = "train") -> str:
+    """A run with the run contract's tags and (optionally) a predictions artifact."""
+    from pipi import tracking
+
+    tags = {tracking.TAG_ENTRY_POINT: entry_point, tracking.TAG_DATA_DIGEST: digest}
+    if cell:
+        tags |= {tracking.TAG_CELL: cell, tracking.TAG_BACKBONE: backbone,
+                 tracking.TAG_SEED: str(seed),
+                 "pipi.evaluable_classes": json.dumps([CLASSES[k] for k in EVALUABLE])}
+    run = client.create_run(exp_id, tags=tags, run_name=f"{cell}-s{seed}")
+    rid = run.info.run_id
+    if folder is not None:
+        client.log_artifacts(rid, str(folder), "predictions")
+        df = pd.read_parquet(folder / "test.parquet")
+        probs = df[[f"prob_{i:02d}" for i in range(14)]].to_numpy(float)
+        auc = np.mean([roc_auc_score(df["label"] == k, probs[:, k]) for k in EVALUABLE])
+        client.log_metric(rid, "test/macro_auc", float(auc))
+    client.set_terminated(rid, status)
+    return rid

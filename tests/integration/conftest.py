@@ -1,0 +1,65 @@
+"""The integration tier's shared smoke study: trained once per session, read by every module
+that needs finished runs (aggregate, galar, robustness/transplant, calibrate, serving) instead
+of each training its own."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+#: The study's cells and seeds. ResNet-18: an EfficientNet-B0 trained for two smoke batches is
+#: nearly input-independent in eval mode, so perturbations and prior channels would barely
+#: move its predictions.
+SMOKE_CELLS = ("a", "pi", "distill", "b_plus")
+SMOKE_SEEDS = (41, 42)
+SMOKE_BACKBONE = "resnet18"
+SMOKE_EXPERIMENT = "smoke-study"
+
+
+@dataclass(frozen=True)
+class SmokeStudy:
+    """Finished, registered smoke runs on the tiny release, on the session's `mlflow server`."""
+
+    uri: str
+    experiment: str
+    data: Path
+    backbone: str
+    runs: dict[tuple[str, int], str] = field(default_factory=dict)    # (cell, seed) -> run id
+    summaries: dict[tuple[str, int], dict] = field(default_factory=dict)
+
+    def run(self, cell: str, seed: int = SMOKE_SEEDS[0]) -> str:
+        return self.runs[(cell, seed)]
+
+    def model(self, cell: str) -> str:
+        """The registered model name of a cell's family."""
+        return f"pipi-{self.backbone}-{cell}"
+
+
+@pytest.fixture(scope="session")
+def smoke_study(mlflow_server, tiny_staged) -> SmokeStudy:
+    """a, pi, distill and b_plus x seeds 41, 42 (smoke profile, no pretrained weights), each
+    trained once per session and registered; b_plus reuses the pi run of its seed as its base.
+
+    Tests read these runs and log their own children into their own experiments; they never
+    add runs to ``smoke-study`` (aggregate reads that experiment whole)."""
+    import mlflow
+
+    from pipi.config import make_config
+    from pipi.workflows.train import train
+
+    mlflow.set_tracking_uri(mlflow_server.uri)
+    study = SmokeStudy(mlflow_server.uri, SMOKE_EXPERIMENT, tiny_staged, SMOKE_BACKBONE)
+    try:
+        for cell in SMOKE_CELLS:
+            for seed in SMOKE_SEEDS:
+                cfg = make_config(cell=cell, seed=seed, backbone=SMOKE_BACKBONE, profile="smoke",
+                                  weights="none")
+                s = train(cfg, data=str(tiny_staged), experiment=SMOKE_EXPERIMENT, progress=False)
+                study.runs[(cell, seed)] = s["run_id"]
+                study.summaries[(cell, seed)] = s
+    finally:
+        while mlflow.active_run():
+            mlflow.end_run()
+    return study

@@ -1,0 +1,136 @@
+"""Runs that survive the tracking server going away (issue 14, section 5).
+
+The server is a real ``mlflow server`` (pipi.tracking.server.LabServer), stopped and started again on
+the same address while a ``train`` process logs to it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+
+from pipi import tracking
+from pipi.tracking.server import LabServer
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _start_train(uri: str, data: Path, *args: str, env=None) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "entrypoints" / "train.py"), "--cell", "a", "--profile",
+         "smoke", "--weights", "none", "--data", str(data), "--experiment", "faults", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        env={**os.environ, "MLFLOW_TRACKING_URI": uri, **(env or {})})
+
+
+def _wait_for_epoch(client: MlflowClient, proc: subprocess.Popen, *, exclude=(), timeout=1500):
+    """The running run's id once it has logged its first epoch's loss."""
+    exp = None
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        exp = exp or client.get_experiment_by_name("faults")
+        if exp is not None:
+            for r in client.search_runs([exp.experiment_id], "attributes.status = 'RUNNING'"):
+                if (r.info.run_id not in exclude and "train/loss" in r.data.metrics
+                        and client.list_artifacts(r.info.run_id, "checkpoints")):
+                    return r.info.run_id
+        time.sleep(1)
+    raise TimeoutError("no epoch logged")
+
+
+def _check_artifacts_whole(run_id: str, dst: Path) -> None:
+    pred = tracking.download_artifact(run_id, "predictions", dst / run_id)
+    frames = pd.read_parquet(pred / "test.parquet")
+    assert len(frames) > 0 and {"prob_00", "label", "video_id"} <= set(frames.columns)
+    ckpt = tracking.download_artifact(run_id, "checkpoints/last.pt", dst / run_id)
+    state = torch.load(ckpt, map_location="cpu", weights_only=False)
+    assert "model" in state and "config" in state
+
+
+@pytest.mark.slow
+def test_server_restart_mid_training(tiny_staged, pipi_home, tmp_path, monkeypatch):
+    root = Path(tempfile.mkdtemp(prefix="pipi-faults-"))
+    lab = LabServer(root, backend="sqlite", artifacts="local").start()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", lab.uri)
+    mlflow.set_tracking_uri(lab.uri)
+    client = MlflowClient(lab.uri)
+    epochs = ["--epochs", "5", "--patience", "5"]
+    try:
+        # 1. an outage of 12 s (plus the restart) inside MLflow's default retry budget: bridged
+        proc = _start_train(lab.uri, tiny_staged, *epochs)
+        rid = _wait_for_epoch(client, proc)
+        lab.stop_tracking()
+        time.sleep(12)
+        lab.start_tracking()
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-3000:]
+        run = client.get_run(rid)
+        assert run.info.status == "FINISHED"
+        steps = [m.step for m in client.get_metric_history(rid, "train/loss")]
+        assert sorted(steps) == list(range(5))
+        _check_artifacts_whole(rid, tmp_path)
+
+        # 2. an outage longer than a small retry budget: one clear line naming the resume
+        budget = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
+        proc = _start_train(lab.uri, tiny_staged, *epochs, "--seed", "7", env=budget)
+        rid = _wait_for_epoch(client, proc, exclude={rid})
+        lab.stop_tracking()
+        t0 = time.time()
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode != 0
+        assert time.time() - t0 < 180  # the epoch in flight, then one retry: not minutes
+        assert "Traceback" not in err, err[-3000:]
+        last = [ln for ln in err.splitlines() if ln.strip()][-1]
+        assert last.startswith("error: lost the MLflow tracking server " + lab.uri)
+        assert f"-P resume={rid}" in last and f"pipi train --resume {rid}" in last
+        lab.start_tracking()
+        assert client.get_run(rid).info.status == "RUNNING"  # nobody could tell the server
+        assert tracking.flush_lost_runs(lab.uri) == [rid]   # what every pipi command does first
+        run = client.get_run(rid)
+        assert run.info.status == "FAILED"
+        assert "stopped answering" in run.data.tags[tracking.TAG_FAILURE]
+        assert tracking.flush_lost_runs(lab.uri) == []
+
+        # ... and `resume` continues it to the end
+        proc = _start_train(lab.uri, tiny_staged, *epochs, "--seed", "7", "--resume", rid)
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-3000:]
+        run = client.get_run(rid)
+        assert run.info.status == "FINISHED"
+        assert tracking.TAG_FAILURE not in run.data.tags
+        assert "stopped answering" in run.data.tags[tracking.TAG_PREVIOUS_FAILURE]
+        steps = [m.step for m in client.get_metric_history(rid, "train/loss")]
+        assert sorted(set(steps)) == list(range(5))
+        _check_artifacts_whole(rid, tmp_path)
+    finally:
+        lab.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_mlflow_run_against_an_absent_server_fails_fast_naming_the_uri(tmp_path):
+    """`mlflow run` itself (MLflow's process, before pipi's entry point) is probed by pipi's
+    request-header plugin instead of retrying for minutes."""
+    uri = "http://127.0.0.1:9"
+    t0 = time.time()
+    r = subprocess.run(
+        [str(Path(sys.executable).parent / "mlflow"), "run", str(ROOT), "-e", "train",
+         "--env-manager", "local", "-P", "profile=smoke"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=200,
+        env={**os.environ, "MLFLOW_TRACKING_URI": uri})
+    assert r.returncode != 0
+    assert f"cannot reach the MLflow tracking server at {uri}" in r.stderr
+    assert "Traceback" not in r.stderr
+    # no retries with backoff (minutes): only the interpreter's start-up
+    assert time.time() - t0 < 120

@@ -1,0 +1,174 @@
+"""The layout rules: imports point down, no cycles, mlflow only in pipi/tracking, small modules."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[2] / "pipi"
+#: The layers of DESIGN.md ("Layout"), from the top down; a module may import its own layer or
+#: any layer below it. A layer is a list of module prefixes under ``pipi``; ``*`` is every module
+#: no layer names (the library: data/, models/, training/, serving/, probes/, calibration/,
+#: prior, cells, config, runtime, predictions, galkva/).
+ORDER: tuple[tuple[str, ...], ...] = (
+    ("cli",),
+    ("workflows",),
+    ("sweeps",),
+    ("runs",),
+    ("report",),
+    ("analysis",),
+    ("tracking",),
+    ("*",),
+    ("stats",),
+    ("classes", "errors", "paths"),
+)
+#: Packages whose modules may not import each other (``common`` and ``__init__`` excepted),
+#: and the exceptions: a sweep calling the workflow it sweeps.
+ISOLATED = ("workflows", "cli")
+ALLOWED_SIDEWAYS = {("pipi.workflows.ablate", "pipi.workflows.train")}
+#: At most this many modules directly at pipi/*.py (``__init__`` not counted).
+MAX_TOP_LEVEL = 8
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in PKG.rglob("*.py"):
+        rel = path.relative_to(PKG.parent).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _imports(path: Path, modules: dict[str, Path]) -> tuple[set[str], list[str]]:
+    """(pipi modules imported at module level, pipi imports inside functions)."""
+    tree = ast.parse(path.read_text())
+    top, inner = set(), []
+
+    def targets(node) -> list[str]:
+        if isinstance(node, ast.Import):
+            return [a.name for a in node.names if a.name.startswith("pipi")]
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pipi"):
+            names = [f"{node.module}.{a.name}" for a in node.names]
+            return [n if n in modules else node.module for n in names]
+        return []
+
+    for node in tree.body:
+        top.update(targets(node))
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for sub in ast.walk(node):
+                inner += targets(sub)
+    return top, inner
+
+
+def _layer(module: str) -> int:
+    """Rank of ``module`` in :data:`ORDER` (0 = top); the longest matching prefix wins."""
+    rel = module.removeprefix("pipi").removeprefix(".")
+    best, star = None, None
+    for rank, layer in enumerate(ORDER):
+        for prefix in layer:
+            if prefix == "*":
+                star = rank
+            elif (rel == prefix or rel.startswith(prefix + ".")) and (
+                    best is None or len(prefix) > best[1]):
+                best = (rank, len(prefix))
+    return best[0] if best else star
+
+
+def upward_imports(modules: dict[str, Path]) -> list[str]:
+    """Every module-level import that points to a higher layer, as 'a imports b'."""
+    out = []
+    for m, p in sorted(modules.items()):
+        for d in sorted(_imports(p, modules)[0]):
+            if d != "pipi" and _layer(d) < _layer(m):
+                out.append(f"{m} imports {d}, a layer above it")
+    return out
+
+
+def sideways_imports(modules: dict[str, Path]) -> list[str]:
+    out = []
+    for m, p in sorted(modules.items()):
+        parts = m.split(".")
+        if len(parts) < 3 or parts[1] not in ISOLATED:
+            continue
+        for d in sorted(_imports(p, modules)[0]):
+            dp = d.split(".")
+            if (len(dp) >= 3 and dp[1] == parts[1] and dp[2] != parts[2]
+                    and dp[2] not in ("common", "__init__") and (m, d) not in ALLOWED_SIDEWAYS):
+                out.append(f"{m} imports {d}, another {parts[1]} module")
+    return out
+
+
+def test_layer_order_matches_design():
+    """Spot checks of the rank function against DESIGN's picture."""
+    assert _layer("pipi.cli.train") < _layer("pipi.workflows.train") < _layer("pipi.sweeps.plan")
+    assert _layer("pipi.sweeps.plan") < _layer("pipi.runs.evaluate") < _layer("pipi.report.tables")
+    assert _layer("pipi.report.tables") < _layer("pipi.analysis.compare") < _layer("pipi.tracking.runs")
+    assert _layer("pipi.tracking.runs") < _layer("pipi.training.frames") == _layer("pipi.prior")
+    assert _layer("pipi.prior") < _layer("pipi.stats.auc") < _layer("pipi.classes")
+
+
+def test_an_upward_import_is_caught(tmp_path):
+    """A planted upward import (the library importing a workflow) fails the check."""
+    planted = tmp_path / "planted.py"
+    planted.write_text("from pipi.workflows.train import train\n")
+    modules = {**_modules(), "pipi.prior_planted": planted}
+    assert upward_imports(modules) == [
+        "pipi.prior_planted imports pipi.workflows.train, a layer above it"]
+    sideways = tmp_path / "sideways.py"
+    sideways.write_text("from pipi.workflows.aggregate import run_aggregate\n")
+    modules = {**_modules(), "pipi.workflows.planted": sideways}
+    assert sideways_imports(modules) == [
+        "pipi.workflows.planted imports pipi.workflows.aggregate, another workflows module"]
+
+
+def test_no_upward_or_sideways_imports():
+    modules = _modules()
+    assert not upward_imports(modules), "\n".join(upward_imports(modules))
+    assert not sideways_imports(modules), "\n".join(sideways_imports(modules))
+
+
+def test_few_modules_at_the_top_level():
+    top = sorted(p.stem for p in PKG.glob("*.py") if p.stem != "__init__")
+    assert len(top) <= MAX_TOP_LEVEL, f"{len(top)} modules at pipi/*.py: {top}"
+
+
+def test_no_import_cycles():
+    modules = _modules()
+    graph = {m: _imports(p, modules)[0] for m, p in modules.items()}
+    seen, stack = {}, []
+
+    def visit(m):
+        seen[m] = "open"
+        stack.append(m)
+        for d in graph.get(m, ()):
+            d = d if d in graph else d.rsplit(".", 1)[0]
+            if seen.get(d) == "open":
+                pytest.fail("import cycle: " + " -> ".join(stack[stack.index(d):] + [d]))
+            if d in graph and d not in seen:
+                visit(d)
+        stack.pop()
+        seen[m] = "done"
+
+    for m in graph:
+        if m not in seen:
+            visit(m)
+
+
+def test_no_pipi_imports_inside_functions():
+    modules = _modules()
+    offenders = {m: inner for m, p in modules.items() if (inner := _imports(p, modules)[1])}
+    assert not offenders, offenders
+
+
+def test_mlflow_only_in_tracking_and_modules_small():
+    for path in PKG.rglob("*.py"):
+        text = path.read_text()
+        rel = path.relative_to(PKG).as_posix()
+        if not rel.startswith("tracking/"):
+            assert "import mlflow" not in text and "from mlflow" not in text, rel
+        assert text.count("\n") <= 600, f"{rel} has {text.count(chr(10))} lines (max 600)"

@@ -1,0 +1,123 @@
+"""Training throughput options (issue 15): device, precision, channels_last, determinism,
+the device batch stream, and ``ablate -P parallel=N``, on CPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from pipi import tracking as pipi_tracking
+from pipi.config import make_config, run_params, train_params
+from pipi.errors import ConfigError
+from pipi.runtime import (
+    DeviceBatches,
+    Runtime,
+    resolve_runtime,
+    runtime_of,
+    weighted_cross_entropy,
+)
+from pipi.training.frames import FrameInputs, build_frame_model, predict_probs
+
+CPU = torch.device("cpu")
+
+
+def _images(n=24, size=32, seed=0):
+    return np.random.default_rng(seed).integers(0, 256, (n, 3, size, size), dtype=np.uint8)
+
+
+# --------------------------------------------------------------------------- options
+def test_options_resolve_on_cpu_and_refuse_bad_values():
+    rt = resolve_runtime()
+    if not torch.cuda.is_available():
+        assert rt == Runtime(CPU, "fp32", False, False, True)  # auto: fp32, NCHW on CPU
+        with pytest.raises(ConfigError, match="device=cuda: torch sees no CUDA device"):
+            resolve_runtime(device="cuda")
+    assert resolve_runtime(device="cpu", precision="bf16", channels_last="true") == \
+        Runtime(CPU, "bf16", True, False, True)
+    for bad, match in (({"device": "tpu"}, "device='tpu'"), ({"precision": "fp8"}, "precision"),
+                       ({"channels_last": "yes"}, "channels_last"),
+                       ({"compile": "true"}, "compile='true'")):
+        with pytest.raises(ConfigError, match=match):
+            make_config(cell="a", profile="smoke", **bad)
+
+
+def test_options_are_in_params_hash_and_recipe():
+    base = make_config(cell="pi", profile="smoke", weights="none")
+    fast = make_config(cell="pi", profile="smoke", weights="none", precision="bf16",
+                       deterministic=False, channels_last="true", device="cpu", compile=True)
+    p = run_params(fast)
+    assert (p["device"], p["precision"], p["channels_last"], p["compile"],
+            p["deterministic"]) == ("cpu", "bf16", "true", True, False)
+    digest = "d" * 64
+    assert pipi_tracking.config_hash(pipi_tracking.config_key(base, digest)) != \
+        pipi_tracking.config_hash(pipi_tracking.config_key(fast, digest))
+    tp = train_params(fast)
+    assert {k: tp[k] for k in ("device", "precision", "channels_last", "compile",
+                               "deterministic")} == {
+        "device": "cpu", "precision": "bf16", "channels_last": "true", "compile": True,
+        "deterministic": False}
+    assert "precision" not in train_params(base)  # defaults stay out of the recipe
+
+
+def test_device_batches_yield_the_requested_rows_in_order():
+    imgs, labels = _images(10), np.arange(10) * 3
+    order = [np.array([7, 2, 9]), np.array([0]), np.array([5, 1, 8, 3])]
+    got = list(DeviceBatches(imgs, order, CPU, labels=labels))
+    assert len(got) == 3
+    for idx, (x, y) in zip(order, got):
+        assert x.dtype == torch.uint8  # frames travel as uint8
+        np.testing.assert_array_equal(x.numpy(), imgs[idx])
+        np.testing.assert_array_equal(y.numpy(), labels[idx])
+    assert list(DeviceBatches(imgs, [], CPU)) == []
+
+
+def test_weighted_cross_entropy_equals_torch():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(32, 14, generator=g)
+    y = torch.randint(0, 14, (32,), generator=g)
+    w = torch.rand(14, generator=g)
+    torch.testing.assert_close(weighted_cross_entropy(logits, y, w),
+                               F.cross_entropy(logits, y, weight=w), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(weighted_cross_entropy(logits, y, None),
+                               F.cross_entropy(logits, y), rtol=1e-6, atol=1e-6)
+
+
+# --------------------------------------------------------------------------- precision
+def test_bf16_autocast_and_channels_last_predict_close_to_fp32():
+    cfg = make_config(cell="pi", backbone="resnet18", profile="smoke", weights="none", seed=3)
+    torch.manual_seed(3)
+    model = build_frame_model(cfg).eval()
+    imgs = _images(24)
+    seen = []
+    conv = next(m for m in model.modules() if isinstance(m, torch.nn.Conv2d))
+    hook = conv.register_forward_hook(
+        lambda m, args, out: seen.append((out.dtype, args[0].is_contiguous(
+            memory_format=torch.channels_last) and not args[0].is_contiguous())))
+
+    def probs(rt):
+        seen.clear()
+        return predict_probs(model, imgs, FrameInputs(cfg), device=CPU, runtime=rt,
+                             batch_size=8)
+
+    ref = probs(Runtime(CPU))
+    assert set(seen) == {(torch.float32, False)}
+    bf16 = probs(Runtime(CPU, "bf16"))
+    assert set(seen) == {(torch.bfloat16, False)}  # the convolutions really ran in bf16
+    model.to(memory_format=torch.channels_last)
+    cl = probs(Runtime(CPU, "fp32", channels_last=True))
+    assert set(seen) == {(torch.float32, True)}
+    hook.remove()
+    np.testing.assert_allclose(cl, ref, atol=1e-5)
+    np.testing.assert_allclose(bf16, ref, atol=0.03)
+    assert np.abs(bf16 - ref).max() > 0  # bf16 rounding is visible, so the path differs
+    assert (bf16.argmax(1) == ref.argmax(1)).mean() >= 0.9
+
+
+def test_runtime_of_prefers_the_explicit_device():
+    cfg = make_config(cell="a", profile="smoke")
+    assert runtime_of(cfg, device="cpu").device == CPU
+
+
+# --------------------------------------------------------------------------- parallel
