@@ -409,8 +409,18 @@ def _details(rec: Recomputed) -> list[str]:
                         f"({r.method_per_class[:, j].mean() - r.baseline_per_class[:, j].mean():+.3f})"
                         for j, c in enumerate(r.classes))
         lines.append(f"  per-class AUC (Δ): {per}")
+        if r.per_class:
+            ps = ", ".join(f"{c} {cd.pvalues['stouffer']:.3g} ({cd.adjusted['stouffer_bonferroni']:.3g}"
+                           f" / {cd.adjusted['stouffer_bh']:.3g})"
+                           for c, cd in zip(r.classes, r.per_class, strict=True))
+            lines.append(f"  per-class Stouffer p (Bonferroni / BH): {ps}")
         if r.missing_classes:
             lines.append(f"  not scored (no positive frame): {list(r.missing_classes)}")
+    rb = rec.retention_bootstrap
+    lines.append(f"retention {100 * rb.confidence_level:.0f}% CI: percentile "
+                 f"[{rb.percentile_interval.low:+.2f}, {rb.percentile_interval.high:+.2f}], BCa "
+                 f"[{rb.bca_interval.low:+.2f}, {rb.bca_interval.high:+.2f}] "
+                 "(`--report` for every p-value and interval)")
     return lines
 
 
