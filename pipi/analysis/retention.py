@@ -27,7 +27,6 @@ headline classes of the aggregate; Galar: every mapped class with positives), on
 from __future__ import annotations
 
 import json
-import warnings
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -46,7 +45,6 @@ from pipi.galkva import (
     BENCHMARK_VERSION,
     SCORING_SETS,
     DatasetRuns,
-    PairedDeltas,
     Retention,
     SeedRun,
     classify_retention,
@@ -54,10 +52,11 @@ from pipi.galkva import (
 from pipi.predictions import PREDICTIONS_VERSION, PROB_COLUMNS
 from pipi.stats import (
     ConfidenceInterval,
-    DegenerateDataWarning,
     DeltaBootstrapResult,
-    macro_auc_delta_bootstrap,
-    per_class_auc,
+    PairedDeltas,
+    compare_arms,
+    evaluable_classes,
+    ratio_bootstrap,
 )
 
 __all__ = ["ALL_SYSTEMS", "CALIBRATED", "CLASS_SETS", "GALAR_STUDY", "ZERO_SHOT",
@@ -265,25 +264,18 @@ class DeltaSide(PairedDeltas):
 def delta_side(dataset: str, y: np.ndarray, videos: np.ndarray, base: np.ndarray,
                meth: np.ndarray, classes: list[int], *, restrict: bool, n_resamples: int,
                confidence_level: float, rng: np.random.Generator) -> DeltaSide | None:
-    """Per-seed macro-AUCs of both arms and the bootstrap of the mean delta (None: no class
-    with positive and negative frames). ``restrict``: keep only frames of ``classes``."""
+    """Per-seed macro-AUCs of both arms and the bootstrap of the mean delta
+    (:func:`pipi.stats.compare_arms`; None: no class with positive and negative frames).
+    ``restrict``: keep only frames of ``classes``."""
     if restrict:
         keep = np.isin(y, classes)
         y, videos, base, meth = y[keep], videos[keep], base[:, keep], meth[:, keep]
-    present = [c for c in classes if 0 < int((y == c).sum()) < len(y)]
-    if not present:
+    if not evaluable_classes(y, classes):
         return None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DegenerateDataWarning)
-        bm = np.array([per_class_auc(y, p, classes=present).mean() for p in base])
-        mm = np.array([per_class_auc(y, p, classes=present).mean() for p in meth])
-        clustered = len(set(videos)) >= 2
-        boot = macro_auc_delta_bootstrap(
-            y, base, meth, classes=present, clusters=videos if clustered else None,
-            strata=None if clustered else y, n_resamples=n_resamples,
-            confidence_level=confidence_level, method="BCa", rng=rng)
-    return DeltaSide(dataset, tuple(CLASSES[c] for c in present), int(len(y)),
-                     len(set(videos)), bm, mm, boot)
+    comp = compare_arms(y, videos, base, meth, classes=classes, n_resamples=n_resamples,
+                        confidence_level=confidence_level, method="BCa", rng=rng)
+    return DeltaSide(dataset, tuple(CLASSES[c] for c in comp.classes), comp.n_frames,
+                     comp.n_videos, comp.baseline_macro, comp.method_macro, comp.bootstrap)
 
 
 @dataclass(frozen=True)
@@ -310,14 +302,11 @@ class RetentionRow:
             return self.galar.deltas / self.kvasir.deltas
 
 
-def _ratio_ci(dk: np.ndarray, dg: np.ndarray, level: float):
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = dg / dk  # independent draws of the two datasets' videos
-    finite = ratio[np.isfinite(ratio)]
-    alpha = (1 - level) / 2
-    ci = (ConfidenceInterval(float(np.quantile(finite, alpha)), float(np.quantile(finite, 1 - alpha)))
-          if finite.size else None)
-    return ratio, ci
+def _ratio_ci(kv: DeltaSide, gs: DeltaSide, level: float):
+    """(Delta_Galar* / Delta_Kvasir* per draw, its percentile interval or None)."""
+    res = ratio_bootstrap(gs.bootstrap.bootstrap, kv.bootstrap.bootstrap,
+                          confidence_level=level)
+    return res.distribution, (res.percentile_interval if res.n_finite >= 2 else None)
 
 
 def _rng(seed: int, *key: str) -> np.random.Generator:
@@ -365,7 +354,7 @@ def retention_rows(ev: Evidence, cv: CrossVendorEvidence, *, n_resamples: int = 
                     ret = classify_retention(kv.delta, None)
                     ratio = np.zeros(0)
                 else:
-                    ratio, ci = _ratio_ci(kv.distribution, gs.distribution, confidence_level)
+                    ratio, ci = _ratio_ci(kv, gs, confidence_level)
                     ret = classify_retention(kv.delta, gs.delta, delta_kvasir_ci=kv.ci,
                                              confidence_interval=ci)
                 out.append(RetentionRow(backbone, ref, new, cs, name, seeds, kv, gs, ret,

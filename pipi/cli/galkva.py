@@ -30,6 +30,8 @@ from pipi.galkva import (
     validate_submission,
     write_submission,
 )
+from pipi.galkva.report import evaluation_json, markdown_report, write_text_atomic
+from pipi.galkva.validate import load_submission
 from pipi.workflows.galkva import experiment_galkva_runs
 
 _TRAINED_ON = ("Kvasir-Capsule", "Galar", "Both", "Other")
@@ -92,16 +94,24 @@ def validate_cmd(file: Path) -> None:
               help="DIR/{kvasir,galar}/{baseline,method}/<seed>/ prediction folders: recompute "
                    "every number (and check FILE's self-reported ones against them).")
 @click.option("--markdown", is_flag=True, help="Print only the leaderboard Markdown row.")
+@click.option("--report", "report_path", type=click.Path(path_type=Path, dir_okay=False),
+              default=None, help="Also write a self-contained Markdown report here (tables, "
+                                 "per-class p-values and intervals, the leaderboard row).")
+@click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False),
+              default=None, help="Also write every number of the score as JSON here.")
 @click.option("--tolerance", type=float, default=1e-3, show_default=True,
               help="Largest accepted gap between a self-reported and a recomputed AUC.")
 @with_options(_resampling)
 @_errors
-def score_cmd(file, predictions, markdown, tolerance, n_resamples, seed) -> None:
+def score_cmd(file, predictions, markdown, report_path, json_path, tolerance, n_resamples,
+              seed) -> None:
     """Retention, band, sign-positive seeds and a leaderboard row for a submission FILE.
 
     Without --predictions every number is self-reported and labelled so. With it, numbers
-    are recomputed from per-frame predictions (DeLong, video bootstrap CIs) and any
-    self-reported number of FILE that disagrees is flagged (exit 1).
+    are recomputed from per-frame predictions (per-seed paired DeLong tests, per-class
+    p-values combined across seeds with Bonferroni and BH adjustments, percentile and BCa
+    video-bootstrap intervals of every delta and of the retention) and any self-reported
+    number of FILE that disagrees is flagged (exit 1, after the report is written).
     """
     if file is None and predictions is None:
         raise click.UsageError("give a submission FILE, --predictions DIR, or both")
@@ -109,9 +119,12 @@ def score_cmd(file, predictions, markdown, tolerance, n_resamples, seed) -> None
         violations = validate_submission(file)
         if violations:
             raise InvalidSubmissionError(str(file), violations)
+    rec = None
     if predictions is not None:
-        score = score_predictions(load_prediction_dir(predictions), submission=file,
-                                  tolerance=tolerance, n_resamples=n_resamples, rng=seed,
+        version = load_submission(file)["benchmark_version"] if file else BENCHMARK_VERSION
+        rec = recompute(load_prediction_dir(predictions), benchmark_version=version,
+                        n_resamples=n_resamples, rng=seed)
+        score = score_predictions(rec, submission=file, tolerance=tolerance,
                                   method_name=predictions.name)
     else:
         score = score_submission(file, tolerance=tolerance)
@@ -121,6 +134,12 @@ def score_cmd(file, predictions, markdown, tolerance, n_resamples, seed) -> None
     else:
         click.echo(score.report())
         click.echo("\nLeaderboard row:\n" + LEADERBOARD_HEADER + "\n" + score.markdown_row())
+    if json_path is not None:
+        write_text_atomic(evaluation_json(score, rec), json_path)
+        click.echo(f"wrote {json_path}", err=True)
+    if report_path is not None:
+        write_text_atomic(markdown_report(score, rec), report_path)
+        click.echo(f"wrote {report_path}", err=True)
     if score.discrepancies:
         raise SystemExit(1)
 

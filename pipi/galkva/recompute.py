@@ -10,19 +10,24 @@ same frames. On disk (:func:`load_prediction_dir`)::
     DIR/.../<seed>/run.json                         optional {"run_id": "..."}: provenance
 
 Scored frames: those whose label is in the benchmark version's scoring set (v1.0: the
-6-class intersection); class k is scored one-vs-rest on its probability column. Per dataset:
+6-class intersection); class k is scored one-vs-rest on its probability column. Per dataset,
+:func:`pipi.stats.compare_arms` (the engine ``aggregate``'s retention table uses too):
 per-seed macro-AUC and per-class AUC of both arms, paired deltas, sign-positive seeds, the
-paired DeLong test of each seed (:func:`pipi.stats.delong_macro_test`) and a video-clustered
-bootstrap of the cross-seed mean delta (:func:`pipi.stats.macro_auc_delta_bootstrap`). The
-retention interval is the percentile interval of Delta_Galar* / Delta_Kvasir* over
-independent bootstrap draws of the two datasets' videos.
+paired DeLong test of each seed, per-class p-values combined across seeds (Stouffer, as the
+paper, beside a sign-flip test and a video bootstrap) with Bonferroni and BH adjustments,
+and video-clustered bootstraps (percentile and BCa) of the mean macro and per-class deltas.
+The retention intervals (:func:`pipi.stats.ratio_bootstrap`) are the percentile and the
+two-sample BCa intervals of Delta_Galar* / Delta_Kvasir* over independent bootstrap draws
+of the two datasets' videos; ``Retention.confidence_interval`` is the percentile one.
+
+This module only reads the benchmark's input and names the numbers; every statistic is
+computed in :mod:`pipi.stats`.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,13 +50,15 @@ from pipi.galkva.score import (
 from pipi.galkva.validate import load_submission
 from pipi.predictions import PROB_COLUMNS, read_predictions
 from pipi.stats import (
-    ConfidenceInterval,
-    DegenerateDataWarning,
+    ArmComparison,
+    ClassDelta,
     DeLongMacroResult,
     DeltaBootstrapResult,
-    delong_macro_test,
-    macro_auc_delta_bootstrap,
-    per_class_auc,
+    PairedDeltas,
+    RatioBootstrapResult,
+    compare_arms,
+    evaluable_classes,
+    ratio_bootstrap,
 )
 
 __all__ = [
@@ -89,45 +96,61 @@ class DatasetRuns:
     method: tuple[SeedRun, ...]
 
 
-class PairedDeltas:
-    """Seed-paired macro-AUC deltas of a method over its baseline (``method_macro`` and
-    ``baseline_macro``, one value per seed, are fields of the class that mixes this in)."""
-
-    method_macro: np.ndarray
-    baseline_macro: np.ndarray
-
-    @property
-    def deltas(self) -> np.ndarray:
-        return self.method_macro - self.baseline_macro
-
-    @property
-    def delta(self) -> float:
-        return float(self.deltas.mean())
-
-    @property
-    def sign_positive(self) -> str:
-        """``"<positive seeds>/<seeds>"``."""
-        return f"{int((self.deltas > 0).sum())}/{len(self.deltas)}"
-
-
 @dataclass(frozen=True)
 class DatasetRecompute(PairedDeltas):
-    """Everything recomputed on one dataset; arrays are (seeds,) or (seeds, classes)."""
+    """Everything recomputed on one dataset: :func:`pipi.stats.compare_arms` of the paired
+    seeds (``comparison``), with the benchmark's names; arrays are (seeds,) or (seeds, classes)."""
 
     dataset: str
     seeds: tuple[str, ...]
-    classes: tuple[str, ...]  # scored classes (scoring set classes present in the frames)
     missing_classes: tuple[str, ...]  # scoring set classes without positives here
-    n_test_frames: int
-    n_videos: int
-    n_positive: dict[str, int]
-    method_macro: np.ndarray  # (S,)
-    baseline_macro: np.ndarray  # (S,)
-    method_per_class: np.ndarray  # (S, K)
-    baseline_per_class: np.ndarray  # (S, K)
-    delong: tuple[DeLongMacroResult, ...]  # per seed, baseline -> method
-    bootstrap: DeltaBootstrapResult
+    comparison: ArmComparison
     run_ids: dict[str, dict[str, str | None]] = field(default_factory=dict)
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        """Scored classes (scoring set classes with positives and negatives in the frames)."""
+        return tuple(CLASSES[c] for c in self.comparison.classes)
+
+    @property
+    def n_test_frames(self) -> int:
+        return self.comparison.n_frames
+
+    @property
+    def n_videos(self) -> int:
+        return self.comparison.n_videos
+
+    @property
+    def n_positive(self) -> dict[str, int]:
+        return {CLASSES[c]: n for c, n in self.comparison.n_positive.items()}
+
+    @property
+    def method_macro(self) -> np.ndarray:  # (S,)
+        return self.comparison.method_macro
+
+    @property
+    def baseline_macro(self) -> np.ndarray:  # (S,)
+        return self.comparison.baseline_macro
+
+    @property
+    def method_per_class(self) -> np.ndarray:  # (S, K)
+        return self.comparison.method_per_class
+
+    @property
+    def baseline_per_class(self) -> np.ndarray:  # (S, K)
+        return self.comparison.baseline_per_class
+
+    @property
+    def delong(self) -> tuple[DeLongMacroResult, ...]:  # per seed, baseline -> method
+        return self.comparison.delong
+
+    @property
+    def bootstrap(self) -> DeltaBootstrapResult:
+        return self.comparison.bootstrap
+
+    @property
+    def per_class(self) -> tuple[ClassDelta, ...]:
+        return self.comparison.per_class
 
     @property
     def sign_positive_seeds(self) -> str:
@@ -148,13 +171,18 @@ class DatasetRecompute(PairedDeltas):
 
 @dataclass(frozen=True)
 class Recomputed:
-    """Both datasets recomputed, and the retention with its bootstrap interval."""
+    """Both datasets recomputed, and the retention with its bootstrap intervals."""
 
     benchmark_version: str
     kvasir: DatasetRecompute
     galar: DatasetRecompute
-    retention: Retention
-    retention_distribution: np.ndarray  # (B,) Delta_Galar* / Delta_Kvasir*
+    retention: Retention  # its confidence_interval: the percentile one
+    retention_bootstrap: RatioBootstrapResult  # percentile and BCa
+
+    @property
+    def retention_distribution(self) -> np.ndarray:
+        """(B,) Delta_Galar* / Delta_Kvasir* over independent draws of the two datasets."""
+        return self.retention_bootstrap.distribution
 
     def __getitem__(self, dataset: str) -> DatasetRecompute:
         return {"kvasir": self.kvasir, "galar": self.galar}[dataset]
@@ -247,33 +275,18 @@ def recompute_dataset(
     method: str,
     rng: np.random.Generator,
 ) -> DatasetRecompute:
-    """One dataset's numbers from its paired predictions."""
+    """One dataset's numbers from its paired predictions (:func:`pipi.stats.compare_arms`)."""
     all_idx = [class_index(c) for c in classes]
     seeds, y, videos, base, meth = _aligned(runs, dataset, all_idx)
-    present = [c for c in all_idx if 0 < int((y == c).sum()) < len(y)]
-    if not present:
+    if not evaluable_classes(y, all_idx):
         raise DataError(f"{dataset}: no scoring-set class has both positive and negative frames")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DegenerateDataWarning)
-        bpc = np.stack([per_class_auc(y, base[s], classes=present) for s in range(len(seeds))])
-        mpc = np.stack([per_class_auc(y, meth[s], classes=present) for s in range(len(seeds))])
-        delong = tuple(delong_macro_test(y, base[s], meth[s], classes=present)
-                       for s in range(len(seeds)))
-    n_videos = len(set(videos))
-    clustered = n_videos >= 2
-    boot = macro_auc_delta_bootstrap(
-        y, base, meth, classes=present, clusters=videos if clustered else None,
-        strata=None if clustered else y, n_resamples=n_resamples,
-        confidence_level=confidence_level, method=method, rng=rng,
-    )
+    comp = compare_arms(y, videos, base, meth, classes=all_idx, tests=True,
+                        n_resamples=n_resamples, confidence_level=confidence_level,
+                        method=method, rng=rng)
     return DatasetRecompute(
         dataset=dataset, seeds=tuple(seeds),
-        classes=tuple(CLASSES[c] for c in present),
-        missing_classes=tuple(CLASSES[c] for c in all_idx if c not in present),
-        n_test_frames=len(y), n_videos=n_videos,
-        n_positive={CLASSES[c]: int((y == c).sum()) for c in present},
-        method_macro=mpc.mean(axis=1), baseline_macro=bpc.mean(axis=1),
-        method_per_class=mpc, baseline_per_class=bpc, delong=delong, bootstrap=boot,
+        missing_classes=tuple(CLASSES[c] for c in all_idx if c not in comp.classes),
+        comparison=comp,
         run_ids={"baseline": {r.seed: r.run_id for r in runs.baseline},
                  "method": {r.seed: r.run_id for r in runs.method}},
     )
@@ -304,14 +317,9 @@ def recompute(
                               method=method, rng=streams[ds])
         for ds in DATASETS
     }
-    dk = rec["kvasir"].bootstrap.bootstrap.bootstrap_distribution
-    dg = rec["galar"].bootstrap.bootstrap.bootstrap_distribution
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = dg / dk  # independent draws of the two datasets' videos
-    finite = ratio[np.isfinite(ratio)]
-    alpha = (1 - confidence_level) / 2
-    ci = (ConfidenceInterval(float(np.quantile(finite, alpha)), float(np.quantile(finite, 1 - alpha)))
-          if finite.size else None)
+    ratio = ratio_bootstrap(rec["galar"].bootstrap.bootstrap, rec["kvasir"].bootstrap.bootstrap,
+                            confidence_level=confidence_level)
+    ci = ratio.percentile_interval if ratio.n_finite >= 2 else None
     retention = classify_retention(
         rec["kvasir"].delta, rec["galar"].delta,
         delta_kvasir_ci=rec["kvasir"].bootstrap.confidence_interval, confidence_interval=ci,
@@ -401,8 +409,18 @@ def _details(rec: Recomputed) -> list[str]:
                         f"({r.method_per_class[:, j].mean() - r.baseline_per_class[:, j].mean():+.3f})"
                         for j, c in enumerate(r.classes))
         lines.append(f"  per-class AUC (Δ): {per}")
+        if r.per_class:
+            ps = ", ".join(f"{c} {cd.pvalues['stouffer']:.3g} ({cd.adjusted['stouffer_bonferroni']:.3g}"
+                           f" / {cd.adjusted['stouffer_bh']:.3g})"
+                           for c, cd in zip(r.classes, r.per_class, strict=True))
+            lines.append(f"  per-class Stouffer p (Bonferroni / BH): {ps}")
         if r.missing_classes:
             lines.append(f"  not scored (no positive frame): {list(r.missing_classes)}")
+    rb = rec.retention_bootstrap
+    lines.append(f"retention {100 * rb.confidence_level:.0f}% CI: percentile "
+                 f"[{rb.percentile_interval.low:+.2f}, {rb.percentile_interval.high:+.2f}], BCa "
+                 f"[{rb.bca_interval.low:+.2f}, {rb.bca_interval.high:+.2f}] "
+                 "(`--report` for every p-value and interval)")
     return lines
 
 

@@ -126,30 +126,48 @@ def _bootstrap_iv(data, statistic, n_resamples, confidence_level, method, unit, 
 
 
 def bca_constants(
-    theta_hat: float, theta_star: np.ndarray, jackknife_values: np.ndarray
+    theta_hat: float, theta_star: np.ndarray, jackknife_values
 ) -> tuple[float, float]:
     """BCa bias correction z0 and acceleration a (Efron & Tibshirani 1993, eqs. 14.14-14.15).
 
     z0 = Phi^-1(share of bootstrap values below theta_hat, ties counted 1/2);
-    a = sum(d^3) / (6 sum(d^2)^1.5) with d = mean(jackknife) - jackknife.
+    a = sum(d^3) / (6 sum(d^2)^1.5) with d = mean(jackknife) - jackknife. A statistic of
+    several independently resampled samples passes one jackknife array per sample (each
+    leaving out one unit of that sample, the others whole); their influence values
+    U_i = (n - 1) d_i are pooled as in Efron & Tibshirani sec. 14.3 (and scipy).
     """
     b = theta_star.size
     share = ((theta_star < theta_hat).sum() + (theta_star <= theta_hat).sum()) / (2.0 * b)
     z0 = float(special.ndtri(share))
-    d = jackknife_values.mean() - jackknife_values
-    den = 6.0 * (d**2).sum() ** 1.5
-    a = float((d**3).sum() / den) if den > 0 else float("nan")
+    jacks = ([np.asarray(jackknife_values, dtype=float)]
+             if isinstance(jackknife_values, np.ndarray) else
+             [np.asarray(j, dtype=float) for j in jackknife_values])
+    if len(jacks) == 1:
+        d = jacks[0].mean() - jacks[0]
+        den = 6.0 * (d**2).sum() ** 1.5
+        a = float((d**3).sum() / den) if den > 0 else float("nan")
+        return z0, a
+    num = den = 0.0
+    for j in jacks:
+        n = float(j.size)
+        u = (n - 1.0) * (j.mean() - j)
+        num += float((u**3).sum()) / n**3
+        den += float((u**2).sum()) / n**2
+    a = num / (6.0 * den**1.5) if den > 0 else float("nan")
     return z0, a
 
 
 def bootstrap_intervals(theta_hat, theta_star, jack, level, *, warn: bool = True):
-    """(percentile CI, BCa CI, z0, a) from bootstrap and jackknife values.
+    """(percentile CI, BCa CI, z0, a) from bootstrap and jackknife values (``jack``: one
+    array, or one per independently resampled sample; see :func:`bca_constants`).
 
     NaN intervals (with a ``DegenerateDataWarning`` when ``warn``) where a value is not finite
     or the BCa constants are undefined.
     """
     alpha = (1.0 - level) / 2.0
-    if not (np.isfinite(theta_star).all() and np.isfinite(jack).all() and np.isfinite(theta_hat)):
+    flat = (jack if isinstance(jack, np.ndarray) else
+            np.concatenate([np.asarray(j, dtype=float).ravel() for j in jack]))
+    if not (np.isfinite(theta_star).all() and np.isfinite(flat).all() and np.isfinite(theta_hat)):
         bad = int((~np.isfinite(theta_star)).sum())
         if warn:
             warn_degenerate(
