@@ -36,7 +36,7 @@ def test_robustness_table_lift_matches_sklearn(tmp_path):
     """The table's lift is the per-seed difference of sklearn macro-AUCs; the evaluation arms
     stay out of the headline figure and calibration table."""
     from sklearn.metrics import roc_auc_score
-    from tests.test_aggregate import local_runs
+    from fakes import local_runs
 
     from pipi import analysis
     from pipi.report import build_report
@@ -72,7 +72,7 @@ def test_transplant_reconstruction_against_sklearn_and_undefined_without_a_lift(
         tmp_path, monkeypatch, pi_quality):
     """reconstruction = mean Δ(transplant - a) / mean (pi - a), from sklearn AUCs; with pi no
     better than a there is no lift to reconstruct and the share is undefined, not +2249%."""
-    import tests.test_aggregate as agg_tests
+    import fakes as agg_tests
     from sklearn.metrics import roc_auc_score
 
     from pipi import analysis
