@@ -142,6 +142,11 @@ CROSS_BACKBONE = {"resnet18": {"lr": 1e-4, "epochs": 15}, "convnext_tiny": {"lr"
 SEQUENCE_RECIPE = {"lr": 1e-4, "batch_size": 64}
 
 
+def synthetic_preset(profile: str) -> str:
+    """The synthetic release a profile trains on when no data is given: ``tiny`` for smoke."""
+    return "tiny" if profile == "smoke" else "demo"
+
+
 def resolve_profile(profile: str, dataset: str) -> str:
     """``auto`` -> ``demo`` on a synthetic release, ``paper`` on real data."""
     if profile != "auto":

@@ -114,6 +114,10 @@ SECOND_CHANNELS: tuple[str, ...] = ("phi", "log_gb_phi")
 PRIOR_MASKS: tuple[str, ...] = ("none", "fov")
 
 
+#: The prior's steepness when nothing calibrated sets it (the published code's default).
+DEFAULT_ALPHA = 4.0
+
+
 @dataclass(frozen=True)
 class PriorConfig:
     """Options of the analytic prior; ``prior_channels(x, **asdict(cfg))`` applies them.
@@ -133,7 +137,7 @@ class PriorConfig:
         ``Phi`` (paper) or ``log(G / B) * Phi`` (published code).
     """
 
-    alpha: float = 4.0  # published code's default steepness
+    alpha: float = DEFAULT_ALPHA  # published code's default steepness
     lambda_eff: float | None = None  # None: 0.25 x diagonal (paper)
     clip: tuple[float, float] = (0.01, 0.99)  # paper: suppress specular outliers
     hb_index: str = "paper"  # paper formula; "code" = published R/(G+B)
@@ -345,7 +349,7 @@ def _check_rgb(rgb01: torch.Tensor) -> None:
 def prior_channels(
     rgb01: torch.Tensor,
     *,
-    alpha: float = 4.0,
+    alpha: float = DEFAULT_ALPHA,
     lambda_eff: float | None = None,
     clip: tuple[float, float] = (0.01, 0.99),
     hb_index: str = "paper",

@@ -14,7 +14,7 @@ from pipi.cells import CELLS
 from pipi.config import PROFILE_CHOICES, SELECT_METRICS, TRAIN_OVERRIDES
 from pipi.errors import ConfigError, PipiError
 from pipi.models.backbones import ARCHS, PRIOR_INITS
-from pipi.prior import HB_INDICES, PRIOR_MASKS, SECOND_CHANNELS
+from pipi.prior import DEFAULT_ALPHA, HB_INDICES, PRIOR_MASKS, SECOND_CHANNELS
 from pipi.runs.prior_params import load_prior_params
 from pipi.runtime import PRECISIONS, SWITCHES
 
@@ -132,7 +132,7 @@ train_override_options = [
     click.option("--batch-size", type=Auto(int, minimum=1), default="auto", show_default=True),
     click.option("--patience", type=Auto(int, minimum=1), default="auto", show_default=True,
                  help="Early-stopping patience in epochs."),
-    click.option("--alpha", type=Auto(float, minimum=0, strict=True), default="4.0",
+    click.option("--alpha", type=Auto(float, minimum=0, strict=True), default=str(DEFAULT_ALPHA),
                  show_default=True, help="Prior steepness (4.0: the published default, not a "
                  "fitted value)."),
     click.option("--lambda-eff", type=Auto(float, minimum=0, strict=True), default="auto",
@@ -190,7 +190,7 @@ def prior_params_from(spec: str, overrides: dict | None = None) -> PriorParams |
     if not spec:
         return None
     given = {k: v for k, v in (overrides or {}).items()
-             if (k == "alpha" and v not in (None, 4.0)) or (k == "lambda_eff" and v is not None)}
+             if (k == "alpha" and v not in (None, DEFAULT_ALPHA)) or (k == "lambda_eff" and v is not None)}
     if given:
         raise ConfigError(f"prior_params={spec}: pass either prior_params or "
                           f"{' and '.join(sorted(given))}, not both")

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from pipi import tracking
-from pipi.config import PAPER_SEEDS, make_config, resolve_profile
+from pipi.config import PAPER_SEEDS, make_config, resolve_profile, synthetic_preset
 from pipi.data.kvasir import load_staged
 from pipi.errors import ConfigError
 from pipi.models.backbones import ARCHS
@@ -174,7 +174,7 @@ def run_ablation(*, study: str = "eight_cell", seeds: Sequence[int] | str = PAPE
     if parallel > 1 and executor != "local":
         raise ConfigError(f"parallel={parallel} is for executor=local (SLURM runs its array "
                           "tasks side by side already)")
-    root = resolve_data(data, preset="tiny" if profile == "smoke" else "demo")
+    root = resolve_data(data, preset=synthetic_preset(profile))
     _, manifest = load_staged(root)
     digest = manifest["data_digest"]
     profile = resolve_profile(profile, manifest.get("dataset", ""))

@@ -20,7 +20,14 @@ import torch
 
 from pipi import tracking
 from pipi.classes import CLASSES
-from pipi.config import TrainConfig, make_config, recipe_command, resolve_profile, run_params
+from pipi.config import (
+    TrainConfig,
+    make_config,
+    recipe_command,
+    resolve_profile,
+    run_params,
+    synthetic_preset,
+)
 from pipi.data.cache import build_cache
 from pipi.data.kvasir import load_staged
 from pipi.errors import ConfigError
@@ -52,7 +59,7 @@ def registered_name(cfg: TrainConfig) -> str:
 def prepare(*, cell: str, backbone: str, seed: int, profile: str, data: str | None,
             **overrides) -> tuple[TrainConfig, Path]:
     """Resolve the data and ``profile=auto``, then build the config (every option checked)."""
-    root = resolve_data(data, preset="tiny" if profile == "smoke" else "demo")
+    root = resolve_data(data, preset=synthetic_preset(profile))
     _, manifest = load_staged(root)
     profile = resolve_profile(profile, manifest.get("dataset", ""))
     return make_config(cell=cell, backbone=backbone, seed=seed, profile=profile,
@@ -95,7 +102,7 @@ def train(cfg: TrainConfig, *, data: str | None = None, resume: str | None = Non
           experiment: str | None = None, register: bool = True, progress: bool = True,
           nested: bool = False) -> dict:
     """Run one cell end to end inside an MLflow run and return a summary."""
-    root = resolve_data(data, preset="tiny" if cfg.profile == "smoke" else "demo")
+    root = resolve_data(data, preset=synthetic_preset(cfg.profile))
     frames, manifest = load_staged(root)
     resume_state, base_id = None, None
     if resume:
