@@ -16,8 +16,8 @@ import mlflow
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import free_port, wait_http
 from mlflow.exceptions import MlflowException
+from servers import free_port, wait_http
 
 from pipi.classes import CLASSES
 from pipi.config import make_config
