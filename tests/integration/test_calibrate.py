@@ -24,7 +24,6 @@ from pipi.calibration.objective import (
 )
 from pipi.calibration.study import open_storage
 from pipi.cli import ENTRY_POINTS
-from pipi.config import make_config
 from pipi.data.cache import build_cache
 from pipi.data.kvasir import load_staged
 from pipi.errors import ConfigError
@@ -48,14 +47,10 @@ def galar_staged(tmp_path_factory, pipi_home) -> Path:
 
 
 @pytest.fixture(scope="module")
-def pi_run(mlflow_server, tiny_staged) -> str:
-    """A smoke `pi` run (ResNet-18: an untrained EfficientNet is nearly input-independent)."""
-    from pipi.workflows import train as runner
-
-    mlflow.set_tracking_uri(mlflow_server.uri)
-    cfg = make_config(seed=7, **SMOKE_PI)
-    return runner.train(cfg, data=str(tiny_staged), experiment="calibrate-src",
-                        progress=False, register=False)["run_id"]
+def pi_run(smoke_study) -> str:
+    """The smoke study's `pi` run (ResNet-18: an untrained EfficientNet is nearly
+    input-independent)."""
+    return smoke_study.run("pi")
 
 
 def test_folds_of_kvasir_and_galar(tiny_staged, galar_staged):

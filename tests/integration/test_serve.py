@@ -20,37 +20,22 @@ from mlflow.exceptions import MlflowException
 from servers import free_port, wait_http
 
 from pipi.classes import CLASSES
-from pipi.config import make_config
 from pipi.data.cache import build_cache
 from pipi.data.kvasir import load_staged
 from pipi.predictions import PROB_COLUMNS
 from pipi.serving.model_input import encode_image, encode_png
 from pipi.training.sequence import build_windows
-from pipi.workflows import train as runner
 
 pytestmark = pytest.mark.slow
-SEQ = "pipi-efficientnet_b0-b_plus"
-FRAME = "pipi-efficientnet_b0-pi"
+SEQ = "pipi-resnet18-b_plus"
+FRAME = "pipi-resnet18-pi"
 
 
 @pytest.fixture(scope="module")
-def b_plus(sqlite_store, tiny_staged):
-    """A smoke b_plus run (and its nested pi base run) and a distill run, all registered."""
-    saved = os.environ.get("MLFLOW_TRACKING_URI")
-    os.environ["MLFLOW_TRACKING_URI"] = sqlite_store
-    mlflow.set_tracking_uri(sqlite_store)
-    try:
-        cfg = make_config(cell="b_plus", profile="smoke", weights="none", seed=5)
-        summary = runner.train(cfg, data=str(tiny_staged), experiment="serve", progress=False)
-        runner.train(make_config(cell="distill", profile="smoke", weights="none", seed=5),
-                     data=str(tiny_staged), experiment="serve", progress=False)
-    finally:
-        while mlflow.active_run():
-            mlflow.end_run()
-        os.environ.pop("MLFLOW_TRACKING_URI")
-        if saved:
-            os.environ["MLFLOW_TRACKING_URI"] = saved
-    return summary
+def b_plus(smoke_study):
+    """The smoke study's newest b_plus run (seed 42: the `candidate` of its family, with its pi
+    base run); the study's distill runs are registered beside it."""
+    return smoke_study.summaries[("b_plus", 42)]
 
 
 def _fresh(code: str, uri: str) -> str:
@@ -60,7 +45,7 @@ def _fresh(code: str, uri: str) -> str:
     return r.stdout
 
 
-def test_b_plus_is_registered_and_reproduces_its_run_in_a_fresh_process(b_plus, sqlite_tracking,
+def test_b_plus_is_registered_and_reproduces_its_run_in_a_fresh_process(b_plus, tracking,
                                                                          tiny_staged, tmp_path):
     c = mlflow.tracking.MlflowClient()
     mv = c.get_model_version_by_alias(SEQ, "candidate")
@@ -88,7 +73,7 @@ def test_b_plus_is_registered_and_reproduces_its_run_in_a_fresh_process(b_plus, 
         "short = m.predict([clip[:2], clip])\n"
         "assert list(short['clip']) == [0, 0, 1, 1, 1, 1], short\n"
         "df.to_json('" + str(tmp_path / "out.json") + "', orient='records')\n"
-        "print(len(df), df['predicted_class'].iloc[0])\n", sqlite_tracking)
+        "print(len(df), df['predicted_class'].iloc[0])\n", tracking)
     assert out.split()[0] == "4"
     got = pd.read_json(tmp_path / "out.json", orient="records")
     preds = pd.read_parquet(Path(mlflow.artifacts.download_artifacts(
@@ -103,7 +88,7 @@ def test_b_plus_is_registered_and_reproduces_its_run_in_a_fresh_process(b_plus, 
                                ref[list(PROB_COLUMNS)].to_numpy(float)[0], atol=2e-4)
 
 
-def test_in_process_predict_refuses_malformed_images(b_plus, sqlite_tracking):
+def test_in_process_predict_refuses_malformed_images(b_plus, tracking):
     m = mlflow.pyfunc.load_model(f"models:/{FRAME}@candidate")
     img = np.random.default_rng(1).integers(0, 256, (40, 48, 3), dtype=np.uint8)
     ok = m.predict(pd.DataFrame({"image": [encode_image(img), encode_png(img)]}))
@@ -131,10 +116,10 @@ def test_in_process_predict_refuses_malformed_images(b_plus, sqlite_tracking):
 
 
 def test_distill_heatmap_is_the_auxiliary_head_and_leaves_the_probabilities(b_plus,
-                                                                            sqlite_tracking):
+                                                                            tracking):
     import torch
 
-    m = mlflow.pyfunc.load_model("models:/pipi-efficientnet_b0-distill@candidate")
+    m = mlflow.pyfunc.load_model("models:/pipi-resnet18-distill@candidate")
     # at the training size (32 px) the resize is the identity, so x01 = imgs / 255 exactly
     imgs = np.random.default_rng(3).integers(0, 256, (2, 32, 32, 3), dtype=np.uint8)
     plain = m.predict(imgs)
@@ -184,8 +169,8 @@ class _Served:
         self.log.close()
 
 
-def test_served_model_answers_base64_jpeg_and_refuses_malformed(b_plus, sqlite_tracking, tmp_path):
-    served = _Served(f"models:/{FRAME}@candidate", sqlite_tracking, tmp_path,
+def test_served_model_answers_base64_jpeg_and_refuses_malformed(b_plus, tracking, tmp_path):
+    served = _Served(f"models:/{FRAME}@candidate", tracking, tmp_path,
                      env={"PIPI_SERVE_MAX_BYTES": "200000"})
     try:
         img = np.random.default_rng(2).integers(0, 256, (336, 336, 3), dtype=np.uint8)
