@@ -42,7 +42,7 @@ from pipi.galkva.score import (
     SubmissionScore,
     classify_retention,
 )
-from pipi.galkva.validate import load_submission
+from pipi.galkva.validate import check_submission, load_submission
 from pipi.predictions import PROB_COLUMNS, read_predictions
 from pipi.stats import (
     ConfidenceInterval,
@@ -367,10 +367,10 @@ def compare_with_submission(
             if entry is None:
                 continue
             q = f'{p}.per_class_auc["{c}"]'
-            check(f"{q}.mean", entry["mean"], float(r.method_per_class[:, j].mean()))
+            check(f"{q}.mean", entry.get("mean"), float(r.method_per_class[:, j].mean()))
             if entry.get("sd") is not None and len(r.seeds) > 1:
                 check(f"{q}.sd", entry["sd"], r.sd(r.method_per_class[:, j]))
-            check(f"{q}.n_positive", entry["n_positive"], r.n_positive[c], exact=True)
+            check(f"{q}.n_positive", entry.get("n_positive"), r.n_positive[c], exact=True)
         for c in r.missing_classes:
             if c in res["per_class_auc"]:
                 out.append(Discrepancy(f'{p}.per_class_auc["{c}"]', "reported",
@@ -433,4 +433,6 @@ def score_predictions(
         benchmark_version=rec.benchmark_version,
         kvasir=rec.kvasir.summary(), galar=rec.galar.summary(), retention=rec.retention,
         discrepancies=tuple(disc), details=tuple(_details(rec)),
+        checks=tuple(str(w) for w in check_submission(doc, tolerance=tolerance,
+                                                      scoring_sets=SCORING_SETS)) if doc else (),
     )
