@@ -28,8 +28,10 @@ Rules (each recorded in the manifest):
   class's draw does not depend on the other classes. Only the kept frames are read.
 * **Vendor folds**: within each capsule system, the selected videos are shuffled with
   ``seed`` and cut into a ``calibration`` fold (``round(calibration_fraction * n)``, at least
-  one video and at most n - 1; none when the system has one video) and an ``evaluation``
-  fold; ``calibrate`` tunes on the first, ``galar`` reports the second.
+  one video and at most n - 1; none when the system has one video or the fraction is 0) and
+  an ``evaluation`` fold; ``calibrate`` tunes on the first. ``galar`` scores every staged
+  video by default (the paper's zero-shot protocol), the second only when asked
+  (``fold=evaluation``, the default with a calibrated prior).
 * **Hashes**: ``content_sha256`` = ``split_sha256(video_to_split)`` as for Kvasir;
   ``data_digest`` = ``compute_data_digest(split_sha256({video: "test:<fold>"}), rows)``
   (the fold is part of the data identity), rows as for Kvasir.

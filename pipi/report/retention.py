@@ -19,6 +19,7 @@ from pipi.analysis.retention import (
     CLASS_SETS,
     DeltaSide,
     RetentionRow,
+    fold_label,
     retention_rows,
 )
 from pipi.report.rows import no_runs
@@ -71,13 +72,18 @@ def _ret_text(r: RetentionRow) -> str:
     return f"{v:+.2f}" + (f" [{ci.low:+.2f}, {ci.high:+.2f}]" if ci is not None else "")
 
 
-def _rows(rows: list[RetentionRow]):
+def _title(title: str, fold: str) -> str:
+    """A table title, saying so when the Galar side is a fold rather than every video."""
+    return title if fold == "all" else f"{title}, Galar {fold} fold only"
+
+
+def _rows(rows: list[RetentionRow], fold: str):
     data, disp, ids = [], [], []
     for r in rows:
         ret = r.retention
         ci = ret.confidence_interval
         data.append({"backbone": r.backbone, "baseline": r.baseline, "method": r.method,
-                     "class_set": r.class_set, "capsule_system": r.subset,
+                     "class_set": r.class_set, "capsule_system": r.subset, "galar_fold": fold,
                      "n_seeds": len(r.seeds), "seeds": ",".join(map(str, r.seeds)),
                      **_side_cols(r.kvasir, "kvasir"), **_side_cols(r.galar, "galar"),
                      "retention": ret.value, "retention_ci_low": ci.low if ci else float("nan"),
@@ -136,7 +142,8 @@ def _ret_cols(r: RetentionRow | None, prefix: str) -> dict:
             f"{prefix}_band": r.retention.band}
 
 
-def calibrated_table(an: Analysis, zero_shot: list[RetentionRow]) -> Table:
+def calibrated_table(an: Analysis, zero_shot: list[RetentionRow], zero_fold: str = "all"
+                     ) -> Table:
     """Zero-shot and calibrated retention of the same (pair, class set, capsule system), side
     by side: the paper's deployment story (fit the prior on the target vendor, then deploy).
 
@@ -157,8 +164,10 @@ def calibrated_table(an: Analysis, zero_shot: list[RetentionRow]) -> Table:
                                       confidence_level=o.confidence_level, seed=o.seed)
             if (r.backbone, r.method) in cal.tuned or (r.backbone, r.baseline) in cal.tuned]
     if not rows:
-        note = (f"calibrated galar runs of {sorted(cal.tuned)} found, but no (baseline, "
-                "method) pair has runs of both cells on both datasets")
+        note = (f"calibrated galar runs of {sorted(cal.tuned)} found (scored on "
+                f"{fold_label(cal.fold)}), but no (baseline, method) pair has runs of both "
+                "cells on both datasets on those frames: score the RGB baseline on the same "
+                f"fold too (`mlflow run . -e galar -P runs=<baseline runs> -P fold={cal.fold}`)")
         return no_runs("cross_vendor_calibrated", CAL_TITLE, PAPER, note)
     by_key = {_row_key(r): r for r in zero_shot}
     data, disp, ids = [], [], []
@@ -187,11 +196,15 @@ def calibrated_table(an: Analysis, zero_shot: list[RetentionRow]) -> Table:
         "lambda_eff from `calibrate`), against the zero-shot RGB baseline; zero-shot: both "
         "arms zero-shot. Same Kvasir runs, same Δ_Kvasir, same bootstrap draws per row.",
         f"{level}% CIs and bands as in the zero-shot retention table.",
-        f"{len(cal.runs)} galar runs on the calibrated side (fold {cal.fold}); calibrated "
-        f"arms: {', '.join(f'{b}/{c}' for b, c in sorted(cal.tuned))}.",
-    )
-    return Table("cross_vendor_calibrated", CAL_TITLE, pd.DataFrame(data), pd.DataFrame(disp),
-                 tuple(ids), notes, paper=PAPER)
+        f"{len(cal.runs)} galar runs on the calibrated side, scored on "
+        f"{fold_label(cal.fold)}; calibrated arms: "
+        f"{', '.join(f'{b}/{c}' for b, c in sorted(cal.tuned))}.",
+    ) + ((f"The zero-shot columns come from the zero-shot table, scored on "
+          f"{fold_label(zero_fold)}: other frames than the calibrated side. For a "
+          f"like-for-like comparison also score the zero-shot runs with `galar -P "
+          f"fold={cal.fold}`.",) if zero_fold != cal.fold else ())
+    return Table("cross_vendor_calibrated", _title(CAL_TITLE, cal.fold), pd.DataFrame(data),
+                 pd.DataFrame(disp), tuple(ids), notes, paper=PAPER)
 
 
 def retention_tables(an: Analysis) -> list[Table]:
@@ -230,15 +243,20 @@ def retention_tables(an: Analysis) -> list[Table]:
         f"scoring), and {CLASS_SETS['all']} (Kvasir: the headline classes; Galar: every mapped "
         f"class with positives) on all frames. Per capsule system: Δ_Galar on that system's "
         f"Galar frames against the same Δ_Kvasir; '{ALL_SYSTEMS}' pools them.",
-        f"Galar: {len(cv.labels)} scored frames in {len(set(cv.videos))} videos (fold "
-        f"{cv.fold}), data digest {cv.data_digest[:16]}; {len(cv.runs)} galar runs.",
+        f"Galar: {len(cv.labels)} scored frames in {len(set(cv.videos))} videos, "
+        f"{fold_label(cv.fold)}; data digest {cv.data_digest[:16]}; {len(cv.runs)} galar runs.",
     ]
+    n_excluded = 0
     if cv.excluded is not None and not cv.excluded.empty and "reason" in cv.excluded:
-        notes += [f"galar run {x.run_id} not used: {x.reason}"
-                  for x in cv.excluded.itertuples() if str(x.reason)]
-    data, disp, ids = _rows(rows)
+        extra = [f"galar run {x.run_id} not used: {x.reason}"
+                 for x in cv.excluded.itertuples() if str(x.reason)]
+        notes += extra
+        n_excluded = len(extra)
+    data, disp, ids = _rows(rows, cv.fold)
     sdata, sdisp, sids = _seed_rows(rows)
-    return [Table("cross_vendor", TITLE, data, disp, ids, tuple(notes), paper=PAPER),
-            Table("cross_vendor_seeds", SEED_TITLE, sdata, sdisp, sids, tuple(notes[:1]),
+    sdata["galar_fold"] = cv.fold
+    return [Table("cross_vendor", _title(TITLE, cv.fold), data, disp, ids, tuple(notes),
                   paper=PAPER),
-            calibrated_table(an, rows)]
+            Table("cross_vendor_seeds", _title(SEED_TITLE, cv.fold), sdata, sdisp, sids,
+                  (notes[0], notes[-1 - n_excluded]), paper=PAPER),
+            calibrated_table(an, rows, cv.fold)]
