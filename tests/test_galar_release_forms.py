@@ -217,3 +217,14 @@ def test_unused_columns_are_never_a_refusal(release, tmp_path):
     with pytest.raises(DataError, match=r"line 6: column 'ulcer' holds 'maybe', not a number"):
         stage_galar(root, tmp_path / "o2", progress=False)
     assert not (tmp_path / "o2").exists()
+
+
+def test_empty_section_column_falls_back_to_the_one_hot_columns(release, tmp_path):
+    p = min((release / "Labels").glob("*.csv"), key=lambda p: int(p.stem))
+    df = pd.read_csv(p)
+    df["section"] = ""
+    q = tmp_path / p.name
+    df.to_csv(q, index=False)
+    t = read_label_file(q)
+    assert t.section_form == "empty"
+    assert t.sections().tolist() == _section_of(df).tolist()

@@ -286,7 +286,9 @@ def _table(src: _Source, frame, values, section, unchecked, lo: int = 0, hi=None
         raise DataError(f"{src.path}, line {line}: frame {dup} is listed twice")
     cols = tuple(_label_cols(src.header))
     form, names = "0/1", None
-    if "section" in cols and section is not None:
+    if "section" in cols and section is None and (values[:, cols.index("section")] == -1).all():
+        form, names = "empty", np.full(len(frame), "", dtype=object)  # parsed as numbers
+    elif "section" in cols and section is not None:
         text = section[lo:hi]
         filled = text != ""
         numeric = values[:, cols.index("section")] != -1
