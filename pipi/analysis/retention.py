@@ -37,7 +37,7 @@ import pandas as pd
 
 from pipi.analysis.arms import PAIRED_TESTS
 from pipi.analysis.evidence import Evidence
-from pipi.analysis.selection import check_single_dataset
+from pipi.analysis.selection import check_single_dataset, select_runs
 from pipi.cells import PER_FRAME_CELLS
 from pipi.classes import CLASSES, class_index
 from pipi.errors import DataError
@@ -61,8 +61,8 @@ from pipi.stats import (
 
 __all__ = ["ALL_SYSTEMS", "CALIBRATED", "CLASS_SETS", "GALAR_STUDY", "ZERO_SHOT",
            "CrossVendorEvidence", "DeltaSide", "GalarArm", "RetentionRow", "build_cross_vendor",
-           "galkva_runs", "retention_pairs", "retention_rows", "run_variants",
-           "split_galar_runs"]
+           "fold_label", "galkva_runs", "retention_pairs", "retention_rows", "run_folds",
+           "run_variants", "select_galar_runs", "split_galar_runs"]
 
 GALAR_STUDY = "galar"
 ZERO_SHOT, CALIBRATED = "zero_shot", "calibrated"  # variants of galar children
@@ -70,6 +70,14 @@ ALL_SYSTEMS = "all capsule systems"
 #: Class sets of the retention table: key -> label.
 CLASS_SETS = {"galkva": f"GalKva {BENCHMARK_VERSION} (6-class intersection)",
               "all": "every evaluable class"}
+
+
+def fold_label(fold: str) -> str:
+    """How a table names the Galar frames it scored."""
+    if fold == "all":
+        return "every staged video (zero-shot, the paper's protocol)"
+    return (f"the {fold} fold only (the calibration videos left out; not the paper's "
+            "whole-subset protocol)")
 
 
 def split_galar_runs(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -110,7 +118,7 @@ class CrossVendorEvidence:
     runs: pd.DataFrame
     excluded: pd.DataFrame
     data_digest: str
-    fold: str
+    fold: str            # "all" (every staged video) or "evaluation" (the vendor folds' fold)
     variant: str = ZERO_SHOT
     #: (backbone, cell) arms scored with the variant; the others are zero-shot children
     tuned: frozenset = frozenset()
@@ -138,6 +146,44 @@ def run_variants(runs: pd.DataFrame) -> pd.Series:
     return runs["variant"].fillna("").astype(str).replace("", ZERO_SHOT)
 
 
+def run_folds(runs: pd.DataFrame) -> pd.Series:
+    """Each galar child's scored fold (param ``galar.fold``: ``all`` or ``evaluation``; "?"
+    where a run does not say)."""
+    if "params" not in runs:
+        return pd.Series("?", index=runs.index, dtype=object)
+    return runs["params"].map(
+        lambda p: str(json.loads(p).get("galar.fold", "?")) if isinstance(p, str) and p else "?")
+
+
+def select_galar_runs(galar_runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``select_runs`` on the galar children, fold by fold: children of one source run on
+    two folds (``all`` and ``evaluation``) are two sets of frames, not two recipes of one
+    arm; :func:`build_cross_vendor` then keeps one fold per table."""
+    folds = run_folds(galar_runs)
+    parts = [select_runs(galar_runs[folds == f].reset_index(drop=True))
+             for f in sorted(set(folds))]
+    if not parts:
+        return select_runs(galar_runs)
+    return (pd.concat([k for k, _ in parts], ignore_index=True),
+            pd.concat([x for _, x in parts], ignore_index=True))
+
+
+def _pick_fold(folds: pd.Series, own: list[str], variant: str) -> str | None:
+    """The fold a table uses: ``all`` (the paper's protocol) for zero-shot when any child has
+    it; for the calibrated comparison, the fold its calibrated children scored."""
+    if variant == ZERO_SHOT:
+        cands = folds[[o == ZERO_SHOT for o in own]]
+        prefer = ("all", "evaluation")
+    else:
+        cands = folds[[o == variant for o in own]]
+        prefer = ("evaluation", "all")
+    have = set(cands)
+    for f in prefer:
+        if f in have:
+            return f
+    return min(have) if have else None
+
+
 def build_cross_vendor(galar_runs: pd.DataFrame, prediction_dirs: Mapping[str, Path],
                        kvasir: Evidence, *, excluded: pd.DataFrame | None = None,
                        variant: str = ZERO_SHOT
@@ -149,7 +195,10 @@ def build_cross_vendor(galar_runs: pd.DataFrame, prediction_dirs: Mapping[str, P
     the arms that have none (the RGB baseline: it has no prior to calibrate), their
     zero-shot children: the deployment comparison, zero-shot baseline vs calibrated method.
     A child whose source run is not the aggregated Kvasir run of its (backbone, cell, seed)
-    is excluded with the reason. Returns (evidence, or None when no child remains; the
+    is excluded with the reason. Children of one fold only are used (scored frames must be
+    the same): zero-shot, ``all`` (every staged video, the paper's protocol) where any child
+    has it; calibrated, the fold of the calibrated children (``evaluation`` by default); the
+    children of another fold are excluded with the reason. Returns (evidence, or None when no child remains; the
     excluded galar runs with a ``reason`` column, ``excluded`` included).
 
     Raises
@@ -161,10 +210,12 @@ def build_cross_vendor(galar_runs: pd.DataFrame, prediction_dirs: Mapping[str, P
     excl = [excluded] if excluded is not None and not excluded.empty else []
     rows, reasons = [], []
     own_variants = run_variants(galar_runs).tolist()
+    folds = run_folds(galar_runs).reset_index(drop=True)
+    fold = _pick_fold(folds, own_variants, variant)
     tuned = frozenset((r.backbone, str(r.cell).split("@")[0])
                       for r, own in zip(galar_runs.itertuples(index=False), own_variants)
                       if variant != ZERO_SHOT and own == variant)
-    for r, own in zip(galar_runs.itertuples(index=False), own_variants):
+    for r, own, f in zip(galar_runs.itertuples(index=False), own_variants, folds):
         cell = str(r.cell).split("@")[0]
         arm = kvasir.arm(r.backbone, cell)
         src = str(r.base_run_id or "")
@@ -172,6 +223,10 @@ def build_cross_vendor(galar_runs: pd.DataFrame, prediction_dirs: Mapping[str, P
             reasons.append((r, f"variant {own}, not {variant}" + (
                 " (a calibrated prior: see the zero-shot vs calibrated table)"
                 if variant == ZERO_SHOT else "")))
+        elif f != fold:
+            reasons.append((r, f"scored fold {f}; this table uses the children of fold {fold}"
+                               + (" (every staged video, the paper's protocol)"
+                                  if fold == "all" else "")))
         elif arm is None or int(r.seed) not in arm.seeds:
             reasons.append((r, f"its Kvasir arm {r.backbone}/{cell} seed {r.seed} is not aggregated"))
         elif arm.runs()[int(r.seed)] != src:
@@ -197,8 +252,8 @@ def build_cross_vendor(galar_runs: pd.DataFrame, prediction_dirs: Mapping[str, P
             ref_key, ref, ref_id = key[order], df.iloc[order].reset_index(drop=True), r.run_id
         elif not np.array_equal(key[order], ref_key):
             raise DataError(f"refusing to pair galar runs {r.run_id} and {ref_id}: they scored "
-                            "different Galar frames (another fold or staging); select one with "
-                            "--filter \"tags.`pipi.galar_fold` = 'evaluation'\"")
+                            "different Galar frames (another staging or frame selection); select "
+                            "one with --filter")
         per_run[r.run_id] = df[list(PROB_COLUMNS)].to_numpy(np.float32)[order]
     arms = {}
     runs["cell"] = runs["cell"].astype(str).str.split("@").str[0]

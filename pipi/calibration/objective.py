@@ -149,6 +149,10 @@ def calibration_fold(frames: pd.DataFrame, manifest: dict, target: str) -> Fold:
         mask = ((frames["capsule_system"].astype(str).to_numpy() == system)
                 & (frames["vendor_fold"].astype(str).to_numpy() == "calibration"))
     rows = np.flatnonzero(mask)
+    if kind != TARGET_KVASIR and not len(rows):
+        raise DataError(f"target={target}: the staged Galar folder has no calibration video of "
+                        f"{system!r} (staged with --calibration-fraction 0, or one video); "
+                        "restage with `pipi stage galar --calibration-fraction 0.5`")
     labels = frames["class_index"].to_numpy()[rows].astype(np.int64)
     evaluable = manifest.get("evaluable_classes")
     allowed = ({class_index(c) for c in evaluable} if evaluable else set(range(len(CLASSES))))

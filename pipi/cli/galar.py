@@ -6,7 +6,7 @@ import click
 
 from pipi import tracking
 from pipi.cli.common import PipiCommand, experiment_option, prior_params_option, setup_logging
-from pipi.workflows.galar import GALAR_FOLDS, run_galar
+from pipi.workflows.galar import FOLD_CHOICES, run_galar
 
 
 @click.command("galar", cls=PipiCommand)
@@ -16,8 +16,10 @@ from pipi.workflows.galar import GALAR_FOLDS, run_galar
 @click.option("--data", default="synthetic", show_default=True,
               help="A staged Galar folder (`pipi stage galar`), or 'synthetic' / "
                    "'synthetic-tiny' (the synthetic Galar release, staged if needed).")
-@click.option("--fold", type=click.Choice(GALAR_FOLDS), default="evaluation", show_default=True,
-              help="evaluation: the vendor folds' evaluation videos; all: every staged frame.")
+@click.option("--fold", type=click.Choice(FOLD_CHOICES), default="auto", show_default=True,
+              help="all: every staged video (the paper's zero-shot protocol); evaluation: the "
+                   "vendor folds' evaluation videos only (calibration videos left out); auto: "
+                   "all, or evaluation with --prior-params.")
 @prior_params_option
 @experiment_option
 def galar(runs, data, fold, prior_params, experiment):

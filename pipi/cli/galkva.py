@@ -23,6 +23,7 @@ from pipi.galkva import (
     MethodInfo,
     Submitter,
     build_submission,
+    check_submission,
     load_prediction_dir,
     recompute,
     score_predictions,
@@ -78,14 +79,22 @@ def galkva() -> None:
 @click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
 @_errors
 def validate_cmd(file: Path) -> None:
-    """Check FILE against the draft-07 submission schema; exit 0 if valid, 1 if not."""
+    """Check FILE against the benchmark's released draft-07 schema; exit 0 if valid, 1 if not.
+
+    pipi's own checks (numbers that contradict each other, seed counts that disagree, keys
+    the schema does not know) are printed as warnings, labelled so; they never fail it.
+    """
     violations = validate_submission(file)
+    warnings = check_submission(file, scoring_sets=SCORING_SETS) if not violations else []
+    for v in violations:
+        click.echo(str(v))
     if violations:
-        for v in violations:
-            click.echo(str(v))
         click.echo(f"{file}: INVALID ({len(violations)} problem(s))")
         raise SystemExit(1)
-    click.echo(f"{file}: valid GalKva-2026 submission")
+    for w in warnings:
+        click.echo(str(w))
+    click.echo(f"{file}: valid GalKva-2026 submission (released schema)"
+               + (f"; {len(warnings)} pipi warning(s)" if warnings else ""))
 
 
 @galkva.command("score")
@@ -182,7 +191,8 @@ def submission_cmd(predictions, experiment, method_cell, baseline_cell, backbone
 
     From prediction folders (--predictions) or from the runs of an MLflow experiment
     (--experiment, --method, --baseline). Run ids (each seed folder's optional run.json, or
-    the MLflow runs) and the recomputed statistics go into the schema's `provenance` block.
+    the MLflow runs) and the recomputed statistics go into pipi's `provenance` block (an
+    extra top-level key, which the released schema allows).
     """
     if (predictions is None) == (experiment is None):
         raise click.UsageError("give exactly one of --predictions DIR and --experiment NAME")

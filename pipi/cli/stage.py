@@ -67,15 +67,21 @@ def stage_kvasir_cmd(images, metadata, out, split_manifest, seed, link, no_mlflo
 @click.option("--videos", default=None, help="e.g. 1-60.")
 @click.option("--multilabel", type=click.Choice(MULTILABEL_RULES), default="priority",
               show_default=True, help="A frame positive for several mapped classes.")
+@click.option("--calibration-fraction", type=click.FloatRange(0.0, 1.0, max_open=True),
+              default=0.5, show_default=True,
+              help="Share of each capsule system's videos in the calibration fold (for "
+                   "`calibrate -P target=galar:<system>`); `galar` scores every video anyway "
+                   "unless asked for fold=evaluation. 0: no calibration fold.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @_link
 @click.option("--no-mlflow", is_flag=True, help="Do not log a stage run.")
 def stage_galar_cmd(root, out, mapping, frames_per_class, capsule_systems, videos, multilabel,
-                    seed, link, no_mlflow):
+                    calibration_fraction, seed, link, no_mlflow):
     """Stage Galar for zero-shot evaluation: mapped classes, vendor folds, Kvasir layout."""
     if not no_mlflow:
         tracking.configure()
     workflow.run_stage_galar(root=root, out=out, mapping=mapping,
                              frames_per_class=frames_per_class, capsule_systems=capsule_systems,
-                             videos=videos, multilabel=multilabel, seed=seed, link=link,
+                             videos=videos, multilabel=multilabel,
+                             calibration_fraction=calibration_fraction, seed=seed, link=link,
                              log_run=not no_mlflow)

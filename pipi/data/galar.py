@@ -28,8 +28,10 @@ Rules (each recorded in the manifest):
   class's draw does not depend on the other classes. Only the kept frames are read.
 * **Vendor folds**: within each capsule system, the selected videos are shuffled with
   ``seed`` and cut into a ``calibration`` fold (``round(calibration_fraction * n)``, at least
-  one video and at most n - 1; none when the system has one video) and an ``evaluation``
-  fold; ``calibrate`` tunes on the first, ``galar`` reports the second.
+  one video and at most n - 1; none when the system has one video or the fraction is 0) and
+  an ``evaluation`` fold; ``calibrate`` tunes on the first. ``galar`` scores every staged
+  video by default (the paper's zero-shot protocol), the second only when asked
+  (``fold=evaluation``, the default with a calibrated prior).
 * **Hashes**: ``content_sha256`` = ``split_sha256(video_to_split)`` as for Kvasir;
   ``data_digest`` = ``compute_data_digest(split_sha256({video: "test:<fold>"}), rows)``
   (the fold is part of the data identity), rows as for Kvasir.
@@ -119,7 +121,9 @@ def _label_column(name: str) -> str:
 
 #: Columns of a staged Galar frames.parquet. Label columns hold 0/1, or -1 where the video's
 #: label file has no such column (the image-quality columns of the 27-column variant).
-GALAR_FRAME_COLUMNS: tuple[str, ...] = FRAME_COLUMNS + ("capsule_system", "vendor_fold") + tuple(
+#: ``anatomical_section``: the frame's section by name (LabelTable.sections; "" if unknown).
+GALAR_FRAME_COLUMNS: tuple[str, ...] = FRAME_COLUMNS + (
+    "capsule_system", "vendor_fold", "anatomical_section") + tuple(
     _label_column(c) for c in _LABEL_SOURCE
 )
 _SEED_SAMPLE = 0x53414D50  # domain separation of the sampling generator
@@ -167,7 +171,8 @@ def _scan_labels(
              and c not in ("index", "frame", "section", *SECTION_COLUMNS)]
     vids = [int(v) for v in sel["video_id"]]
     with tqdm(total=len(vids), desc="read labels", unit="video", disable=not progress) as bar:
-        read = read_label_files([labels_of[v] for v in vids], on_file=bar.update)
+        read = read_label_files([labels_of[v] for v in vids], strict=mapping.used_columns,
+                                on_file=bar.update)
     for vid, t in zip(vids, read):
         tables[vid] = t
         rows, cls, n_mapped = assign_classes(t, mapping, multilabel=multilabel)
@@ -186,10 +191,10 @@ def _scan_labels(
         for c in other:
             v = t.column(c)
             if v is not None:
-                unmapped[c] += int(v.sum())
+                unmapped[c] += int((v == 1).sum())
         parts.append(pd.DataFrame({
             "vid": vid, "row": rows, "frame_number": t.frame[rows], "class": cls,
-            "multilabel": n_mapped[rows] > 1,
+            "multilabel": n_mapped[rows] > 1, "anatomical_section": t.sections()[rows],
         }))
     per_column = []
     for g, k in mapping.table:
@@ -419,6 +424,8 @@ def stage_galar(
                 "not_drawn": int(len(scan.cands) - len(kept)),
             },
             "mapping": mapping.as_dict(),
+            "normal_clean_mucosa_rule": _normal_record(mapping),
+            "label_files": _label_file_record(scan.tables, mapping),
             "mapping_table_counts": scan.per_column,
             "columns": column_roles(mapping),
             "unmapped_positives": scan.unmapped,
@@ -437,6 +444,37 @@ def stage_galar(
         shutil.rmtree(tmp, ignore_errors=True)
     log.info("staged %d Galar frames of %d videos into %s", len(frames), len(systems), out)
     return StageResult(out=out, manifest=manifest, frames=frames, counts=counts)
+
+
+def _normal_record(mapping: GalarMapping) -> dict | None:
+    """Which Normal clean mucosa rule was applied, and in which form the mapping wrote it."""
+    n = mapping.normal
+    if n is None:
+        return None
+    return {"form": n.form, "applied": n.describe(), "mapping_file": mapping.source,
+            "written_as": {"section_column": n.written[0], "section_required_value": n.written[1]}
+            if n.written else None}
+
+
+def _label_file_record(tables: dict[int, LabelTable], mapping: GalarMapping) -> dict:
+    """How the label files were read: the ``section`` column's form per video, the columns
+    checked (0/1 in every row) and the values of unchecked columns that were not 0/1."""
+    forms: dict[str, list[str]] = {}
+    unchecked: Counter = Counter()
+    for v in sorted(tables):
+        forms.setdefault(tables[v].section_form, []).append(str(v))
+        unchecked.update(tables[v].unchecked)
+    return {
+        "section_column": {
+            "read_as": ", ".join(sorted(forms)),
+            "videos": forms,
+            "note": "'names': the section column names the frame's section (stomach, small "
+                    "intestine, ...); '0/1': it holds numbers; 'empty': no value. The one-hot "
+                    "section columns give the section where the section column does not.",
+        },
+        "checked_columns": list(mapping.used_columns),
+        "unchecked_values_not_0_1": dict(sorted(unchecked.items())),
+    }
 
 
 def _fold_record(frames, systems, fold, calibration_fraction, seed, fold_content) -> dict:

@@ -11,13 +11,20 @@ Galar (Le Floch et al., Sci Data 2025) labels every frame of a video in
 with the same header are concatenated and parsed in one call (a fixed ~1 ms per call would
 otherwise dominate small files), labels as int8 columns, no Python loop over rows. Only when
 a check fails does a slow ``csv``-module pass run, to name the file and line of the problem.
+
+Only the columns a mapping uses (``strict``) are checked into a refusal; any other column
+is read leniently (a value that is not 0/1 becomes -1, counted in ``LabelTable.unchecked``).
+The ``section`` column is read as whatever the file holds: section names (``stomach``,
+``small intestine``, ...; the GalKva-2026 release's form) or 0/1 numbers
+(``LabelTable.section_form``).
 """
 
 from __future__ import annotations
 
 import csv
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import re
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -32,8 +39,10 @@ __all__ = [
     "HEADER_32",
     "LABEL_COLUMNS",
     "SECTION_COLUMNS",
+    "SECTION_FORMS",
     "TECHNICAL_COLUMNS",
     "LabelTable",
+    "canonical_section",
     "line_of_row",
     "read_label_file",
     "read_label_files",
@@ -54,6 +63,19 @@ HEADER_32: tuple[str, ...] = TECHNICAL_COLUMNS + HEADER_27
 ALL_COLUMNS: frozenset[str] = frozenset(HEADER_32)
 #: Section (anatomical region) columns: exactly one of them is 1 on a frame.
 SECTION_COLUMNS: tuple[str, ...] = ("mouth", "esophagus", "stomach", "small intestine", "colon")
+#: How a file writes its ``section`` column: by name, or as 0/1 numbers.
+SECTION_FORMS: tuple[str, ...] = ("names", "0/1")
+#: Other spellings of the section names (after lower-casing and collapsing ``_``/``-``/spaces).
+_SECTION_ALIASES = {"oesophagus": "esophagus", "small bowel": "small intestine",
+                    "large intestine": "colon", "large bowel": "colon", "oral cavity": "mouth"}
+
+
+def canonical_section(name) -> str:
+    """A section name as written in ``SECTION_COLUMNS`` ("Small_Intestine" -> "small
+    intestine"); a name that is not a Galar section is returned lower-cased; "" stays ""."""
+    key = re.sub(r"[\s_\-]+", " ", str(name)).strip().lower()
+    key = _SECTION_ALIASES.get(key, key)
+    return key
 
 
 @dataclass(frozen=True)
@@ -63,7 +85,13 @@ class LabelTable:
     path: Path
     columns: tuple[str, ...]  # label columns present (25, or 30 with the technical ones)
     frame: np.ndarray  # (N,) int64 frame numbers
-    values: np.ndarray  # (N, len(columns)) int8, 0/1
+    values: np.ndarray  # (N, len(columns)) int8: 0/1, -1 where an unchecked column is not 0/1
+    #: how the ``section`` column is written: "names", "0/1" or "empty" (every cell empty)
+    section_form: str = "0/1"
+    #: (N,) section names of the ``section`` column ("" where empty); None for "0/1"
+    section_names: np.ndarray | None = None
+    #: unchecked column -> number of its values that are not 0/1 (read as -1)
+    unchecked: dict = field(default_factory=dict)
 
     @property
     def header_variant(self) -> int:
@@ -75,6 +103,18 @@ class LabelTable:
             return self.values[:, self.columns.index(name)]
         except ValueError:
             return None
+
+    def sections(self) -> np.ndarray:
+        """(N,) anatomical section of every frame, by name: the ``section`` column where it
+        names one, else the one-hot section column that is 1 ("" if none or several)."""
+        onehot = np.stack([self.column(c) == 1 for c in SECTION_COLUMNS], axis=1)  # (N, 5)
+        names = np.asarray(SECTION_COLUMNS + ("",), dtype=object)
+        pick = np.where(onehot.sum(axis=1) == 1, onehot.argmax(axis=1), len(SECTION_COLUMNS))
+        out = names[pick]
+        if self.section_names is not None:
+            named = self.section_names != ""
+            out[named] = self.section_names[named]
+        return out
 
 
 def _check_header(path: Path, header: list[str]) -> None:
@@ -101,7 +141,16 @@ def _check_header(path: Path, header: list[str]) -> None:
         )
 
 
-def _first_bad_line(path: Path, header: list[str]) -> str:
+def _number01(text: str) -> int:
+    """0 or 1 for a 0/1 cell ("1", "1.0", " 0 "), -1 for anything else."""
+    try:
+        x = float(text)
+    except ValueError:
+        return -1
+    return int(x) if x in (0.0, 1.0) else -1
+
+
+def _first_bad_line(path: Path, header: list[str], strict: frozenset[str]) -> str:
     """Slow path, run only on error: find the first bad line with the csv module."""
     n = len(header)
     with open(path, encoding="utf-8-sig", newline="") as fh:
@@ -114,6 +163,8 @@ def _first_bad_line(path: Path, header: list[str]) -> str:
             if len(row) != n:
                 return f"line {line}: {len(row)} fields, the header has {n}"
             for name, cell in zip(header, row):
+                if name != "frame" and name not in strict:
+                    continue  # a column the mapping does not use is never a refusal
                 v = cell.strip()
                 if not v:
                     return f"line {line}: column {name!r} is empty"
@@ -124,7 +175,7 @@ def _first_bad_line(path: Path, header: list[str]) -> str:
                 if name == "frame":
                     if x != int(x) or x < 0:
                         return f"line {line}: frame {v!r} is not a non-negative integer"
-                elif name != "index" and x not in (0.0, 1.0):
+                elif x not in (0.0, 1.0):
                     return f"line {line}: column {name!r} holds {v!r}; labels are 0 or 1"
     return "a value could not be parsed"
 
@@ -161,87 +212,141 @@ def _load(path: Path) -> _Source:
     return _Source(path, tuple(header), body, body.count(b"\n") if plain else None)
 
 
-def _parse(buf: bytes, header: tuple[str, ...]):
-    """(table, numpy label dtype) of CSV text without its header; None if a cell is bad."""
-    cols = [c for c in header if c not in ("index", "frame")]
+def _label_cols(header) -> list[str]:
+    return [c for c in header if c not in ("index", "frame")]
+
+
+def _parse(buf: bytes, header: tuple[str, ...], strict: frozenset[str]):
+    """The table of CSV text without its header; None if a strict cell is bad. Unchecked
+    columns are int8 (first try) or text (second try)."""
+    cols = _label_cols(header)
     opts = pacsv.ReadOptions(column_names=list(header), block_size=1 << 22,
                              use_threads=len(buf) > _THREADS_FROM)
-    for label_type, frame_type in ((pa.int8(), pa.int64()), (pa.float32(), pa.float64())):
-        types = {c: label_type for c in cols} | {"frame": frame_type}  # "index" unchecked
-        try:  # float: a file written as "1.0"
+    for label_type, other, frame_type in ((pa.int8(), pa.int8(), pa.int64()),
+                                          (pa.float32(), pa.string(), pa.float64())):
+        types = {c: label_type if c in strict else other for c in cols} | {"frame": frame_type}
+        try:  # float: a file written as "1.0"; text: an unchecked column holding words
             table = pacsv.read_csv(pa.py_buffer(buf), read_options=opts,
                                    convert_options=pacsv.ConvertOptions(column_types=types))
         except pa.ArrowInvalid:
             continue
-        return table.combine_chunks(), label_type.to_pandas_dtype()
+        return table.combine_chunks()
     return None
 
 
-def _arrays(parsed, header: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray] | None:
-    """Checked (frame (N,) int64, values (N, C) int8); None if any check fails."""
+def _lenient(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray | None]:
+    """An unchecked column: (int8 0/1 or -1, the stripped text of each cell or None)."""
+    arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    if not pa.types.is_string(arr.type):
+        v = arr.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int16)
+        return np.where((v == 0) | (v == 1), v, -1).astype(np.int8), None
+    enc = arr.dictionary_encode()  # few distinct values: map those, not every row
+    words = [str(w).strip() for w in enc.dictionary.to_pylist()]
+    idx = enc.indices.fill_null(len(words)).to_numpy(zero_copy_only=False)
+    codes = np.asarray([_number01(w) for w in words] + [-1], np.int8)
+    return codes[idx], np.asarray(words + [""], dtype=object)[idx]
+
+
+def _arrays(parsed, header: tuple[str, ...], strict: frozenset[str]):
+    """Checked (frame (N,) int64, values (N, C) int8, section text (N,) or None, unchecked
+    counts); None if a strict check fails."""
     if parsed is None:
         return None
-    table, dtype = parsed
-    cols = [c for c in header if c not in ("index", "frame")]
-    if any(table.column(c).null_count for c in (*cols, "frame")):  # an empty cell
-        return None
+    table = parsed
+    cols = _label_cols(header)
+    if any(table.column(c).null_count for c in (*strict.intersection(cols), "frame")):
+        return None  # an empty cell
     frame = _numpy(table.column("frame"))
-    values = np.empty((table.num_rows, len(cols)), dtype=dtype)  # (N, C)
+    values = np.empty((table.num_rows, len(cols)), dtype=np.int8)  # (N, C)
+    section, unchecked = None, {}
     for i, c in enumerate(cols):
-        values[:, i] = _numpy(table.column(c))
-    if ((values != 0) & (values != 1)).any():
-        return None
+        if c in strict:
+            v = _numpy(table.column(c))
+            if ((v != 0) & (v != 1)).any():
+                return None
+            values[:, i] = v
+        else:
+            values[:, i], text = _lenient(table.column(c))
+            if c == "section":
+                section = text
+            unchecked[c] = values[:, i] == -1
     if (frame < 0).any() or (frame != np.floor(frame)).any():
         return None
-    return frame.astype(np.int64, copy=False), values.astype(np.int8, copy=False)
+    return frame.astype(np.int64, copy=False), values, section, unchecked
 
 
-def _table(src: _Source, frame: np.ndarray, values: np.ndarray) -> LabelTable:
+def _table(src: _Source, frame, values, section, unchecked, lo: int = 0, hi=None) -> LabelTable:
+    """The rows ``lo:hi`` of a parsed batch as the table of ``src``."""
+    frame, values = frame[lo:hi], values[lo:hi]
     if frame.shape[0] == 0:
         raise DataError(f"{src.path}: no frame rows under the header")
     if np.unique(frame).shape[0] != frame.shape[0]:
         dup = _first_duplicate(frame)
         line = _line_of_frame(src.path, list(src.header), dup, nth=2)
         raise DataError(f"{src.path}, line {line}: frame {dup} is listed twice")
-    cols = tuple(c for c in src.header if c not in ("index", "frame"))
-    return LabelTable(path=src.path, columns=cols, frame=frame, values=values)
+    cols = tuple(_label_cols(src.header))
+    form, names = "0/1", None
+    if "section" in cols and section is None and (values[:, cols.index("section")] == -1).all():
+        form, names = "empty", np.full(len(frame), "", dtype=object)  # parsed as numbers
+    elif "section" in cols and section is not None:
+        text = section[lo:hi]
+        filled = text != ""
+        numeric = values[:, cols.index("section")] != -1
+        if not filled.any():
+            form, names = "empty", np.full(len(text), "", dtype=object)
+        elif (filled & ~numeric).any():  # words: the section by name
+            form = "names"
+            names = np.asarray([canonical_section(w) for w in text], dtype=object)
+    counts = {c: int(m[lo:hi].sum()) for c, m in unchecked.items()
+              if not (c == "section" and form != "0/1")}
+    return LabelTable(path=src.path, columns=cols, frame=frame, values=values,
+                      section_form=form, section_names=names,
+                      unchecked={c: n for c, n in counts.items() if n})
 
 
-def _read_one(src: _Source) -> LabelTable:
-    arrays = _arrays(_parse(src.body, src.header), src.header) if src.body else (
-        np.zeros(0, np.int64), np.zeros((0, len(src.header) - 2), np.int8))
+def _read_one(src: _Source, strict: frozenset[str]) -> LabelTable:
+    if not src.body:
+        return _table(src, np.zeros(0, np.int64),
+                      np.zeros((0, len(src.header) - 2), np.int8), None, {})
+    arrays = _arrays(_parse(src.body, src.header, strict), src.header, strict)
     if arrays is None:
-        raise DataError(f"{src.path}, {_first_bad_line(src.path, list(src.header))}")
+        raise DataError(f"{src.path}, {_first_bad_line(src.path, list(src.header), strict)}")
     return _table(src, *arrays)
 
 
-def _read_batch(batch: list[_Source]) -> list[LabelTable]:
+def _read_batch(batch: list[_Source], strict: frozenset[str]) -> list[LabelTable]:
     """Parse files of one header in one pyarrow call; on any problem, file by file."""
     if len(batch) > 1 and all(s.rows for s in batch):
-        arrays = _arrays(_parse(b"".join(s.body for s in batch), batch[0].header), batch[0].header)
+        header = batch[0].header
+        arrays = _arrays(_parse(b"".join(s.body for s in batch), header, strict), header, strict)
         if arrays is not None and arrays[0].shape[0] == sum(s.rows for s in batch):
-            frame, values = arrays
             ends = np.cumsum([s.rows for s in batch])
-            return [_table(s, frame[e - s.rows:e], values[e - s.rows:e])
-                    for s, e in zip(batch, ends)]
-    return [_read_one(s) for s in batch]
+            return [_table(s, *arrays, lo=e - s.rows, hi=e) for s, e in zip(batch, ends)]
+    return [_read_one(s, strict) for s in batch]
 
 
 def read_label_files(
-    paths: Sequence[Path], *, on_file: Callable[[int], None] | None = None,
+    paths: Sequence[Path], *, strict: Collection[str] | None = None,
+    on_file: Callable[[int], None] | None = None,
 ) -> list[LabelTable]:
     """Read and check Galar label files (either header variant), columnar and batched.
 
-    Labels must be 0/1 (``1.0`` accepted), frame numbers non-negative integers, unique
-    within a file. Errors name the file and the line. ``on_file(n)`` is called as files
-    finish (a progress bar's ``update``).
+    ``strict``: the label columns that must hold 0/1 (``1.0`` accepted) in every row, i.e.
+    the columns a mapping uses; default every label column but ``section``. Any other
+    column is never a refusal: a value that is not 0/1 is read as -1 and counted
+    (``LabelTable.unchecked``); ``section`` (when not strict) is read as section names or as
+    0/1, whichever the file holds (``LabelTable.section_form``). Frame numbers must be
+    non-negative integers, unique within a file. Errors name the file and the line.
+    ``on_file(n)`` is called as files finish (a progress bar's ``update``).
     """
+    strict = frozenset(LABEL_COLUMNS + TECHNICAL_COLUMNS) - {"section"} if strict is None \
+        else frozenset(strict)
     out: dict[int, LabelTable] = {}
     pending: dict[tuple[str, ...], list[tuple[int, _Source]]] = {}
 
     def flush(key: tuple[str, ...]) -> None:
         items = pending.pop(key, [])
-        for (i, _), table in zip(items, _read_batch([s for _, s in items])):
+        for (i, _), table in zip(items, _read_batch([s for _, s in items], strict)):
             out[i] = table
         if on_file is not None and items:
             on_file(len(items))
@@ -256,9 +361,9 @@ def read_label_files(
     return [out[i] for i in range(len(paths))]
 
 
-def read_label_file(path: Path) -> LabelTable:
+def read_label_file(path: Path, *, strict: Collection[str] | None = None) -> LabelTable:
     """Read and check one Galar label file; see :func:`read_label_files`."""
-    return read_label_files([path])[0]
+    return read_label_files([path], strict=strict)[0]
 
 
 def _numpy(col: pa.ChunkedArray) -> np.ndarray:

@@ -18,7 +18,13 @@ from pathlib import Path
 import numpy as np
 
 from pipi.classes import CLASSES, canonical, is_known
-from pipi.data.galar_labelfile import ALL_COLUMNS, HEADER_32, LabelTable
+from pipi.data.galar_labelfile import (
+    ALL_COLUMNS,
+    HEADER_32,
+    SECTION_COLUMNS,
+    LabelTable,
+    canonical_section,
+)
 from pipi.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -40,7 +46,7 @@ MULTILABEL_RULES: tuple[str, ...] = ("priority", "duplicate", "exclude")
 _DROP_REASONS: dict[str, str] = {
     "index": "row counter within the file (bookkeeping)",
     "frame": "frame number: names the image file (bookkeeping)",
-    "section": "marks the first frame of a new section; no Kvasir-Capsule class",
+    "section": "the anatomical section (by name, or a 0/1 marker); no Kvasir-Capsule class",
     "z-line": "landmark with no Kvasir-Capsule class",
     "blood": "set together with 'active bleeding' and 'hematin'; those two are the mapped classes",
     "IBD": "no Kvasir-Capsule class",
@@ -65,14 +71,55 @@ _DROP_REASONS: dict[str, str] = {
 NOT_EVALUABLE: dict[str, str] = {"Reduced Mucosal View": _DROP_REASONS["reduced view"]}
 
 
+#: The two ways a mapping file writes the section condition of Normal clean mucosa.
+SECTION_BY_NAME, SECTION_BY_COLUMN = "section by name", "one-hot section column"
+
+
 @dataclass(frozen=True)
 class NormalRule:
-    """How "Normal clean mucosa" is derived from Galar columns (it has no column of its own)."""
+    """How "Normal clean mucosa" is derived from Galar columns (it has no column of its own).
 
-    section_column: str  # the frame must be in this section ...
-    section_value: int  # ... i.e. have this value (1) in it
+    Two forms of the section condition: the GalKva-2026 release's ``{"section_column":
+    "section", "section_required_value": "small intestine"}`` (the frame's anatomical
+    section, by name: :meth:`LabelTable.sections`), and pipi's ``{"section_column": "small
+    intestine", "section_required_value": 1}`` (a one-hot column must hold that value).
+    """
+
+    section_column: str  # "section" (by name), or the one-hot column
+    section_value: int | str  # the section's name, or 0/1 for a one-hot column
     pathology_columns: tuple[str, ...]  # every one of these must be 0
     view_column: str | None  # if the file has this column, it must be 1 (good view)
+    written: tuple = ()  # (section_column, section_required_value) as the file wrote them
+
+    @property
+    def form(self) -> str:
+        return SECTION_BY_NAME if isinstance(self.section_value, str) else SECTION_BY_COLUMN
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """Label columns the rule reads (must be 0/1 in every row, except ``section``)."""
+        sec = SECTION_COLUMNS if self.form == SECTION_BY_NAME else (self.section_column,)
+        cols = (*sec, *self.pathology_columns) + ((self.view_column,) if self.view_column else ())
+        return tuple(c for c in dict.fromkeys(cols) if c != "section")  # name or 0/1: never checked
+
+    def in_section(self, table: LabelTable) -> np.ndarray:
+        """(N,) bool: the frame is in the required section."""
+        if self.form == SECTION_BY_NAME:
+            return table.sections() == self.section_value
+        return table.column(self.section_column) == self.section_value
+
+    def describe(self) -> str:
+        """The rule in words (recorded in the staged manifest)."""
+        if self.form == SECTION_BY_NAME:
+            sec = (f"the frame's anatomical section is {self.section_value!r} (the 'section' "
+                   "column where it names the section, else the one-hot section columns "
+                   f"{list(SECTION_COLUMNS)})")
+        else:
+            sec = f"column {self.section_column!r} is {self.section_value}"
+        view = (f", and {self.view_column!r} is 1 where the file has that column"
+                if self.view_column else "")
+        return (f"no mapped class, {sec}, every one of {len(self.pathology_columns)} pathology "
+                f"columns is 0{view}")
 
 
 @dataclass(frozen=True)
@@ -86,6 +133,13 @@ class GalarMapping:
     pillcam_subset: tuple[int, ...]  # video ids the release stratifies as PillCam ...
     olympus_subset: tuple[int, ...]  # ... and as Olympus (empty: no restriction)
     priority: tuple[str, ...]  # multilabel priority over the mapped classes, first wins
+    ignored: tuple[str, ...] = ()  # informational keys of the file that pipi does not use
+
+    @property
+    def used_columns(self) -> tuple[str, ...]:
+        """Label columns this mapping reads: each must hold 0/1 in every row."""
+        cols = [g for g, _ in self.table] + list(self.normal.columns if self.normal else ())
+        return tuple(dict.fromkeys(cols))
 
     @property
     def classes(self) -> tuple[str, ...]:
@@ -103,7 +157,13 @@ class GalarMapping:
                 "section_required_value": self.normal.section_value,
                 "pathology_columns_must_all_be_zero": list(self.normal.pathology_columns),
                 "view_quality_column_optional": self.normal.view_column,
+                "form": self.normal.form,
+                "written_as": {"section_column": self.normal.written[0],
+                               "section_required_value": self.normal.written[1]}
+                if self.normal.written else None,
+                "rule": self.normal.describe(),
             },
+            "ignored_keys": list(self.ignored),
             "metadata_column": self.metadata_column,
             "pillcam_video_subset": list(self.pillcam_subset),
             "olympus_video_subset": list(self.olympus_subset),
@@ -141,6 +201,55 @@ def _video_ids(value, source: str, key: str) -> tuple[int, ...]:
         raise DataError(f"{source}: {key} must be a list of integer video ids, got {value!r}") from None
 
 
+_USED_KEYS = frozenset({"_galar_to_kvasir_mapping_table", "_normal_clean_mucosa_derivation",
+                        "_capsule_system_stratification", "_multilabel_priority"})
+
+
+def _normal_rule(deriv, source: str, text: str) -> NormalRule | None:
+    """The Normal clean mucosa derivation, in either form (:class:`NormalRule`)."""
+    if deriv is None:
+        return None
+    if not isinstance(deriv, dict) or "section_column" not in deriv:
+        raise DataError(f"{source}: _normal_clean_mucosa_derivation needs 'section_column'")
+    column = _galar_column(deriv["section_column"], source, text, "section_column")
+    value = deriv.get("section_required_value", 1)
+    written = (deriv["section_column"], value)
+    if isinstance(value, str) and value.strip() not in ("0", "1"):
+        name = canonical_section(value)
+        if name not in SECTION_COLUMNS:
+            raise DataError(
+                f"{_where(source, text, value)}: section_required_value {value!r} is not an "
+                f"anatomical section; Galar's sections are {list(SECTION_COLUMNS)} (or 0/1 "
+                "for a one-hot section column)"
+            )
+        if column not in ("section", *SECTION_COLUMNS) or column in SECTION_COLUMNS and column != name:
+            raise DataError(
+                f"{_where(source, text, value)}: section_column {column!r} with the section "
+                f"name {value!r}; write \"section_column\": \"section\" (the frame's section "
+                "by name)"
+            )
+        section_value: int | str = name
+    elif isinstance(value, str) or isinstance(value, (bool, int, float)) and value in (0, 1):
+        section_value = int(float(value))  # "1", 1, 1.0, True
+    else:
+        raise DataError(
+            f"{source}: section_required_value must be a section name "
+            f"({', '.join(SECTION_COLUMNS)}) or 0/1, got {value!r}"
+        )
+    patho = deriv.get("pathology_columns_must_all_be_zero", [])
+    if not isinstance(patho, list):
+        raise DataError(f"{source}: pathology_columns_must_all_be_zero must be a list")
+    view = deriv.get("view_quality_column_optional")
+    return NormalRule(
+        section_column=column,
+        section_value=section_value,
+        pathology_columns=tuple(_galar_column(c, source, text, "pathology column") for c in patho),
+        view_column=None if view in (None, "") else _galar_column(
+            view, source, text, "view_quality_column_optional"),
+        written=written,
+    )
+
+
 def load_mapping(path: Path | None = None) -> GalarMapping:
     """Read a Galar -> Kvasir mapping file; ``None`` reads pipi's default (the paper's).
 
@@ -169,23 +278,33 @@ def load_mapping(path: Path | None = None) -> GalarMapping:
         raise DataError(f"{source}: expected a JSON object with '_galar_to_kvasir_mapping_table'")
 
     rows: list[tuple[str, str]] = []
+    ignored: list[str] = []
     table = doc.get("_galar_to_kvasir_mapping_table", [])
     if not isinstance(table, list):
         raise DataError(f"{source}: '_galar_to_kvasir_mapping_table' must be a list of rows")
+    derived = isinstance(doc.get("_normal_clean_mucosa_derivation"), dict)
     for i, row in enumerate(table):
         if not isinstance(row, dict) or "galar_column" not in row or "kvasir_class" not in row:
             raise DataError(
                 f"{source}: _galar_to_kvasir_mapping_table[{i}] needs the keys 'galar_column' "
                 f"and 'kvasir_class', got {row!r}"
             )
-        rows.append((row["galar_column"], row["kvasir_class"]))
+        k = row["kvasir_class"]
+        if derived and isinstance(k, str) and is_known(k) and canonical(k) == "Normal clean mucosa":
+            ignored.append(f"_galar_to_kvasir_mapping_table[{i}] (Normal clean mucosa: derived "
+                           "by _normal_clean_mucosa_derivation)")
+            continue
+        rows.append((row["galar_column"], k))
     for key, value in doc.items():
         if key.startswith("_"):
-            continue
-        if isinstance(value, str):
+            if key not in _USED_KEYS:
+                ignored.append(key)
+        elif isinstance(value, str) and key.strip() in ALL_COLUMNS - {"index", "frame"}:
             rows.append((key, value))
-        else:
-            log.warning("%s: ignoring key %r (not a 'galar column': 'Kvasir class' entry)", source, key)
+        else:  # informational (positives, n_videos, expected_positives, a comment ...)
+            ignored.append(key)
+    if ignored:
+        log.info("%s: not used by pipi (informational): %s", source, ", ".join(ignored))
     if not rows:
         raise DataError(f"{source}: no mapping rows; add '_galar_to_kvasir_mapping_table'")
 
@@ -218,31 +337,7 @@ def load_mapping(path: Path | None = None) -> GalarMapping:
             seen[col] = cls
             out.append((col, cls))
 
-    normal = None
-    deriv = doc.get("_normal_clean_mucosa_derivation")
-    if deriv is not None:
-        if not isinstance(deriv, dict) or "section_column" not in deriv:
-            raise DataError(f"{source}: _normal_clean_mucosa_derivation needs 'section_column'")
-        value = deriv.get("section_required_value", 1)
-        if value not in (0, 1, "0", "1", True, False):
-            raise DataError(
-                f"{source}: section_required_value must be 0 or 1, got {value!r}"
-            )
-        patho = deriv.get("pathology_columns_must_all_be_zero", [])
-        if not isinstance(patho, list):
-            raise DataError(f"{source}: pathology_columns_must_all_be_zero must be a list")
-        view = deriv.get("view_quality_column_optional")
-        normal = NormalRule(
-            section_column=_galar_column(deriv["section_column"], source, text, "section_column"),
-            section_value=int(value),
-            pathology_columns=tuple(
-                _galar_column(c, source, text, "pathology column") for c in patho
-            ),
-            view_column=None if view in (None, "") else _galar_column(
-                view, source, text, "view_quality_column_optional"
-            ),
-        )
-
+    normal = _normal_rule(doc.get("_normal_clean_mucosa_derivation"), source, text)
     strat = doc.get("_capsule_system_stratification") or {}
     if not isinstance(strat, dict):
         raise DataError(f"{source}: _capsule_system_stratification must be an object")
@@ -270,7 +365,7 @@ def load_mapping(path: Path | None = None) -> GalarMapping:
     return GalarMapping(
         source=source, table=tuple(out), normal=normal,
         metadata_column=str(strat.get("metadata_column") or "Capsule System"),
-        pillcam_subset=pill, olympus_subset=oly, priority=tuple(prio),
+        pillcam_subset=pill, olympus_subset=oly, priority=tuple(prio), ignored=tuple(ignored),
     )
 
 
@@ -281,7 +376,14 @@ def column_roles(mapping: GalarMapping) -> dict[str, dict[str, str]]:
     used: dict[str, str] = {}
     if mapping.normal is not None:
         n = mapping.normal
-        used[n.section_column] = "Normal clean mucosa: section must be 1"
+        if n.form == SECTION_BY_NAME:
+            used["section"] = (f"Normal clean mucosa: the frame's section must be "
+                               f"{n.section_value!r} (read by name where the file names it)")
+            for c in SECTION_COLUMNS:
+                used[c] = (f"Normal clean mucosa: the frame's section, where the 'section' "
+                           f"column does not name it (must be {n.section_value!r})")
+        else:
+            used[n.section_column] = f"Normal clean mucosa: must be {n.section_value}"
         for c in n.pathology_columns:
             used.setdefault(c, "Normal clean mucosa: must be 0")
         if n.view_column:
@@ -352,8 +454,7 @@ def assign_classes(
     if mapping.normal is not None:
         rule = mapping.normal
         ok = n_mapped == 0
-        sec = table.column(rule.section_column)
-        ok &= sec == rule.section_value
+        ok &= rule.in_section(table)
         for c in rule.pathology_columns:
             v = table.column(c)
             if v is not None:

@@ -197,7 +197,8 @@ def vendor_folds(
         rng = np.random.default_rng(np.random.SeedSequence([int(seed), _SEED_FOLD, _stable_int(s)]))
         order = [vids[i] for i in rng.permutation(len(vids))]
         n = len(order)
-        n_cal = 0 if n < 2 else min(n - 1, max(1, round(calibration_fraction * n)))
+        n_cal = 0 if n < 2 or calibration_fraction <= 0 else min(
+            n - 1, max(1, round(calibration_fraction * n)))
         out.update({v: "calibration" for v in order[:n_cal]})
         out.update({v: "evaluation" for v in order[n_cal:]})
     return dict(sorted(out.items()))

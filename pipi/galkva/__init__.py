@@ -1,7 +1,7 @@
 """GalKva-2026: the paired Kvasir-Capsule / Galar cross-vendor benchmark of the paper.
 
-Pure functions, no MLflow: validate a submission against the shipped draft-07 schema
-(:func:`validate_submission`), score it from its self-reported numbers
+Pure functions, no MLflow: validate a submission against the benchmark's released draft-07
+schema (:func:`validate_submission`; pipi's own checks as warnings: :func:`check_submission`), score it from its self-reported numbers
 (:func:`score_submission`), recompute every number from per-frame predictions and flag
 self-reported numbers that disagree (:func:`recompute`, :func:`score_predictions`), and
 write a submission whose numbers all come from predictions (:func:`build_submission`).
@@ -33,7 +33,13 @@ from pipi.galkva.score import (
     retention_band,
     score_submission,
 )
-from pipi.galkva.validate import Violation, load_submission, submission_schema, validate_submission
+from pipi.galkva.validate import (
+    Violation,
+    check_submission,
+    load_submission,
+    submission_schema,
+    validate_submission,
+)
 
 __all__ = [
     "BANDS",
@@ -42,11 +48,11 @@ __all__ = [
     "SCORING_SETS",
     "DatasetRecompute",
     "DatasetRuns",
-    "PairedDeltas",
     "DatasetSummary",
     "Discrepancy",
     "InvalidSubmissionError",
     "MethodInfo",
+    "PairedDeltas",
     "Recomputed",
     "Retention",
     "SeedRun",
@@ -54,6 +60,7 @@ __all__ = [
     "Submitter",
     "Violation",
     "build_submission",
+    "check_submission",
     "classify_retention",
     "compare_with_submission",
     "load_prediction_dir",

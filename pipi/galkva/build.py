@@ -2,7 +2,8 @@
 
 The run ids (per dataset, arm and seed) and the recomputed statistics the schema has no
 field for (baseline macro-AUC, bootstrap intervals, DeLong per seed, retention and band) go
-into the schema's ``provenance`` block, so a reader can trace and re-score every number.
+into a top-level ``provenance`` block (pipi's; the released schema allows extra keys), so a
+reader can trace and re-score every number.
 """
 
 from __future__ import annotations

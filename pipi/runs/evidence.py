@@ -17,6 +17,7 @@ from pipi.analysis.retention import (
     ZERO_SHOT,
     build_cross_vendor,
     run_variants,
+    select_galar_runs,
     split_galar_runs,
 )
 from pipi.errors import DataError
@@ -68,7 +69,7 @@ def load_evidence(experiment: str, filter_string: str = "", cache_dir: Path | No
                         experiment_id=str(all_runs["experiment_id"].iloc[0]), tracking_uri=uri,
                         filter_string=filter_string)
     if not galar.empty:
-        gkept, gexcluded = select_runs(galar)
+        gkept, gexcluded = select_galar_runs(galar)  # per fold: all | evaluation
         gdirs, gmissing = fetch_predictions(gkept, cache)
         gkept = gkept[gkept["run_id"].isin(gdirs)]
         variant = run_variants(gkept)

@@ -15,8 +15,12 @@ on the scored frames:
 * the same two per capsule system: ``test/capsule/<system>/{mapped,galkva}_macro_auc`` and
   ``test/capsule/<system>/n_frames`` (system names with spaces as underscores).
 
-``fold=evaluation`` (default) scores the vendor folds' evaluation videos only (the
-calibration videos stay unseen for ``calibrate``); ``fold=all`` scores every staged frame.
+Folds: by default (``fold=auto``) a zero-shot run scores every staged frame of the selected
+capsule systems (``all``: the paper's protocol, strictly zero-shot on the whole subset), and a
+run with a calibrated prior (``prior_params=``) scores the vendor folds' ``evaluation``
+videos only, since the prior may have been fitted on the ``calibration`` videos. Either can
+be asked for (``fold=all`` / ``fold=evaluation``); the child and parent runs carry the fold
+actually scored in the tag ``pipi.galar_fold`` and say so in their summary.
 """
 
 from __future__ import annotations
@@ -49,18 +53,24 @@ from pipi.runs.evaluate import EvalContext, Evaluation, evaluate_run, find_evalu
 from pipi.runs.prior_params import load_prior_params
 from pipi.stats import macro_auc
 
-__all__ = ["GALAR_FOLDS", "STUDY", "TAG_FOLD", "VARIANT", "GalarResult", "galar_evaluation",
-           "galar_metrics", "resolve_galar_data", "resolve_source_runs", "run_galar",
-           "synthetic_galar_staged"]
+__all__ = ["FOLD_CHOICES", "GALAR_FOLDS", "STUDY", "TAG_FOLD", "TAG_SCOPE", "VARIANT",
+           "GalarResult", "fold_scope", "galar_evaluation", "galar_metrics", "resolve_fold",
+           "resolve_galar_data", "resolve_source_runs", "run_galar", "synthetic_galar_staged"]
 
 log = logging.getLogger(__name__)
 
 STUDY, VARIANT = "galar", "zero_shot"
 #: ``prior_params=``: the prior that ``calibrate`` fitted, instead of the run's own.
 VARIANT_CALIBRATED = "calibrated"
-#: ``evaluation``: the vendor folds' evaluation videos; ``all``: every staged frame.
-GALAR_FOLDS = ("evaluation", "all")
+#: ``all``: every staged frame (the paper's zero-shot protocol); ``evaluation``: the vendor
+#: folds' evaluation videos only (the calibration videos left out).
+GALAR_FOLDS = ("all", "evaluation")
+#: The ``fold`` parameter: ``auto`` is ``all``, or ``evaluation`` with ``prior_params``.
+FOLD_CHOICES = ("auto", *GALAR_FOLDS)
 TAG_FOLD = "pipi.galar_fold"
+#: What the fold scored, in words (``fold_scope``): "every staged video (...)" or "the
+#: evaluation fold only (12 of 24 staged videos; ...)".
+TAG_SCOPE = "pipi.galar_scope"
 SYNTHETIC_PRESETS = ("tiny", "demo")
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 
@@ -215,11 +225,20 @@ def _five_channel(cfg) -> None:
                           "runs of a 5-channel cell (pi, pblood_only, phi_only)")
 
 
-def galar_evaluation(fold: str = "evaluation", prior: PriorParams | None = None) -> Evaluation:
+def resolve_fold(fold: str, *, calibrated: bool) -> str:
+    """``auto`` -> ``all`` (zero-shot: the paper's protocol), or ``evaluation`` with a
+    calibrated prior (it may have been fitted on the calibration videos)."""
+    if fold not in FOLD_CHOICES:
+        raise ConfigError(f"fold={fold!r}: must be one of {list(FOLD_CHOICES)}")
+    if fold == "auto":
+        return "evaluation" if calibrated else "all"
+    return fold
+
+
+def galar_evaluation(fold: str = "auto", prior: PriorParams | None = None) -> Evaluation:
     """How one Kvasir-trained run is scored on Galar (the one place that builds it):
     zero-shot, or with a calibrated prior (variant ``calibrated``)."""
-    if fold not in GALAR_FOLDS:
-        raise ConfigError(f"fold={fold!r}: must be one of {list(GALAR_FOLDS)}")
+    fold = resolve_fold(fold, calibrated=prior is not None)
     if prior is not None:
         return Evaluation(study=STUDY, variant=VARIANT_CALIBRATED,
                           scorer=_calibrated_scorer(prior), splits=("test",),
@@ -255,8 +274,19 @@ def _row(source_id: str, child_id: str, reused: bool) -> dict:
     return row
 
 
-def _summary(table: pd.DataFrame, root: Path, fold: str, digest: str) -> str:
-    lines = [f"galar zero-shot: {len(table)} run(s) on {root} (fold {fold}, data digest "
+def fold_scope(fold: str, frames: pd.DataFrame) -> str:
+    """What a fold scores, in words: "every staged video (24 videos)" or "the evaluation fold
+    only (12 of 24 staged videos; the calibration videos left out)"."""
+    n_all = frames["video_id"].nunique()
+    if fold == "all":
+        return f"every staged video ({n_all} videos, the paper's zero-shot protocol)"
+    n = frames.loc[_fold_rows(frames, fold=fold), "video_id"].nunique()
+    return (f"the {fold} fold only ({n} of {n_all} staged videos; the calibration videos "
+            "left out, not the paper's whole-subset protocol)")
+
+
+def _summary(table: pd.DataFrame, root: Path, scope: str, digest: str) -> str:
+    lines = [f"galar zero-shot: {len(table)} run(s) on {root}, scored on {scope} (data digest "
              f"{digest[:12]}); macro-AUC over every evaluable mapped class | over the GalKva "
              "v1.0 6-class intersection | GalKva per capsule system"]
     for r in table.to_dict("records"):
@@ -269,7 +299,7 @@ def _summary(table: pd.DataFrame, root: Path, fold: str, digest: str) -> str:
     return "\n".join(lines)
 
 
-def run_galar(*, runs: str, data: str | None = "synthetic", fold: str = "evaluation",
+def run_galar(*, runs: str, data: str | None = "synthetic", fold: str = "auto",
               experiment: str | None = None, progress: bool = True,
               prior_params: str = "") -> GalarResult:
     """Score every source run zero-shot on Galar under a ``galar`` parent run.
@@ -278,18 +308,23 @@ def run_galar(*, runs: str, data: str | None = "synthetic", fold: str = "evaluat
     calibrated prior instead (variant ``calibrated``). Everything the user passed is checked
     (fold, prior_params, runs) before the data is staged.
     """
-    ev = galar_evaluation(fold, load_prior_params(prior_params) if prior_params else None)
+    prior = load_prior_params(prior_params) if prior_params else None
+    fold = resolve_fold(fold, calibrated=prior is not None)
+    ev = galar_evaluation(fold, prior)
     experiment = experiment or tracking.default_experiment()
     sources = resolve_source_runs(runs, experiment=experiment)
     root = resolve_galar_data(data)
-    _, manifest = load_staged(root)
+    frames, manifest = load_staged(root)
     digest = manifest["data_digest"]
+    scope = fold_scope(fold, frames)
+    ev = replace(ev, tags={**ev.tags, TAG_SCOPE: scope})
     attached = bool(os.environ.get("MLFLOW_RUN_ID"))
     rows = []
     with tracking.pipi_run(entry_point="galar", experiment=None if attached else experiment,
                            run_name="galar", tags={**tracking.data_tags(manifest),
-                                                   TAG_FOLD: fold}) as parent:
-        tracking.log_params({"galar.runs": runs, "galar.fold": fold, "galar.data": str(root),
+                                                   TAG_FOLD: fold, TAG_SCOPE: scope}) as parent:
+        tracking.log_params({"galar.runs": runs, "galar.fold": fold, "galar.scope": scope,
+                             "galar.data": str(root),
                              "galar.n_runs": len(sources), "galar.variant": ev.variant,
                              **({"galar.prior_params": prior_params} if prior_params else {})})
         for sid in tqdm(sources, desc="galar zero-shot", unit="run", disable=not progress):
@@ -302,7 +337,7 @@ def run_galar(*, runs: str, data: str | None = "synthetic", fold: str = "evaluat
                                  entry_point="galar", progress=progress)
             rows.append(_row(sid, child, False))
         table = pd.DataFrame(rows)
-        summary = _summary(table, root, fold, digest)
+        summary = _summary(table, root, scope, digest)
         tracking.log_text(table.to_csv(index=False), "galar_zero_shot.csv")
         tracking.log_text(summary + "\n", "galar_zero_shot.txt")
         tracking.log_metrics({"galar.n_runs": float(len(table)),

@@ -212,8 +212,10 @@ def test_galar_scores_with_the_calibrated_prior(tracking, pi_run, galar_staged, 
                                                      dst_path=str(tmp_path / name))
         return pd.read_parquet(Path(folder) / "test.parquet")[list(PROB_COLUMNS)].to_numpy()
 
+    # one fold for all three (the default is every video zero-shot, the evaluation fold with
+    # a calibrated prior)
     kw = {"runs": pi_run, "data": str(galar_staged), "experiment": "calibrate-galar",
-          "progress": False}
+          "progress": False, "fold": "evaluation"}
     zero = run_galar(**kw).table.iloc[0]["galar_run_id"]
     own = tmp_path / "own.json"  # the run's own prior, written as a calibration result
     own.write_text(json.dumps(prior_params_document(PriorParams(4.0, 0.25), image_size=32)))

@@ -62,9 +62,9 @@ def test_galar_children_aggregate_retention_and_submission(tracking, tiny_staged
     with pytest.raises(PipiError, match="not found|evaluation run|sequence cell|FINISHED"):
         workflow.resolve_source_runs("0" * 32, experiment=exp)
     r = CliRunner().invoke(ENTRY_POINTS["galar"], [
-        "--runs", ",".join(src.values()), "--data", "synthetic-tiny", "--fold", "all",
-        "--experiment", exp])
-    assert r.exit_code == 0, r.output
+        "--runs", ",".join(src.values()), "--data", "synthetic-tiny", "--experiment", exp])
+    assert r.exit_code == 0, r.output  # the default fold: every staged video (issue 19)
+    assert "scored on every staged video" in r.output
     res = workflow.run_galar(runs="tags.`pipi.entry_point` = 'train'", data="synthetic-tiny",
                              fold="all", experiment=exp, progress=False)
     assert res.table["reused"].all() and len(res.table) == 4  # found by filter, reused
@@ -77,6 +77,12 @@ def test_galar_children_aggregate_retention_and_submission(tracking, tiny_staged
         assert t["pipi.data_digest"] == json.loads((staged / "manifest.json").read_text())["data_digest"]
         folder = tr.download_artifact(row["galar_run_id"], "predictions", tmp_path / row["galar_run_id"])
         pred = read_predictions(folder)
+        staged_frames = pd.read_parquet(staged / "frames.parquet")
+        assert staged_frames["vendor_fold"].nunique() == 2  # folds exist, all of them scored
+        assert len(pred) == row["n_frames"] == len(staged_frames)
+        assert set(pred["video_id"].astype(str)) == set(staged_frames["video_id"].astype(str))
+        assert t["pipi.galar_scope"].startswith(
+            f"every staged video ({staged_frames['video_id'].nunique()} videos")
         assert set(pred["capsule_system"]) >= {"PillCam SB3", "Olympus"} or pred["capsule_system"].nunique() >= 2
         y, p = pred["label"].to_numpy(), pred[[f"prob_{i:02d}" for i in range(14)]].to_numpy()
         g = np.isin(y, GALKVA)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from scipy import stats
-from test_galkva import make_prediction_dir, paper_example
+from fakes import make_prediction_dir, paper_example
 
 from pipi.classes import CLASSES
 from pipi.cli.galkva import galkva
