@@ -206,60 +206,68 @@ class Joined:
 def join_predictions(path: Path, keys: pd.DataFrame, probs: np.ndarray,
                      frames: pd.DataFrame) -> Joined:
     """Match the file's rows to the staged frames by name; every test frame, nothing else
-    (but the val split, when the file covers all of it)."""
-    row_of, key = _match(path, keys, frames)
-    extra = row_of < 0
+    (but the val split, when the file covers all of it).
+
+    One image may be staged more than once (a frame with two labels is one row per label):
+    its one prediction row then scores every staged row of that image.
+    """
+    frames = frames.reset_index(drop=True)
+    theirs, staged, key = _keys(path, keys, frames)
+    pos = pd.Index(theirs).get_indexer(staged)       # staged row -> file row, -1: none
+    splits = frames["split"].astype(str).to_numpy()
+    names = np.asarray(_key_text(keys))
+    known = set(staged.tolist())
+    extra = ~pd.Series(theirs).isin(known).to_numpy()
     if extra.any():
         raise _fail(path, f"{int(extra.sum())} frames are not in the staged release (e.g. "
-                    f"{_examples(np.asarray(_key_text(keys))[extra])})")
-    splits = frames["split"].astype(str).to_numpy()
-    got = splits[row_of]
-    outside = ~np.isin(got, ("test", "val"))
-    if outside.any():
-        raise _fail(path, f"{int(outside.sum())} frames are in the staged {got[outside][0]} "
-                    "split, not the test split (e.g. "
-                    f"{_examples(np.asarray(_key_text(keys))[outside])})")
+                    f"{_examples(names[extra])})")
+    scored = np.zeros(len(keys), bool)
+    scored[pos[(pos >= 0) & np.isin(splits, ("val", "test"))]] = True
+    if not scored.all():
+        other = splits[(pos >= 0) & ~np.isin(splits, ("val", "test"))]
+        raise _fail(path, f"{int((~scored).sum())} frames are in the staged "
+                    f"{other[0] if len(other) else 'train'} split, not the test split (e.g. "
+                    f"{_examples(names[~scored])})")
     covered = []
     for s in ("val", "test"):
-        want = np.flatnonzero(splits == s)
-        have = set(row_of[got == s].tolist())
-        lack = [frames["filename"].iloc[r] if "filename" in frames else frames["path"].iloc[r]
-                for r in want if r not in have]
-        if s == "val" and not have:
+        rows = np.flatnonzero(splits == s)
+        lack = rows[pos[rows] < 0]
+        if s == "val" and len(lack) == len(rows):
             continue
-        if lack:
-            raise _fail(path, f"{len(lack)} of the {len(want)} staged {s} frames are missing "
-                        f"(e.g. {_examples(lack)})")
+        if len(lack):
+            shown = frames["path"].iloc[lack].astype(str).tolist()
+            raise _fail(path, f"{len(lack)} of the {len(rows)} staged {s} frames are missing "
+                        f"(e.g. {_examples(shown)})")
         covered.append(s)
-    split = np.full(len(frames), "", dtype=object)
-    split[row_of] = got
+    use = (pos >= 0) & np.isin(splits, covered)
+    split = np.where(use, splits, "").astype(object)
     out = np.zeros((len(frames), NUM_CLASSES), np.float64)
-    out[row_of] = probs
+    out[use] = probs[pos[use]]
     return Joined(split, out, tuple(covered), key)
 
 
-def _match(path: Path, keys: pd.DataFrame, frames: pd.DataFrame) -> tuple[np.ndarray, str]:
-    """(staged row position of each file row, -1 where none; the key used)."""
-    frames = frames.reset_index(drop=True)
+def _keys(path: Path, keys: pd.DataFrame, frames: pd.DataFrame
+          ) -> tuple[np.ndarray, np.ndarray, str]:
+    """(key of each file row, key of each staged row, the key used)."""
     if "filename" not in keys:
-        staged = pd.MultiIndex.from_arrays([frames["video_id"].astype(str),
-                                            frames["frame_number"].astype(np.int64)])
-        theirs = pd.MultiIndex.from_arrays([keys["video_id"], keys["frame_number"]])
-        return staged.get_indexer(theirs).astype(np.int64), "video_id+frame_number"
+        def pair(video, frame):
+            return (pd.Series(video).astype(str) + "\x00"
+                    + pd.Series(frame).astype(np.int64).astype(str)).to_numpy()
+        return (pair(keys["video_id"], keys["frame_number"]),
+                pair(frames["video_id"], frames["frame_number"]), "video_id+frame_number")
     names = keys["filename"].astype(str).str.replace("\\", "/", regex=False)
     paths = frames["path"].astype(str)
     if names.isin(paths).all():
-        return pd.Index(paths).get_indexer(names).astype(np.int64), "path"
+        return names.to_numpy(), paths.to_numpy(), "path"
     base = (frames["filename"] if "filename" in frames else paths.str.rsplit("/", n=1).str[-1]
             ).astype(str)
     theirs = names.str.rsplit("/", n=1).str[-1]
-    shared = base[base.duplicated(keep=False)]
+    # one name, several images (e.g. frame_000001.png in every video of a release)
+    images = frames.assign(_base=base).drop_duplicates(["_base", "video_id", "frame_number"])
+    shared = images["_base"][images["_base"].duplicated(keep=False)]
     clash = shared[shared.isin(theirs)].unique()
     if len(clash):
         raise _fail(path, f"frame names are not unique in the staged release "
                     f"({_examples(clash)} name several frames); name frames by their staged "
                     "path or by video_id and frame_number")
-    unique = base[~base.duplicated(keep=False)]
-    pos = pd.Index(unique).get_indexer(theirs)
-    rows = unique.index.to_numpy()
-    return np.where(pos >= 0, rows[np.clip(pos, 0, None)], -1).astype(np.int64), "filename"
+    return theirs.to_numpy(), base.to_numpy(), "filename"

@@ -26,7 +26,13 @@ from pathlib import Path
 import pandas as pd
 
 from pipi import tracking
-from pipi.analysis import AggregateOptions, build_evidence, check_single_dataset, select_runs
+from pipi.analysis import (
+    AggregateOptions,
+    build_evidence,
+    check_single_dataset,
+    mark_imported,
+    select_runs,
+)
 from pipi.analysis.retention import (
     CALIBRATED,
     ZERO_SHOT,
@@ -193,7 +199,7 @@ def default_cache_dir() -> Path:
 def run_aggregate(*, experiment: str | None = None, filter_string: str = "",
                   out: Path | None = None, resample: str = "video",
                   cache_dir: Path | None = None, options: AggregateOptions | None = None,
-                  log_run: bool = True) -> AggregateResult:
+                  log_run: bool = True, pair_imported: bool = False) -> AggregateResult:
     """Query the runs, compute every table and figure, log them as an ``aggregate`` run.
 
     Parameters
@@ -216,6 +222,10 @@ def run_aggregate(*, experiment: str | None = None, filter_string: str = "",
     options : AggregateOptions, optional
     log_run : bool
         Log an MLflow run of entry point ``aggregate`` with the outputs as artifacts.
+    pair_imported : bool
+        Let runs of the ``import`` entry point (``pipi.source=external``) join the arm of
+        their cell. By default they form arms of their own, ``<cell> (<label>)`` (e.g.
+        ``a (released)``), never paired with trained runs (``analysis.mark_imported``).
 
     Raises
     ------
@@ -230,8 +240,10 @@ def run_aggregate(*, experiment: str | None = None, filter_string: str = "",
     experiment = experiment or tracking.DEFAULT_EXPERIMENT
     target = prepare_out(Path(out)) if out else None
     try:
-        report, ev, kept = _compute(experiment, filter_string, cache_dir, options)
-        run_id = _write_and_log(report, ev, kept, experiment, filter_string, target, log_run)
+        report, ev, kept = _compute(experiment, filter_string, cache_dir, options,
+                                    pair_imported)
+        run_id = _write_and_log(report, ev, kept, experiment, filter_string, target, log_run,
+                                pair_imported)
     finally:
         if target is not None:
             target.discard_if_unused()
@@ -245,21 +257,23 @@ def run_aggregate(*, experiment: str | None = None, filter_string: str = "",
 
 
 def _compute(experiment: str, filter_string: str, cache_dir: Path | None,
-             options: AggregateOptions):
+             options: AggregateOptions, pair_imported: bool = False):
     """(report, evidence, kept runs): the MLflow read, the downloads, the report."""
-    ev, kept = load_evidence(experiment, filter_string, cache_dir)
+    ev, kept = load_evidence(experiment, filter_string, cache_dir, pair_imported=pair_imported)
     return build_report(ev, options), ev, kept
 
 
-def load_evidence(experiment: str, filter_string: str = "", cache_dir: Path | None = None):
+def load_evidence(experiment: str, filter_string: str = "", cache_dir: Path | None = None,
+                  *, pair_imported: bool = False):
     """(evidence, kept runs): the MLflow read and the downloads.
 
-    Galar zero-shot children (study ``galar``) never join the Kvasir arms: they are selected
+    Imported runs (``import`` entry point) form arms of their own unless ``pair_imported``
+    (:func:`pipi.analysis.mark_imported`). Galar zero-shot children (study ``galar``) never join the Kvasir arms: they are selected
     on their own and paired with the Kvasir runs they scored (``evidence.cross_vendor``).
     """
     all_runs = tracking.load_runs(experiment, filter_string)
     runs, galar = split_galar_runs(all_runs)
-    kept, excluded = select_runs(runs)
+    kept, excluded = select_runs(mark_imported(runs, pair=pair_imported))
     if kept.empty:
         raise DataError(f"no FINISHED model runs in experiment {experiment!r}"
                         + (f" matching {filter_string!r}" if filter_string else "")
@@ -294,7 +308,8 @@ def load_evidence(experiment: str, filter_string: str = "", cache_dir: Path | No
 
 
 def _write_and_log(report: Report, ev, kept: pd.DataFrame, experiment: str, filter_string: str,
-                   target: OutFolder | None, log_run: bool) -> str | None:
+                   target: OutFolder | None, log_run: bool, pair_imported: bool = False
+                   ) -> str | None:
     """Write the report into a fresh folder, log it as the aggregate run, copy it to ``out``."""
     folder = Path(tempfile.mkdtemp(prefix="pipi-aggregate-"))
     run_id = None
@@ -311,6 +326,7 @@ def _write_and_log(report: Report, ev, kept: pd.DataFrame, experiment: str, filt
                 # prefixed: `mlflow run` has already logged its own experiment/filter/out
                 tracking.log_params({f"aggregate.{k}": v for k, v in {
                     "experiment": experiment, "filter": filter_string, "n_runs": len(kept),
+                    "pair_imported": pair_imported,
                     **report.meta["options"]}.items()})
                 write_report(report, folder, aggregate_run_id=run_id,
                              aggregate_experiment_id=run.info.experiment_id)
