@@ -161,6 +161,18 @@ def test_five_channel_checkpoint_is_served_by_its_registered_model(tiny_staged,
     assert df[[f"prob_{k:02d}" for k in range(14)]].to_numpy().std(0).max() > 1e-3
     np.testing.assert_allclose(served[list(CLASSES)].to_numpy(),
                                df[[f"prob_{k:02d}" for k in range(14)]].to_numpy(), atol=1e-4)
+    # what galar, robustness and transplant load: the imported weights, as a pi run
+    from pipi.evaluate import load_run_model
+    from pipi.workflows.runsets import resolve_runs
+
+    loaded, cfg = load_run_model(res.run_id)
+    x = torch.randn(2, 5, SIZE, SIZE)
+    with torch.no_grad():
+        np.testing.assert_allclose(torch.softmax(loaded(x), 1), torch.softmax(model(x), 1),
+                                   atol=1e-6)
+    assert (cfg.cell, cfg.image_size) == ("pi", SIZE)
+    (src,) = resolve_runs(res.run_id, cells=("pi",))
+    assert (src.cell, src.seed, src.data_dir) == ("pi", 42, str(tiny_staged.resolve()))
     # the same file for the same arm and data again: the FINISHED run is reused
     again = import_file(kind="checkpoint", file=ckpt, cell="pi", backbone="efficientnet_b0",
                         seed=42, data=str(tiny_staged), profile="smoke",
@@ -400,3 +412,55 @@ def test_names_shared_by_several_videos_must_be_told_apart(tmp_path):
     joined = join_predictions(by_path, *read_prediction_file(by_path), frames)
     assert joined.key == "path"   # columns in the order 'classes' names: Ulcer first
     np.testing.assert_array_equal(joined.probs, np.eye(14)[[12, 13]])
+
+
+# --------------------------------------------------------------------------- promote
+def _signal_probs(test: pd.DataFrame, quality: float, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(size=(len(test), 14))
+    logits[np.arange(len(test)), test["class_index"].to_numpy()] += quality
+    e = np.exp(logits - logits.max(1, keepdims=True))
+    return e / e.sum(1, keepdims=True)
+
+
+def test_promote_judges_an_imported_version_against_imported_baseline_runs(
+        tiny_staged, sqlite_tracking, tmp_path):
+    from test_aggregate import log_fake_run
+
+    from pipi.analysis import AggregateOptions
+    from pipi.predictions import predictions_frame, write_predictions
+    from pipi.workflows.promote import _runs_of_version, gather_evidence
+
+    exp, seeds = "import-promote", (41, 42)
+    frames = _frames(tiny_staged)
+    test = frames[frames["split"] == "test"].reset_index(drop=True)
+    ids = {}
+    for cell, quality in (("a", 0.5), ("pi", 2.0)):
+        for s in seeds:
+            f = _npz(test, _signal_probs(test, quality, s), tmp_path / f"{cell}{s}.npz")
+            ids[cell, s] = import_file(kind="predictions", file=f, cell=cell,
+                                       backbone="efficientnet_b0", seed=s,
+                                       data=str(tiny_staged), experiment=exp).run_id
+    # trained a runs of the same data, far better: a promote that paired the imported pi
+    # with them would see a large negative delta
+    exp_id = mlflow.get_experiment_by_name(exp).experiment_id
+    trained = {}
+    for s in seeds:
+        folder = write_predictions({"test": predictions_frame(test, _signal_probs(test, 6, s))},
+                                   tmp_path / f"trained{s}")
+        trained[s] = log_fake_run(MlflowClient(), exp_id, folder, cell="a", seed=s,
+                                  digest=_digest(tiny_staged))
+    name = "pipi-efficientnet_b0-pi"
+    c = MlflowClient()
+    if not c.search_registered_models(f"name = '{name}'"):
+        c.create_registered_model(name)
+    mv = c.create_model_version(name, f"runs:/{ids['pi', 41]}/predictions",
+                                run_id=ids["pi", 41])
+    src = _runs_of_version(mv)
+    assert src["cell"] == "pi (released)"
+    ev = gather_evidence(src, baseline="a", min_sign_positive=2,
+                         options=AggregateOptions(n_resamples=200), cache_dir=tmp_path / "c")
+    assert (ev.cell, ev.baseline) == ("pi (released)", "a (released)")
+    assert ev.baseline_runs == {s: ids["a", s] for s in seeds}
+    assert ev.new_runs == {s: ids["pi", s] for s in seeds}
+    assert ev.delta > 0
