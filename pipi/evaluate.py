@@ -129,9 +129,12 @@ def evaluate_run(source_run_id: str, ev: Evaluation, *, data: Path,
     images = build_cache(data, frames, size=cfg.image_size, digest=digest,
                          cache_dir=pipi_home() / "cache", progress=progress)
     key = evaluation_key(ev, source_run_id=source_run_id, data_digest=digest)
+    # a child of an imported run is imported too (aggregate keeps it beside its source)
+    src_tags = tracking.get_run(source_run_id).data.tags
     tags = {**tracking.evaluation_tags(cfg, manifest, study=ev.study, variant=ev.variant,
                                        source_run_id=source_run_id, key=key,
                                        parent_run_id=parent_run_id),
+            **{k: src_tags[k] for k in tracking.INHERITED_SOURCE_TAGS if k in src_tags},
             **{k: str(v) for k, v in ev.tags.items()}}
     keep = np.ones(len(frames), bool) if ev.select is None else np.asarray(ev.select(frames), bool)
     split = np.where(keep, frames["split"].to_numpy(), "")

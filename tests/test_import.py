@@ -288,7 +288,7 @@ def test_prediction_file_errors_are_one_line_and_log_nothing(tiny_staged, sqlite
                   "1 frames are not in the staged release (e.g. no_such_frame.jpg)"),
         "train": (pd.concat([good, good.iloc[[0]].assign(filename=train_name)]),
                   "1 frames are in the staged train split"),
-        "sum": (good.assign(**{"Ulcer": good["Ulcer"] + 0.05}),
+        "sum": (good.assign(Ulcer=good["Ulcer"] + 0.05),
                 "rows have probabilities that do not sum to 1"),
         "unknown": (good.rename(columns={"Polyp": "Tumour"}), "unknown class columns ['Tumour']"),
         "lacking": (good.drop(columns=["Polyp"]), "no probability column for classes ['Polyp']"),
@@ -464,3 +464,45 @@ def test_promote_judges_an_imported_version_against_imported_baseline_runs(
     assert ev.baseline_runs == {s: ids["a", s] for s in seeds}
     assert ev.new_runs == {s: ids["pi", s] for s in seeds}
     assert ev.delta > 0
+
+
+def test_mark_imported_names_arms_by_source_children_included():
+    from pipi.analysis import cell_label, imported_arm, mark_imported
+
+    def tags(**kw):
+        return json.dumps({f"pipi.{k}": v for k, v in kw.items()})
+
+    runs = pd.DataFrame({
+        "run_id": list("abcde"),
+        "cell": ["a", "a", "pi", "a@perturb_jpeg25", ""],
+        "tags": [tags(), tags(source="external"),
+                 tags(source="external", source_label="yang2026"),
+                 tags(source="external"), tags(source="external")],
+    })
+    marked = mark_imported(runs)
+    assert marked["cell"].tolist() == ["a", "a (released)", "pi (yang2026)",
+                                       "a (released)@perturb_jpeg25", ""]
+    assert marked["source"].tolist() == ["", "external", "external", "external", "external"]
+    assert mark_imported(runs, pair=True)["cell"].tolist() == runs["cell"].tolist()
+    assert imported_arm("pi (yang2026)") == ("pi", "yang2026")
+    assert imported_arm("pi") == ("pi", "")
+    assert cell_label("a (released)") == "(a) RGB-only per-frame baseline [released: imported]"
+
+
+def test_an_evaluation_child_of_an_imported_run_is_imported_too(tiny_staged, sqlite_tracking,
+                                                                 tmp_path):
+    from pipi.analysis import mark_imported
+    from pipi.evaluate import channel_evaluation, evaluate_run
+    from pipi.tracking import load_runs
+
+    ckpt = _save(_tv_model(in_channels=5, seed=4), tmp_path / "pi_s44.pth")
+    res = import_file(kind="checkpoint", file=ckpt, cell="pi", backbone="efficientnet_b0",
+                      seed=44, data=str(tiny_staged), profile="smoke", experiment="import-child",
+                      progress=False, register=False)
+    mlflow.set_experiment("import-child")
+    child = evaluate_run(res.run_id, channel_evaluation("zero_phi"), data=tiny_staged)
+    t = mlflow.get_run(child).data.tags
+    assert t["pipi.source"] == "external" and t["pipi.source_label"] == "released"
+    assert t["pipi.source_sha256"] == hashlib.sha256(ckpt.read_bytes()).hexdigest()
+    runs = mark_imported(load_runs("import-child")).set_index("run_id")["cell"]
+    assert runs[res.run_id] == "pi (released)" and runs[child] == "pi (released)@zero_phi"

@@ -22,7 +22,9 @@ def mark_imported(runs: pd.DataFrame, *, pair: bool = False) -> pd.DataFrame:
     A run whose ``pipi.source`` tag is ``external`` (``import`` entry point) gets its
     ``pipi.source_label`` (default ``released``) after its cell, so it is never paired
     with, pooled with or superseded by a trained run of that cell (the paper's paired
-    tests name trained cells only). ``pair=True`` keeps the plain cell name: an imported run then counts as a run of that
+    tests name trained cells only). An evaluation child of an imported run (it inherits the
+    tags) keeps its variant after the label: ``a (released)@perturb_jpeg25``.
+    ``pair=True`` keeps the plain cell name: an imported run then counts as a run of that
     cell (an arm that mixes imported and trained runs is still refused as two recipes).
     A ``source`` column (``external`` or ``""``) is added either way.
     """
@@ -34,7 +36,10 @@ def mark_imported(runs: pd.DataFrame, *, pair: bool = False) -> pd.DataFrame:
         return out
     ext = (source == IMPORTED_SOURCE) & (out["cell"].fillna("") != "")
     label = tags.map(lambda t: t.get("pipi.source_label", "") or "released")
-    out.loc[ext, "cell"] = out.loc[ext, "cell"] + " (" + label[ext] + ")"
+    cell = out.loc[ext, "cell"].astype(str)
+    # an evaluation child of an imported run: a@perturb_jpeg25 -> a (released)@perturb_jpeg25
+    parts = cell.str.partition("@")
+    out.loc[ext, "cell"] = parts[0] + " (" + label[ext] + ")" + parts[1] + parts[2]
     return out
 
 

@@ -272,8 +272,8 @@ def load_evidence(experiment: str, filter_string: str = "", cache_dir: Path | No
     on their own and paired with the Kvasir runs they scored (``evidence.cross_vendor``).
     """
     all_runs = tracking.load_runs(experiment, filter_string)
-    runs, galar = split_galar_runs(all_runs)
-    kept, excluded = select_runs(mark_imported(runs, pair=pair_imported))
+    runs, galar = split_galar_runs(mark_imported(all_runs, pair=pair_imported))
+    kept, excluded = select_runs(runs)
     if kept.empty:
         raise DataError(f"no FINISHED model runs in experiment {experiment!r}"
                         + (f" matching {filter_string!r}" if filter_string else "")

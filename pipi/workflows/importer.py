@@ -46,11 +46,6 @@ ENTRY_POINT = "import"
 KINDS = ("checkpoint", "predictions")
 #: ``pipi.source`` of an imported run (``aggregate`` keeps such runs in their own arms).
 SOURCE_EXTERNAL = "external"
-TAG_SOURCE = "pipi.source"
-TAG_SOURCE_KIND = "pipi.source_kind"
-TAG_SOURCE_SHA = "pipi.source_sha256"
-TAG_SOURCE_FILE = "pipi.source_file"
-TAG_SOURCE_LABEL = "pipi.source_label"
 #: Splits an import scores (a prediction file may cover test only).
 SPLITS = ("val", "test")
 
@@ -153,8 +148,9 @@ def import_file(*, kind: str, file: str | Path, cell: str, backbone: str, seed: 
             tracking.TAG_RECIPE_HASH: tracking.config_hash(key | {"sha256": ""}),
             tracking.TAG_RECIPE: import_command(kind=kind, file=path, cfg=cfg, data=data_arg,
                                                 label=label),
-            TAG_SOURCE: SOURCE_EXTERNAL, TAG_SOURCE_KIND: kind, TAG_SOURCE_SHA: sha,
-            TAG_SOURCE_FILE: path.name, TAG_SOURCE_LABEL: label,
+            tracking.TAG_SOURCE: SOURCE_EXTERNAL, tracking.TAG_SOURCE_KIND: kind,
+            tracking.TAG_SOURCE_SHA: sha, tracking.TAG_SOURCE_FILE: path.name,
+            tracking.TAG_SOURCE_LABEL: label,
             **{f"pipi.import.{k}": v for k, v in facts.items()}}
     found = tracking.find_finished_run(tags[tracking.TAG_CONFIG_HASH],
                                        **{tracking.TAG_ENTRY_POINT: ENTRY_POINT})
