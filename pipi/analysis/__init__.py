@@ -25,6 +25,7 @@ from pipi.analysis.arms import (
     PI_TTA_PAPER,
     STOUFFER_LABEL,
     cell_label,
+    imported_arm,
     is_mechanism_arm,
 )
 from pipi.analysis.compare import (
@@ -43,6 +44,7 @@ from pipi.analysis.options import AggregateOptions
 from pipi.analysis.recipes import check_recipes, recipe_signatures
 from pipi.analysis.selection import (
     check_single_dataset,
+    mark_imported,
     mixed_profile_note,
     reason_kind,
     select_runs,
@@ -55,7 +57,7 @@ __all__ = [
     "HEADLINE_BACKBONE", "OTHER_STUDIES", "PAIRED_TESTS", "PER_CLASS_TABLES", "PER_FRAME_CELLS",
     "PI_TTA_ARMS", "PI_TTA_PAPER", "STOUFFER_LABEL", "AggregateOptions", "Analysis", "Arm",
     "Comparison", "Evidence", "adjust_comparisons", "aggregate_over_seeds", "build_evidence",
-    "cell_label", "check_recipes", "is_mechanism_arm", "check_single_dataset", "collect_warnings", "compare_cells", "compare_pairs",
+    "cell_label", "check_recipes", "imported_arm", "is_mechanism_arm", "mark_imported", "check_single_dataset", "collect_warnings", "compare_cells", "compare_pairs",
     "missing_notes", "mixed_profile_note", "reason_kind", "recipe_signatures", "seeds_text",
     "select_runs", "tidy_metrics",
 ]

@@ -71,10 +71,22 @@ CELL_LABELS: dict[str, str] = {
 STOUFFER_LABEL = "Stouffer (assumes independent seeds)"
 
 
+def imported_arm(cell: str) -> tuple[str, str]:
+    """(cell, source label) of an arm name: ``'a (released)'`` -> ``('a', 'released')``;
+    ``('a', '')`` for a trained arm (imported runs: ``selection.mark_imported``)."""
+    if cell.endswith(")") and " (" in cell:
+        base, _, label = cell[:-1].partition(" (")
+        return base, label
+    return cell, ""
+
+
 def cell_label(cell: str) -> str:
     """The paper's row label of a cell (its description for cells the paper lacks)."""
     if cell in CELL_LABELS:
         return CELL_LABELS[cell]
+    base, source = imported_arm(cell)
+    if source:
+        return f"{cell_label(base)} [{source}: imported]"
     base = cell.split("@")[0]
     return f"{cell}: {CELLS[base].description}" if base in CELLS else cell
 

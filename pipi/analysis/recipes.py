@@ -24,8 +24,9 @@ __all__ = ["NOT_RECIPE", "check_recipes", "recipe_of", "recipe_signatures"]
 #: Params and ``-P`` options that differ between runs of one recipe (not part of it).
 #: A study's own option (``<study>.<name>``) is matched by its last part, so a transplant
 #: child's ``transplant.donor_run_id`` (the +PI run of the same seed) is not a recipe either.
+#: An imported run's ``file`` (one released file per seed) is not a recipe either.
 NOT_RECIPE = frozenset({"seed", "data", "data_dir", "resume", "base_run_id", "source_run_id",
-                        "donor_run_id", "experiment", "num_workers"})
+                        "donor_run_id", "experiment", "num_workers", "file"})
 
 
 def _in_recipe(key: str) -> bool:

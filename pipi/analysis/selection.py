@@ -2,12 +2,46 @@
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 
 from pipi.analysis.recipes import check_recipes
 from pipi.errors import DataError
 
-__all__ = ["check_single_dataset", "mixed_profile_note", "reason_kind", "select_runs"]
+__all__ = ["IMPORTED_SOURCE", "check_single_dataset", "mark_imported", "mixed_profile_note",
+           "reason_kind", "select_runs"]
+
+#: ``pipi.source`` of runs made by the ``import`` entry point from outside files.
+IMPORTED_SOURCE = "external"
+
+
+def mark_imported(runs: pd.DataFrame, *, pair: bool = False) -> pd.DataFrame:
+    """Imported runs in arms of their own: cell ``a`` -> ``a (released)``.
+
+    A run whose ``pipi.source`` tag is ``external`` (``import`` entry point) gets its
+    ``pipi.source_label`` (default ``released``) after its cell, so it is never paired
+    with, pooled with or superseded by a trained run of that cell (the paper's paired
+    tests name trained cells only). An evaluation child of an imported run (it inherits the
+    tags) keeps its variant after the label: ``a (released)@perturb_jpeg25``.
+    ``pair=True`` keeps the plain cell name: an imported run then counts as a run of that
+    cell (an arm that mixes imported and trained runs is still refused as two recipes).
+    A ``source`` column (``external`` or ``""``) is added either way.
+    """
+    tags = runs["tags"].map(lambda t: json.loads(t) if isinstance(t, str) and t else {}) \
+        if "tags" in runs else pd.Series([{}] * len(runs), index=runs.index)
+    source = tags.map(lambda t: t.get("pipi.source", ""))
+    out = runs.assign(source=source)
+    if pair:
+        return out
+    ext = (source == IMPORTED_SOURCE) & (out["cell"].fillna("") != "")
+    label = tags.map(lambda t: t.get("pipi.source_label", "") or "released")
+    cell = out.loc[ext, "cell"].astype(str)
+    # an evaluation child of an imported run: a@perturb_jpeg25 -> a (released)@perturb_jpeg25
+    parts = cell.str.partition("@")
+    out.loc[ext, "cell"] = parts[0] + " (" + label[ext] + ")" + parts[1] + parts[2]
+    return out
+
 
 
 def select_runs(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

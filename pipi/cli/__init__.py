@@ -15,6 +15,7 @@ from pipi.cli.calibrate import calibrate
 from pipi.cli.common import CLI_ONLY_OPTIONS, PipiGroup, setup_logging
 from pipi.cli.galkva import galkva
 from pipi.cli.galar import galar
+from pipi.cli.importer import import_
 from pipi.cli.promote import promote
 from pipi.cli.robustness import robustness
 from pipi.cli.server import server
@@ -34,7 +35,7 @@ def main(verbose: bool) -> None:
 ENTRY_POINTS: dict[str, click.Command] = {
     "stage": stage, "train": train, "ablate": ablate, "transplant": transplant,
     "galar": galar, "calibrate": calibrate, "robustness": robustness, "aggregate": aggregate,
-    "promote": promote,
+    "promote": promote, "import": import_,
 }
 for _cmd in (synthesize, galkva, server, *ENTRY_POINTS.values()):
     main.add_command(_cmd)

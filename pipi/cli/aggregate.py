@@ -21,11 +21,14 @@ from pipi.workflows.aggregate import run_aggregate
 @click.option("--resample", type=click.Choice(["video", "frame"]), default="video",
               show_default=True, help="Bootstrap unit: test videos (paper) or frames "
               "(the published code).")
-def aggregate(experiment, filter_, out, resample):
+@click.option("--pair-imported", type=click.BOOL, default=False, show_default=True,
+              help="Let imported runs (entry point import) join the arm of their cell; by "
+                   "default they form arms of their own, e.g. 'a (released)'.")
+def aggregate(experiment, filter_, out, resample, pair_imported):
     """Paper tables, cross-seed statistics, figures and a dashboard from per-frame predictions."""
     setup_logging()
     tracking.configure()
     res = run_aggregate(experiment=experiment or tracking.default_experiment(),
                         filter_string=filter_, out=Path(out) if out else None,
-                        resample=resample)
+                        resample=resample, pair_imported=pair_imported)
     click.echo(res.summary)

@@ -129,9 +129,12 @@ def evaluate_run(source_run_id: str, ev: Evaluation, *, data: Path,
     images = build_cache(data, frames, size=cfg.image_size, digest=digest,
                          cache_dir=pipi_home() / "cache", progress=progress)
     key = evaluation_key(ev, source_run_id=source_run_id, data_digest=digest)
+    # a child of an imported run is imported too (aggregate keeps it beside its source)
+    src_tags = tracking.get_run(source_run_id).data.tags
     tags = {**tracking.evaluation_tags(cfg, manifest, study=ev.study, variant=ev.variant,
                                        source_run_id=source_run_id, key=key,
                                        parent_run_id=parent_run_id),
+            **{k: src_tags[k] for k in tracking.INHERITED_SOURCE_TAGS if k in src_tags},
             **{k: str(v) for k, v in ev.tags.items()}}
     keep = np.ones(len(frames), bool) if ev.select is None else np.asarray(ev.select(frames), bool)
     split = np.where(keep, frames["split"].to_numpy(), "")
@@ -146,22 +149,43 @@ def evaluate_run(source_run_id: str, ev: Evaluation, *, data: Path,
                                  **{f"{ev.study}.{k}": v for k, v in ev.options.items()}})
             ctx = EvalContext(model.to(device_for()), cfg, frames, images, device_for(),
                               source_run_id, work)
-            preds, metrics = {}, {}
-            for s in ev.splits:
-                rows = np.flatnonzero(split == s)
-                probs, extra = ev.scorer(ctx, rows, s)
-                preds[s] = predictions_frame(frames.iloc[rows], probs)
-                metrics.update(split_metrics(preds[s], split_classes(scored, s), s))
-                metrics.update(extra)
+            preds, metrics = score_splits(frames, split, ev.splits, scored,
+                                          lambda rows, s: ev.scorer(ctx, rows, s))
             if ev.finalize is not None:
                 metrics.update(ev.finalize(metrics))
-            tracking.log_metrics({k: v for k, v in metrics.items() if math.isfinite(v)})
-            tracking.set_tags(tracking.class_tags(test=split_classes(scored, "test"),
-                                                  val=split_classes(scored, "val")))
-            tracking.log_artifacts(write_predictions(preds, work / "predictions"), "predictions")
+            log_scores(preds, metrics, scored, work)
             return run.info.run_id
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def score_splits(frames: pd.DataFrame, split: np.ndarray, splits: Sequence[str],
+                 scored: pd.DataFrame,
+                 score: Callable[[np.ndarray, str], tuple[np.ndarray, Mapping[str, float]]]
+                 ) -> tuple[dict[str, pd.DataFrame], dict[str, float]]:
+    """Per-frame predictions and ``<split>/*`` metrics of each split in ``splits``.
+
+    ``split``: the split of every row of ``frames`` ("" for rows not scored); ``score(rows,
+    split)`` gives the probabilities ``(len(rows), 14)`` and extra metrics of those rows;
+    the metrics' classes are those with positives among ``scored``.
+    """
+    preds, metrics = {}, {}
+    for s in splits:
+        rows = np.flatnonzero(split == s)
+        probs, extra = score(rows, s)
+        preds[s] = predictions_frame(frames.iloc[rows], probs)
+        metrics.update(split_metrics(preds[s], split_classes(scored, s), s))
+        metrics.update(extra)
+    return preds, metrics
+
+
+def log_scores(preds: Mapping[str, pd.DataFrame], metrics: Mapping[str, float],
+               scored: pd.DataFrame, work: Path) -> None:
+    """Log into the active run: finite metrics, the class tags, the predictions artifact."""
+    tracking.log_metrics({k: v for k, v in metrics.items() if math.isfinite(v)})
+    tracking.set_tags(tracking.class_tags(test=split_classes(scored, "test"),
+                                          val=split_classes(scored, "val")))
+    tracking.log_artifacts(write_predictions(dict(preds), work / "predictions"), "predictions")
 
 
 def find_evaluation(source_run_id: str, ev: Evaluation, *, data_digest: str,

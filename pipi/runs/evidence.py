@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from pipi import tracking
-from pipi.analysis import build_evidence, check_single_dataset, select_runs
+from pipi.analysis import build_evidence, check_single_dataset, mark_imported, select_runs
 from pipi.analysis.retention import (
     CALIBRATED,
     ZERO_SHOT,
@@ -44,14 +44,16 @@ def default_cache_dir() -> Path:
     return pipi_home() / "cache" / "predictions"
 
 
-def load_evidence(experiment: str, filter_string: str = "", cache_dir: Path | None = None):
+def load_evidence(experiment: str, filter_string: str = "", cache_dir: Path | None = None,
+                  *, pair_imported: bool = False):
     """(evidence, kept runs): the MLflow read and the downloads.
 
-    Galar zero-shot children (study ``galar``) never join the Kvasir arms: they are selected
+    Imported runs (``import`` entry point) form arms of their own unless ``pair_imported``
+    (:func:`pipi.analysis.mark_imported`). Galar zero-shot children (study ``galar``) never join the Kvasir arms: they are selected
     on their own and paired with the Kvasir runs they scored (``evidence.cross_vendor``).
     """
     all_runs = tracking.load_runs(experiment, filter_string)
-    runs, galar = split_galar_runs(all_runs)
+    runs, galar = split_galar_runs(mark_imported(all_runs, pair=pair_imported))
     kept, excluded = select_runs(runs)
     if kept.empty:
         raise DataError(f"no FINISHED model runs in experiment {experiment!r}"

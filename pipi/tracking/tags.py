@@ -27,3 +27,12 @@ TAG_RECIPE_HASH = "pipi.recipe_hash"
 TAG_TEST_CLASSES = "pipi.test_classes"
 TAG_VAL_CLASSES = "pipi.val_classes"
 TAG_SOURCE_RUN = "pipi.source_run_id"
+
+# Runs made from outside files (`import`) and the evaluation children of such runs.
+TAG_SOURCE = "pipi.source"                  # "external"
+TAG_SOURCE_KIND = "pipi.source_kind"        # checkpoint | predictions
+TAG_SOURCE_SHA = "pipi.source_sha256"
+TAG_SOURCE_FILE = "pipi.source_file"
+TAG_SOURCE_LABEL = "pipi.source_label"      # aggregate's arm: "<cell> (<label>)"
+#: What an evaluation child inherits from its source run (``evaluate_run``).
+INHERITED_SOURCE_TAGS = (TAG_SOURCE, TAG_SOURCE_KIND, TAG_SOURCE_SHA, TAG_SOURCE_LABEL)

@@ -167,7 +167,7 @@ class AggregateResult:
 def run_aggregate(*, experiment: str | None = None, filter_string: str = "",
                   out: Path | None = None, resample: str = "video",
                   cache_dir: Path | None = None, options: AggregateOptions | None = None,
-                  log_run: bool = True) -> AggregateResult:
+                  log_run: bool = True, pair_imported: bool = False) -> AggregateResult:
     """Query the runs, compute every table and figure, log them as an ``aggregate`` run.
 
     Parameters
@@ -190,6 +190,10 @@ def run_aggregate(*, experiment: str | None = None, filter_string: str = "",
     options : AggregateOptions, optional
     log_run : bool
         Log an MLflow run of entry point ``aggregate`` with the outputs as artifacts.
+    pair_imported : bool
+        Let runs of the ``import`` entry point (``pipi.source=external``) join the arm of
+        their cell. By default they form arms of their own, ``<cell> (<label>)`` (e.g.
+        ``a (released)``), never paired with trained runs (``analysis.mark_imported``).
 
     Raises
     ------
@@ -204,8 +208,10 @@ def run_aggregate(*, experiment: str | None = None, filter_string: str = "",
     experiment = experiment or tracking.DEFAULT_EXPERIMENT
     target = prepare_out(Path(out)) if out else None
     try:
-        report, ev, kept = _compute(experiment, filter_string, cache_dir, options)
-        run_id = _write_and_log(report, ev, kept, experiment, filter_string, target, log_run)
+        report, ev, kept = _compute(experiment, filter_string, cache_dir, options,
+                                    pair_imported)
+        run_id = _write_and_log(report, ev, kept, experiment, filter_string, target, log_run,
+                                pair_imported)
     finally:
         if target is not None:
             target.discard_if_unused()
@@ -219,14 +225,15 @@ def run_aggregate(*, experiment: str | None = None, filter_string: str = "",
 
 
 def _compute(experiment: str, filter_string: str, cache_dir: Path | None,
-             options: AggregateOptions):
+             options: AggregateOptions, pair_imported: bool = False):
     """(report, evidence, kept runs): the MLflow read, the downloads, the report."""
-    ev, kept = load_evidence(experiment, filter_string, cache_dir)
+    ev, kept = load_evidence(experiment, filter_string, cache_dir, pair_imported=pair_imported)
     return build_report(ev, options), ev, kept
 
 
 def _write_and_log(report: Report, ev, kept: pd.DataFrame, experiment: str, filter_string: str,
-                   target: OutFolder | None, log_run: bool) -> str | None:
+                   target: OutFolder | None, log_run: bool, pair_imported: bool = False
+                   ) -> str | None:
     """Write the report into a fresh folder, log it as the aggregate run, copy it to ``out``."""
     folder = Path(tempfile.mkdtemp(prefix="pipi-aggregate-"))
     run_id = None
@@ -243,6 +250,7 @@ def _write_and_log(report: Report, ev, kept: pd.DataFrame, experiment: str, filt
                 # prefixed: `mlflow run` has already logged its own experiment/filter/out
                 tracking.log_params({f"aggregate.{k}": v for k, v in {
                     "experiment": experiment, "filter": filter_string, "n_runs": len(kept),
+                    "pair_imported": pair_imported,
                     **report.meta["options"]}.items()})
                 write_report(report, folder, aggregate_run_id=run_id,
                              aggregate_experiment_id=run.info.experiment_id)

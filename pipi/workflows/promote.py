@@ -4,7 +4,9 @@ The evidence is computed by ``aggregate``'s own statistics (:mod:`pipi.analysis`
 per-frame test predictions of the runs behind the version:
 
 * the **new arm**: FINISHED ``train`` runs of the version's cell and backbone on the same
-  data digest and with the same recipe as the version's run (every seed it has);
+  data digest and with the same recipe as the version's run (every seed it has); for a
+  version made by ``import``, the imported runs of that cell and source (``pi (released)``),
+  and the baseline arm is the imported ``baseline`` of that source (``a (released)``);
 * the **baseline arm**: FINISHED ``train`` runs of ``baseline`` (default ``a``) with the same
   backbone, data digest and profile, in the same experiment; paired with the new arm by seed.
 
@@ -36,7 +38,15 @@ from pathlib import Path
 import pandas as pd
 
 from pipi import tracking
-from pipi.analysis import AggregateOptions, Analysis, build_evidence, compare_cells, select_runs
+from pipi.analysis import (
+    AggregateOptions,
+    Analysis,
+    build_evidence,
+    compare_cells,
+    imported_arm,
+    mark_imported,
+    select_runs,
+)
 from pipi.analysis.recipes import recipe_signatures
 from pipi.classes import CLASSES
 from pipi.errors import ConfigError, DataError, PipiError
@@ -113,8 +123,13 @@ def _runs_of_version(mv) -> dict:
     if missing:
         raise DataError(f"version {mv.version} (run {mv.run_id}) lacks the tags {missing}; "
                         "only versions registered by pipi train can be promoted")
+    # a version imported from outside (entry point import) is judged against imported
+    # baseline runs of the same source, as aggregate keeps them (analysis.mark_imported)
+    label = (t.get("pipi.source_label") or "released") if t.get("pipi.source") == "external" \
+        else ""
     return {"run_id": mv.run_id, "experiment_id": run.info.experiment_id,
-            "cell": t[tracking.TAG_CELL], "backbone": t[tracking.TAG_BACKBONE],
+            "cell": t[tracking.TAG_CELL] + (f" ({label})" if label else ""), "label": label,
+            "backbone": t[tracking.TAG_BACKBONE],
             "digest": t[tracking.TAG_DATA_DIGEST], "profile": run.data.params.get("profile", "")}
 
 
@@ -136,11 +151,13 @@ def gather_evidence(src: dict, *, baseline: str, min_sign_positive: int,
                     options: AggregateOptions | None = None,
                     cache_dir: Path | None = None) -> Evidence:
     """The evidence of the module docstring for the version's run ``src``."""
+    if src.get("label"):
+        baseline = f"{baseline} ({src['label']})"
     ev = Evidence(cell=src["cell"], baseline=baseline, backbone=src["backbone"])
     flt = (f"tags.`{tracking.TAG_DATA_DIGEST}` = '{src['digest']}' and "
-           f"tags.`{tracking.TAG_BACKBONE}` = '{src['backbone']}' and "
-           f"tags.`{tracking.TAG_ENTRY_POINT}` = 'train'")
+           f"tags.`{tracking.TAG_BACKBONE}` = '{src['backbone']}'")
     runs = tracking.load_runs(src["experiment_id"], flt)
+    runs = mark_imported(runs[runs["entry_point"].isin(("train", "import"))])
     kept, _ = select_runs(_select(runs, src, baseline))
     n_base = int((kept["cell"] == baseline).sum())
     if n_base == 0:
@@ -254,7 +271,7 @@ def promote(*, model: str, version: str = "", baseline: str = "a", min_sign_posi
     mv = tracking.model_version(model, version or None, alias=CANDIDATE)
     ver = str(mv.version)
     src = _runs_of_version(mv)
-    if src["cell"] == baseline:
+    if imported_arm(src["cell"])[0] == baseline:
         raise ConfigError(f"baseline={baseline}: the version is itself a {baseline} model; "
                           "choose another baseline")
     ev, error = None, ""

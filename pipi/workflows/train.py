@@ -19,15 +19,7 @@ import pandas as pd
 import torch
 
 from pipi import tracking
-from pipi.classes import CLASSES
-from pipi.config import (
-    TrainConfig,
-    make_config,
-    recipe_command,
-    resolve_profile,
-    run_params,
-    synthetic_preset,
-)
+from pipi.config import TrainConfig, make_config, resolve_profile, run_params, synthetic_preset
 from pipi.data.cache import build_cache
 from pipi.data.kvasir import load_staged
 from pipi.errors import ConfigError
@@ -39,21 +31,16 @@ from pipi.runs.streams import build_streams, find_base_run
 from pipi.runtime import runtime_of
 from pipi.serving.model_input import encode_png
 from pipi.serving.sequence_clip import ClipPredictor
-from pipi.tracking.pyfunc import (
-    MAX_CLIP_FRAMES,
-    PARAMS,
-    PipiImageClassifier,
-    PipiSequenceClassifier,
-    preprocess,
+from pipi.tracking.logged_model import (
+    example_images,
+    log_and_register,
+    log_frame_model,
 )
-from pipi.training.frames import FrameInputs, run_frame_cell, tmpdir, write_predictions
+from pipi.tracking.pyfunc import MAX_CLIP_FRAMES, PipiSequenceClassifier
+from pipi.training.frames import run_frame_cell, tmpdir, write_predictions
 from pipi.training.sequence import C3_DIR, base_config, fit_sequence
 
 log = logging.getLogger(__name__)
-
-
-def registered_name(cfg: TrainConfig) -> str:
-    return f"pipi-{cfg.backbone}-{cfg.cell}"
 
 
 def prepare(*, cell: str, backbone: str, seed: int, profile: str, data: str | None,
@@ -136,8 +123,9 @@ def train(cfg: TrainConfig, *, data: str | None = None, resume: str | None = Non
                 out = run_frame_cell(cfg, data=root, resume_state=resume_state, tracker=tracker,
                                      progress=progress, runtime=runtime)
                 summary = log_results(out, work)
-                summary.update(_log_model(cfg, out["model"], work, summary["test_macro_auc"],
-                                          register, tags))
+                summary.update(log_frame_model(cfg, out["model"], work,
+                                               test_auc=summary["test_macro_auc"],
+                                               register=register, tags=tags))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return summary
@@ -208,12 +196,12 @@ def _log_sequence_model(cfg: TrainConfig, head, norms: dict, sources: dict, work
     torch.save(bundle, work / "sequence_model.pt")
     cpath = work / "model_config.json"
     cpath.write_text(json.dumps(cfg.to_dict(), indent=2))
-    clip = _example_images(cfg, n=2)
+    clip = example_images(cfg, n=2)
     predictor = ClipPredictor(cfg=cfg, base_cfg=base_cfg, base=base_model, head=head.cpu(),
                               norms=bundle["norms"], autoencoder=_autoencoder(ae_state))
     out_example = predictor.predict([clip])
     example = pd.DataFrame({"image": [encode_png(im) for im in clip]})   # one clip, 2 frames
-    return _log_and_register(cfg, PipiSequenceClassifier(), {"bundle": str(work / "sequence_model.pt"),
+    return log_and_register(cfg, PipiSequenceClassifier(), {"bundle": str(work / "sequence_model.pt"),
                              "config": str(cpath)}, example, out_example, test_auc, register,
                              tags, params=None,
                              extra={"base_run_id": sources[tracking.TAG_BASE_RUN],
@@ -226,62 +214,3 @@ def _autoencoder(state):
     ae = NormalAutoencoder()
     ae.load_state_dict(state)
     return ae.eval()
-
-
-def _example_images(cfg: TrainConfig, *, n: int) -> list[np.ndarray]:
-    rng = np.random.default_rng(0)
-    return list(rng.integers(0, 256, (n, cfg.image_size, cfg.image_size, 3), dtype=np.uint8))
-
-
-# --------------------------------------------------------------------------- the model
-def _log_model(cfg: TrainConfig, model, work: Path, test_auc: float, register: bool,
-               tags: dict) -> dict:
-    wpath = work / "model_state.pt"
-    torch.save(model.state_dict(), wpath)
-    cpath = work / "model_config.json"
-    cpath.write_text(json.dumps(cfg.to_dict(), indent=2))
-    images = _example_images(cfg, n=2)
-    # the output example is computed by the real model, so the signature is exact
-    model.eval()
-    with torch.no_grad():
-        if hasattr(model, "deploy_mode"):
-            model.deploy_mode = True
-        x, _ = FrameInputs(cfg)(preprocess(images, cfg.image_size), train=False)
-        probs = torch.softmax(model(x), 1).numpy().astype(np.float64)
-    out_example = pd.DataFrame(probs, columns=list(CLASSES))
-    out_example["predicted_class"] = [CLASSES[i] for i in probs.argmax(1)]
-    # the serving example shows the base64 form a client sends without numpy (PNG: lossless)
-    example = pd.DataFrame({"image": [encode_png(im) for im in images]})
-    return _log_and_register(cfg, PipiImageClassifier(),
-                             {"weights": str(wpath), "config": str(cpath)}, example,
-                             out_example, test_auc, register, tags, params=PARAMS, extra={})
-
-
-def _log_and_register(cfg: TrainConfig, python_model, artifacts: dict, example, out_example,
-                      test_auc: float, register: bool, tags: dict, *, params, extra: dict
-                      ) -> dict:
-    """Log the pyfunc; register it as ``pipi-<backbone>-<cell>`` with version tags and the
-    ``candidate`` alias."""
-    run_id = tracking.active_run_id()
-    name = registered_name(cfg) if register else None
-    info = tracking.log_pyfunc_model(
-        python_model=python_model, artifacts=artifacts, input_example=example,
-        registered_model_name=name, signature_output=out_example, params=params,
-    )
-    result = {"model_uri": info.model_uri, "registered": None}
-    if name:
-        version = tracking.registered_version_of(info, name)
-        tracking.tag_model_version(
-            name, version,
-            {"run_id": run_id, "test_macro_auc": f"{test_auc:.6f}",
-             "recipe": tags.get(tracking.TAG_RECIPE, recipe_command(cfg)),
-             "recipe_hash": tags.get(tracking.TAG_RECIPE_HASH, ""),
-             "data_digest": tags.get(tracking.TAG_DATA_DIGEST, ""),
-             "git_commit": tracking.code_version(), "cell": cfg.cell,
-             "backbone": cfg.backbone, "seed": cfg.seed, **extra},
-            alias="candidate",
-        )
-        result["registered"] = f"models:/{name}/{version}"
-        result["registered_name"] = name
-        result["registered_version"] = version
-    return result

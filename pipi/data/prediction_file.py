@@ -1,0 +1,273 @@
+"""Per-frame prediction files made outside pipi, read and joined to the staged frames.
+
+Accepted forms (one row per frame, 14 class probabilities that sum to 1):
+
+* CSV (``.csv``, ``.csv.gz``, ``.tsv``) or Parquet (``.parquet``, ``.pq``): the frame as
+  ``filename`` (the image's file name, or its path inside the staged folder) or as
+  ``video_id`` + ``frame_number``; then one probability column per class, named by class
+  (any casing, spacing, hyphens or underscores: ``Blood - fresh``, ``blood_fresh``,
+  ``BloodFresh``). Columns that describe the frame (``label``, ``split``,
+  ``predicted_class``, ...; :data:`INFO_COLUMNS`) are ignored; any other column is an
+  unknown class and refused.
+* NPZ: arrays ``filenames`` (N,) and ``probs`` (N, 14) in pipi's class order
+  (:data:`pipi.classes.CLASSES`), or in the order of an optional ``classes`` array.
+
+:func:`join_predictions` matches the rows to a staged release: every test frame must be
+there, no frame outside the test split (or the whole val split, which is then kept too).
+Every problem is one :class:`DataError` line naming the file; nothing is half-read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pipi.classes import CLASSES, NUM_CLASSES, class_index, is_known
+from pipi.errors import DataError
+
+__all__ = ["INFO_COLUMNS", "SUM_TOLERANCE", "Joined", "join_predictions",
+           "read_prediction_file"]
+
+#: Largest |sum of a row's probabilities - 1| accepted (a CSV written with 4 decimals is
+#: off by at most 14 * 0.00005 = 0.0007).
+SUM_TOLERANCE = 1e-3
+#: Names of the frame key columns (the first of each group that is present is used).
+FILENAME_COLUMNS = ("filename", "file_name", "file", "image", "path")
+#: Columns that describe a frame rather than give a probability (ignored).
+INFO_COLUMNS = frozenset({"label", "label_name", "labels", "class", "class_name", "true_label",
+                          "true_class", "target", "y_true", "split", "predicted_class",
+                          "predicted", "prediction", "pred", "y_pred", "seed", "cell",
+                          "backbone", "capsule_system", "patient_id", "index", "unnamed: 0"})
+_SUFFIXES = {".csv": "csv", ".tsv": "csv", ".gz": "csv", ".parquet": "parquet",
+             ".pq": "parquet", ".npz": "npz"}
+_SHOWN = 5
+
+
+def _fail(path: Path, msg: str) -> DataError:
+    return DataError(f"{path}: {msg}")
+
+
+def _examples(values) -> str:
+    values = [str(v) for v in values]
+    more = f", ... ({len(values)} in all)" if len(values) > _SHOWN else ""
+    return ", ".join(values[:_SHOWN]) + more
+
+
+def read_prediction_file(path: Path) -> tuple[pd.DataFrame, np.ndarray]:
+    """(frame keys, probabilities ``(N, 14)`` in pipi's class order) of a prediction file.
+
+    The keys frame has a ``filename`` column or ``video_id`` and ``frame_number``.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise _fail(path, "no such file")
+    kind = _SUFFIXES.get(path.suffix.lower())
+    if kind is None:
+        raise _fail(path, f"unknown prediction file type {path.suffix!r}; use .csv, .parquet "
+                    "or .npz")
+    if kind == "npz":
+        keys, probs = _read_npz(path)
+    else:
+        keys, probs = _read_table(path, kind)
+    _check_probs(path, probs, keys)
+    dup = keys.duplicated(keep=False)
+    if dup.any():
+        raise _fail(path, f"{int(dup.sum())} rows name the same frame twice (e.g. "
+                    f"{_examples(_key_text(keys[dup]))})")
+    return keys.reset_index(drop=True), probs
+
+
+def _read_table(path: Path, kind: str) -> tuple[pd.DataFrame, np.ndarray]:
+    try:
+        if kind == "parquet":
+            df = pd.read_parquet(path)
+        else:
+            sep = "\t" if path.name.lower().endswith((".tsv", ".tsv.gz")) else ","
+            df = pd.read_csv(path, sep=sep)
+    except Exception as exc:  # noqa: BLE001 - pandas/pyarrow raise many types
+        raise _fail(path, f"cannot read it as {kind.upper()} ({type(exc).__name__}: "
+                    f"{str(exc).splitlines()[0][:160] if str(exc) else ''})") from None
+    cols = {str(c).strip(): c for c in df.columns}
+    lower = {c.lower(): c for c in cols}
+    name_col = next((lower[c] for c in FILENAME_COLUMNS if c in lower), None)
+    if name_col is not None:
+        keys = pd.DataFrame({"filename": df[cols[name_col]].astype(str).str.strip()})
+        used = {name_col}
+    elif "video_id" in lower and "frame_number" in lower:
+        frame = pd.to_numeric(df[cols[lower["frame_number"]]], errors="coerce")
+        if frame.isna().any() or (frame % 1 != 0).any():
+            raise _fail(path, "column frame_number holds values that are not whole numbers")
+        keys = pd.DataFrame({"video_id": df[cols[lower["video_id"]]].astype(str).str.strip(),
+                             "frame_number": frame.astype(np.int64)})
+        used = {lower["video_id"], lower["frame_number"]}
+    else:
+        raise _fail(path, "no frame column: name each frame in a 'filename' column or in "
+                    f"'video_id' and 'frame_number' columns (columns: {list(cols)})")
+    by_class: dict[int, str] = {}
+    unknown = []
+    for c in cols:
+        if c in used or c.lower() in INFO_COLUMNS or c.lower() in ("video_id", "frame_number"):
+            continue
+        if not is_known(c):
+            unknown.append(c)
+            continue
+        k = class_index(c)
+        if k in by_class:
+            raise _fail(path, f"columns {by_class[k]!r} and {c!r} are both class {CLASSES[k]!r}")
+        by_class[k] = c
+    if unknown:
+        raise _fail(path, f"unknown class columns {unknown}; probability columns are named by "
+                    f"class: {list(CLASSES)}")
+    missing = [CLASSES[k] for k in range(NUM_CLASSES) if k not in by_class]
+    if missing:
+        raise _fail(path, f"no probability column for classes {missing}; one column per class "
+                    f"is needed: {list(CLASSES)}")
+    values = df[[cols[by_class[k]] for k in range(NUM_CLASSES)]]
+    probs = values.apply(pd.to_numeric, errors="coerce").to_numpy(np.float64)
+    bad = ~np.isfinite(probs)
+    if bad.any():
+        r, k = np.argwhere(bad)[0]
+        raise _fail(path, f"row {r + 1}: column {by_class[k]!r} holds "
+                    f"{values.iloc[r, k]!r}, not a probability")
+    return keys, probs
+
+
+def _read_npz(path: Path) -> tuple[pd.DataFrame, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except Exception as exc:  # noqa: BLE001 - zipfile/numpy raise many types
+        raise _fail(path, f"cannot read it as NPZ ({type(exc).__name__}: {exc})") from None
+    lack = [k for k in ("filenames", "probs") if k not in arrays]
+    if lack:
+        raise _fail(path, f"lacks arrays {lack}; an NPZ prediction file holds 'filenames' (N,) "
+                    f"and 'probs' (N, 14) (arrays found: {sorted(arrays)})")
+    names, probs = arrays["filenames"], arrays["probs"]
+    if names.ndim != 1 or probs.ndim != 2 or probs.shape != (len(names), NUM_CLASSES):
+        raise _fail(path, f"'filenames' {names.shape} and 'probs' {probs.shape} do not fit: "
+                    f"expected (N,) and (N, {NUM_CLASSES})")
+    if not np.issubdtype(probs.dtype, np.number):
+        raise _fail(path, f"'probs' holds {probs.dtype} values, not numbers")
+    probs = probs.astype(np.float64)
+    if "classes" in arrays:
+        order = [str(c) for c in arrays["classes"]]
+        unknown = [c for c in order if not is_known(c)]
+        if unknown or len(order) != NUM_CLASSES:
+            raise _fail(path, f"'classes' must name the {NUM_CLASSES} classes "
+                        f"{list(CLASSES)}; unknown class names {unknown}" if unknown else
+                        f"'classes' names {len(order)} classes, not {NUM_CLASSES}")
+        idx = [class_index(c) for c in order]
+        if sorted(idx) != list(range(NUM_CLASSES)):
+            raise _fail(path, f"'classes' names a class twice: {order}")
+        out = np.empty_like(probs)
+        out[:, idx] = probs
+        probs = out
+    if not np.isfinite(probs).all():
+        raise _fail(path, f"'probs' row {int(np.argwhere(~np.isfinite(probs))[0][0]) + 1} "
+                    "holds a value that is not a finite number")
+    return pd.DataFrame({"filename": [str(n).strip() for n in names]}), probs
+
+
+def _check_probs(path: Path, probs: np.ndarray, keys: pd.DataFrame) -> None:
+    if len(probs) == 0:
+        raise _fail(path, "holds no rows")
+    out = (probs < 0) | (probs > 1)
+    if out.any():
+        r, k = np.argwhere(out)[0]
+        raise _fail(path, f"row {r + 1} ({_key_text(keys.iloc[[r]])[0]}): probability of "
+                    f"{CLASSES[k]!r} is {probs[r, k]:g}, outside [0, 1]")
+    off = np.abs(probs.sum(1) - 1.0) > SUM_TOLERANCE
+    if off.any():
+        r = int(np.flatnonzero(off)[0])
+        raise _fail(path, f"{int(off.sum())} rows have probabilities that do not sum to 1 (row "
+                    f"{r + 1}, {_key_text(keys.iloc[[r]])[0]}: sum {probs[r].sum():.6f}; "
+                    f"tolerance {SUM_TOLERANCE:g}); pass softmax probabilities, not logits")
+
+
+def _key_text(keys: pd.DataFrame) -> list[str]:
+    if "filename" in keys:
+        return keys["filename"].astype(str).tolist()
+    return (keys["video_id"].astype(str) + " frame " + keys["frame_number"].astype(str)).tolist()
+
+
+@dataclass(frozen=True)
+class Joined:
+    """A prediction file matched to the staged frames."""
+
+    split: np.ndarray      # (len(frames),) the split of each staged row it scores, else ""
+    probs: np.ndarray      # (len(frames), 14) probabilities by staged row (0 where unscored)
+    splits: tuple[str, ...]  # the splits it covers: ("test",) or ("val", "test")
+    key: str               # how rows were matched: filename, path, or video_id+frame_number
+
+
+def join_predictions(path: Path, keys: pd.DataFrame, probs: np.ndarray,
+                     frames: pd.DataFrame) -> Joined:
+    """Match the file's rows to the staged frames by name; every test frame, nothing else
+    (but the val split, when the file covers all of it).
+
+    One image may be staged more than once (a frame with two labels is one row per label):
+    its one prediction row then scores every staged row of that image.
+    """
+    frames = frames.reset_index(drop=True)
+    theirs, staged, key = _keys(path, keys, frames)
+    pos = pd.Index(theirs).get_indexer(staged)       # staged row -> file row, -1: none
+    splits = frames["split"].astype(str).to_numpy()
+    names = np.asarray(_key_text(keys))
+    known = set(staged.tolist())
+    extra = ~pd.Series(theirs).isin(known).to_numpy()
+    if extra.any():
+        raise _fail(path, f"{int(extra.sum())} frames are not in the staged release (e.g. "
+                    f"{_examples(names[extra])})")
+    scored = np.zeros(len(keys), bool)
+    scored[pos[(pos >= 0) & np.isin(splits, ("val", "test"))]] = True
+    if not scored.all():
+        other = splits[(pos >= 0) & ~np.isin(splits, ("val", "test"))]
+        raise _fail(path, f"{int((~scored).sum())} frames are in the staged "
+                    f"{other[0] if len(other) else 'train'} split, not the test split (e.g. "
+                    f"{_examples(names[~scored])})")
+    covered = []
+    for s in ("val", "test"):
+        rows = np.flatnonzero(splits == s)
+        lack = rows[pos[rows] < 0]
+        if s == "val" and len(lack) == len(rows):
+            continue
+        if len(lack):
+            shown = frames["path"].iloc[lack].astype(str).tolist()
+            raise _fail(path, f"{len(lack)} of the {len(rows)} staged {s} frames are missing "
+                        f"(e.g. {_examples(shown)})")
+        covered.append(s)
+    use = (pos >= 0) & np.isin(splits, covered)
+    split = np.where(use, splits, "").astype(object)
+    out = np.zeros((len(frames), NUM_CLASSES), np.float64)
+    out[use] = probs[pos[use]]
+    return Joined(split, out, tuple(covered), key)
+
+
+def _keys(path: Path, keys: pd.DataFrame, frames: pd.DataFrame
+          ) -> tuple[np.ndarray, np.ndarray, str]:
+    """(key of each file row, key of each staged row, the key used)."""
+    if "filename" not in keys:
+        def pair(video, frame):
+            return (pd.Series(video).astype(str) + "\x00"
+                    + pd.Series(frame).astype(np.int64).astype(str)).to_numpy()
+        return (pair(keys["video_id"], keys["frame_number"]),
+                pair(frames["video_id"], frames["frame_number"]), "video_id+frame_number")
+    names = keys["filename"].astype(str).str.replace("\\", "/", regex=False)
+    paths = frames["path"].astype(str)
+    if names.isin(paths).all():
+        return names.to_numpy(), paths.to_numpy(), "path"
+    base = (frames["filename"] if "filename" in frames else paths.str.rsplit("/", n=1).str[-1]
+            ).astype(str)
+    theirs = names.str.rsplit("/", n=1).str[-1]
+    # one name, several images (e.g. frame_000001.png in every video of a release)
+    images = frames.assign(_base=base).drop_duplicates(["_base", "video_id", "frame_number"])
+    shared = images["_base"][images["_base"].duplicated(keep=False)]
+    clash = shared[shared.isin(theirs)].unique()
+    if len(clash):
+        raise _fail(path, f"frame names are not unique in the staged release "
+                    f"({_examples(clash)} name several frames); name frames by their staged "
+                    "path or by video_id and frame_number")
+    return theirs.to_numpy(), base.to_numpy(), "filename"

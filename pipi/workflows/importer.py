@@ -1,0 +1,199 @@
+"""The ``import`` workflow: an outside checkpoint or prediction file as an MLflow run.
+
+A released checkpoint (``kind=checkpoint``) is loaded into the cell's frame model
+(:mod:`pipi.models.external`), scored on the staged val and test splits through the scoring
+path of :mod:`pipi.runs.evaluate` and logged with the run contract of a trained run: params
+(cell, seed, backbone, recipe), tags (entry point ``import``, dataset, data digest, code
+version), per-frame predictions, metrics and a registered pyfunc version
+(:mod:`pipi.tracking.logged_model`), so ``aggregate``, ``galar``, ``robustness`` and
+``transplant`` take it like a trained run. A prediction file (``kind=predictions``,
+:mod:`pipi.data.prediction_file`) becomes a run with predictions and metrics, no model.
+
+Either way the run says where it came from (tags ``pipi.source=external``,
+``pipi.source_sha256``, ``pipi.source_kind``, ``pipi.source_label``) and everything is
+checked before the run starts: a bad file logs nothing. Importing the same file for the
+same arm and data again reuses the FINISHED run (key: file hash, config, data, code).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import shlex
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipi import tracking
+from pipi.cells import PER_FRAME_CELLS, get_cell
+from pipi.config import TrainConfig, make_config, resolve_profile, run_params
+from pipi.data.cache import build_cache
+from pipi.data.kvasir import load_staged
+from pipi.data.prediction_file import join_predictions, read_prediction_file
+from pipi.errors import ConfigError
+from pipi.runs.evaluate import EvalContext, device_for, log_scores, plain_scorer, score_splits
+from pipi.models.external import load_external_state, read_state_dict
+from pipi.paths import pipi_home
+from pipi.tracking.logged_model import log_frame_model
+from pipi.training.frames import build_frame_model, tmpdir
+from pipi.runs.data import resolve_data
+
+__all__ = ["ENTRY_POINT", "KINDS", "SOURCE_EXTERNAL", "ImportResult", "import_file"]
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT = "import"
+KINDS = ("checkpoint", "predictions")
+#: ``pipi.source`` of an imported run (``aggregate`` keeps such runs in their own arms).
+SOURCE_EXTERNAL = "external"
+#: Splits an import scores (a prediction file may cover test only).
+SPLITS = ("val", "test")
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    run_id: str
+    kind: str
+    cell: str
+    backbone: str
+    seed: int
+    test_macro_auc: float
+    sha256: str
+    reused: bool = False
+    registered: str | None = None
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def check_label(label: str) -> str:
+    """The arm label of imported runs (``a (released)``): a short plain word or phrase."""
+    label = (label or "").strip()
+    if not label or any(c in label for c in "@()\"'`") or len(label) > 40:
+        raise ConfigError(f"label={label!r}: give a short name for the source (e.g. released), "
+                          "without @, quotes or parentheses")
+    return label
+
+
+def import_command(*, kind: str, file: Path, cfg: TrainConfig, data: str | None,
+                   label: str) -> str:
+    """The ``mlflow run`` command that makes this run again (tag ``pipi.recipe``)."""
+    args = ["mlflow", "run", ".", "-e", ENTRY_POINT, "--env-manager", "local",
+            "-P", f"kind={kind}", "-P", f"file={file}", "-P", f"cell={cfg.cell}",
+            "-P", f"backbone={cfg.backbone}", "-P", f"seed={cfg.seed}",
+            "-P", f"profile={cfg.profile}", "-P", f"label={label}"]
+    if kind == "checkpoint":
+        args += ["-P", f"image_size={cfg.image_size}"]
+    if data:
+        args += ["-P", f"data={data}"]
+    return shlex.join(args)
+
+
+def import_file(*, kind: str, file: str | Path, cell: str, backbone: str, seed: int,
+                data: str | None = None, profile: str = "auto", image_size: int | None = None,
+                label: str = "released", experiment: str | None = None,
+                register: bool = True, progress: bool = True) -> ImportResult:
+    """Import ``file`` as an evaluation run of (cell, backbone, seed); see the module docstring.
+
+    Raises
+    ------
+    ConfigError
+        An unknown kind, a sequence cell, a bad label, a missing file.
+    DataError
+        A checkpoint whose keys or shapes do not fit the cell's model (one line naming
+        them), a prediction file that is unreadable, lacks or adds frames or classes, or
+        whose probabilities do not sum to 1. Nothing is logged then.
+    """
+    if kind not in KINDS:
+        raise ConfigError(f"kind={kind!r}: use one of {list(KINDS)}")
+    if get_cell(cell).is_sequence:
+        raise ConfigError(f"cell={cell!r} is a sequence cell; import takes per-frame cells "
+                          f"{list(PER_FRAME_CELLS)} (a sequence model is more than one state "
+                          "dict)")
+    label = check_label(label)
+    path = Path(file).expanduser()
+    if not path.is_file():
+        raise ConfigError(f"file={str(file)!r}: no such file")
+    path = path.resolve()
+    root = resolve_data(data)
+    frames, manifest = load_staged(root)
+    profile = resolve_profile(profile, manifest.get("dataset", ""))
+    cfg = make_config(cell=cell, backbone=backbone, seed=seed, profile=profile, weights="none",
+                      image_size=image_size)
+    data_arg = None if data in (None, "", "synthetic") else str(root)
+    if kind == "checkpoint":  # everything is checked before a run starts
+        model = build_frame_model(cfg)
+        facts = load_external_state(model, read_state_dict(path), arch=backbone, cell=cell,
+                                    source=str(path))
+    else:
+        keys, probs = read_prediction_file(path)
+        joined = join_predictions(path, keys, probs, frames)
+        facts = {"matched_by": joined.key, "splits": ",".join(joined.splits)}
+    sha = file_sha256(path)
+    digest = manifest["data_digest"]
+    params = run_params(cfg) if kind == "checkpoint" else {
+        k: v for k, v in run_params(cfg).items()
+        if k in ("cell", "backbone", "seed", "profile", "streams", "input_channels")}
+    key = {"import": kind, "sha256": sha, "config": params, "data_digest": digest,
+           "label": label}
+    tags = {**tracking.data_tags(manifest), tracking.TAG_CELL: cell,
+            tracking.TAG_BACKBONE: backbone, tracking.TAG_SEED: str(seed),
+            tracking.TAG_CONFIG_HASH: tracking.config_hash({**key,
+                                                             "code": tracking.code_version()}),
+            tracking.TAG_RECIPE_HASH: tracking.config_hash(key | {"sha256": ""}),
+            tracking.TAG_RECIPE: import_command(kind=kind, file=path, cfg=cfg, data=data_arg,
+                                                label=label),
+            tracking.TAG_SOURCE: SOURCE_EXTERNAL, tracking.TAG_SOURCE_KIND: kind,
+            tracking.TAG_SOURCE_SHA: sha, tracking.TAG_SOURCE_FILE: path.name,
+            tracking.TAG_SOURCE_LABEL: label,
+            **{f"pipi.import.{k}": v for k, v in facts.items()}}
+    found = tracking.find_finished_run(tags[tracking.TAG_CONFIG_HASH],
+                                       **{tracking.TAG_ENTRY_POINT: ENTRY_POINT})
+    if found is not None:
+        log.info("file %s (sha256 %s) was imported already as run %s", path, sha[:12],
+                 found.info.run_id)
+        return ImportResult(found.info.run_id, kind, cell, backbone, seed,
+                            found.data.metrics.get("test/macro_auc", float("nan")), sha,
+                            reused=True)
+    images = None
+    if kind == "checkpoint":
+        images = build_cache(root, frames, size=cfg.image_size, digest=digest,
+                             cache_dir=pipi_home() / "cache", progress=progress)
+    work = tmpdir()
+    try:
+        with tracking.pipi_run(entry_point=ENTRY_POINT, experiment=experiment, tags=tags,
+                               run_name=f"{cell}-{backbone}-s{seed}-{label}") as run:
+            tracking.log_params({**params, "data_dir": str(root), "import.kind": kind,
+                                 "import.file": str(path), "import.sha256": sha,
+                                 "import.label": label})
+            tracking.log_dataset(frames, source=str(root), name=tags[tracking.TAG_DATASET],
+                                 digest=digest, context="evaluation")
+            if kind == "checkpoint":
+                tracking.log_dict(cfg.to_dict(), "config.json")
+                dev = device_for()
+                ctx = EvalContext(model.to(dev), cfg, frames, images, dev, "", work)
+                split = frames["split"].astype(str).to_numpy()
+                preds, metrics = score_splits(frames, split, SPLITS, frames,
+                                              lambda rows, s: plain_scorer(ctx, rows, s))
+            else:
+                preds, metrics = score_splits(frames, joined.split, joined.splits, frames,
+                                              lambda rows, s: (joined.probs[rows], {}))
+            log_scores(preds, metrics, frames, work)
+            auc = float(metrics.get("test/macro_auc", float("nan")))
+            registered = None
+            if kind == "checkpoint":
+                out = log_frame_model(cfg, model.cpu(), work, test_auc=auc, register=register,
+                                      tags=tags, version_tags={"source": SOURCE_EXTERNAL,
+                                                               "source_sha256": sha,
+                                                               "source_label": label})
+                registered = out.get("registered")
+            return ImportResult(run.info.run_id, kind, cell, backbone, seed, auc, sha,
+                                registered=registered)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+

@@ -1,0 +1,100 @@
+"""`import`: outside checkpoints and prediction files as MLflow runs (docs/import.md).
+
+Checkpoints are fresh torchvision models (weights=None) saved in the forms released code
+writes (plain, DataParallel's ``module.``, a Lightning-style ``model.``); prediction files
+are written here with pandas/numpy, never by pipi. Each run is checked against the file
+and the staged test split, with expectations computed here (torchvision forward pass,
+scikit-learn AUC), and a bad file must leave the tracking store untouched.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipi.classes import CLASSES
+from pipi.errors import DataError
+
+
+def _staged_like(rows) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=["path", "filename", "video_id", "frame_number",
+                                       "split"])
+
+
+def test_a_frame_staged_under_two_labels_takes_its_one_prediction_row(tmp_path):
+    from pipi.data.prediction_file import join_predictions, read_prediction_file
+
+    frames = _staged_like([
+        ("test/Erosion/v1_7.jpg", "v1_7.jpg", "v1", 7, "test"),
+        ("test/Pylorus/v1_7.jpg", "v1_7.jpg", "v1", 7, "test"),   # the same image, 2 labels
+        ("test/Ulcer/v2_3.jpg", "v2_3.jpg", "v2", 3, "test"),
+        ("train/Ulcer/v3_1.jpg", "v3_1.jpg", "v3", 1, "train"),
+    ])
+    probs = np.eye(14)[[4, 13]]
+    path = tmp_path / "p.csv"
+    pd.DataFrame(probs, columns=list(CLASSES)).assign(filename=["v1_7.jpg", "v2_3.jpg"]) \
+        .to_csv(path, index=False)
+    joined = join_predictions(path, *read_prediction_file(path), frames)
+    assert joined.splits == ("test",) and joined.key == "filename"
+    assert list(joined.split) == ["test", "test", "test", ""]
+    np.testing.assert_array_equal(joined.probs[:3], probs[[0, 0, 1]])
+
+
+def test_names_shared_by_several_videos_must_be_told_apart(tmp_path):
+    from pipi.data.prediction_file import join_predictions, read_prediction_file
+
+    frames = _staged_like([   # a Galar-like layout: the same file name in every video
+        ("test/1/frame_000001.png", "frame_000001.png", "1", 1, "test"),
+        ("test/2/frame_000001.png", "frame_000001.png", "2", 1, "test"),
+    ])
+    probs = np.full((2, 14), 1 / 14)
+    by_name = tmp_path / "names.csv"
+    pd.DataFrame(probs, columns=list(CLASSES)).assign(filename=["frame_000001.png"] * 2) \
+        .to_csv(by_name, index=False)
+    with pytest.raises(DataError, match="same frame twice"):
+        read_prediction_file(by_name)
+    one = tmp_path / "one.csv"
+    pd.DataFrame(probs[:1], columns=list(CLASSES)).assign(filename=["frame_000001.png"]) \
+        .to_csv(one, index=False)
+    with pytest.raises(DataError, match="frame names are not unique in the staged release"):
+        join_predictions(one, *read_prediction_file(one), frames)
+    by_video = tmp_path / "videos.parquet"
+    pd.DataFrame(probs, columns=list(CLASSES)).assign(video_id=["2", "1"], frame_number=[1, 1]) \
+        .to_parquet(by_video)
+    joined = join_predictions(by_video, *read_prediction_file(by_video), frames)
+    assert joined.key == "video_id+frame_number" and list(joined.split) == ["test", "test"]
+    by_path = tmp_path / "paths.npz"
+    np.savez(by_path, filenames=np.array(["test/2/frame_000001.png", "test/1/frame_000001.png"]),
+             probs=np.eye(14)[[0, 1]], classes=np.array(list(reversed(CLASSES))))
+    joined = join_predictions(by_path, *read_prediction_file(by_path), frames)
+    assert joined.key == "path"   # columns in the order 'classes' names: Ulcer first
+    np.testing.assert_array_equal(joined.probs, np.eye(14)[[12, 13]])
+
+
+# --------------------------------------------------------------------------- promote
+def test_mark_imported_names_arms_by_source_children_included():
+    from pipi.analysis import cell_label, imported_arm, mark_imported
+
+    def tags(**kw):
+        return json.dumps({f"pipi.{k}": v for k, v in kw.items()})
+
+    runs = pd.DataFrame({
+        "run_id": list("abcde"),
+        "cell": ["a", "a", "pi", "a@perturb_jpeg25", ""],
+        "tags": [tags(), tags(source="external"),
+                 tags(source="external", source_label="yang2026"),
+                 tags(source="external"), tags(source="external")],
+    })
+    marked = mark_imported(runs)
+    assert marked["cell"].tolist() == ["a", "a (released)", "pi (yang2026)",
+                                       "a (released)@perturb_jpeg25", ""]
+    assert marked["source"].tolist() == ["", "external", "external", "external", "external"]
+    assert mark_imported(runs, pair=True)["cell"].tolist() == runs["cell"].tolist()
+    assert imported_arm("pi (yang2026)") == ("pi", "yang2026")
+    assert imported_arm("pi") == ("pi", "")
+    assert cell_label("a (released)") == "(a) RGB-only per-frame baseline [released: imported]"
+
+
