@@ -463,8 +463,8 @@ def _details(rec: Recomputed) -> list[str]:
             f"frames): method {h.method_macro.mean():.3f}, RGB baseline "
             f"{h.baseline_macro.mean():.3f}, Δ {h.delta:+.4f}; Δ_Galar / this Δ = "
             + (f"{ret.value:+.2f}" if math.isfinite(ret.value) else "n/a") + f" -> {ret.label}",
-            f"  (the GalKva {rec.benchmark_version} leaderboard uses the retention above: both "
-            "Δ over the scoring set; the paper's reference entries divide by the headline Δ)",
+            (f"  (the GalKva {rec.benchmark_version} leaderboard uses the retention above: both "
+             "Δ over the scoring set; the paper's reference entries divide by the headline Δ)"),
         ]
     return lines
 

@@ -266,10 +266,10 @@ def score_submission(obj_or_path, *, tolerance: float = 1e-3) -> SubmissionScore
         benchmark_version=doc["benchmark_version"],
         kvasir=k, galar=g,
         retention=classify_retention(k.delta, g.delta),
-        details=(f"note: the Δ are as self-reported. The GalKva {BENCHMARK_VERSION} "
-                 "leaderboard defines both over the 6-class scoring set; the paper's reference "
-                 "entries divide by the Kvasir Δ of its 11-class headline instead, a different "
-                 "number for the same runs (`pipi galkva score --predictions` shows both).",),
+        details=((f"note: the Δ are as self-reported. The GalKva {BENCHMARK_VERSION} "
+                  "leaderboard defines both over the 6-class scoring set; the paper's reference "
+                  "entries divide by the Kvasir Δ of its 11-class headline instead, a different "
+                  "number for the same runs (`pipi galkva score --predictions` shows both)."),),
         checks=tuple(str(w) for w in check_submission(doc, tolerance=tolerance,
                                                       scoring_sets=SCORING_SETS)),
     )

@@ -261,14 +261,16 @@ def _known_keys(schema: dict) -> set[str]:
 
 
 def _unknown_keys(obj, schema: dict, parts: list, extra: set[str] = frozenset()) -> list[Violation]:
+    """Keys the schema does not name that look like a misspelt known key."""
     if not isinstance(obj, dict):
         return []
     known = _known_keys(schema) | set(extra)
     out = []
     for k in sorted(set(obj) - known):
-        near = _closest(k, known)
-        out.append(_warn([*parts, k], "key not in the released schema (kept, not scored)",
-                         f"rename it to '{near}'" if near else "remove it if it is a typo"))
+        near = _closest(k, known)  # extra keys are allowed: only a probable typo is reported
+        if near is not None:
+            out.append(_warn([*parts, k], f"key not in the released schema, close to {near!r} "
+                             "(kept, not scored)", f"rename it to '{near}'"))
     return out
 
 

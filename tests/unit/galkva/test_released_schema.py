@@ -96,6 +96,7 @@ def test_shipped_schema_is_a_valid_draft07_schema():
 # --------------------------------------------------------------------------- the reference entry
 def test_reference_entry_is_valid_and_scores_partial(reference):
     assert validate_submission(reference) == []
+    assert check_submission(reference, scoring_sets=SCORING_SETS) == []  # extra keys: fine
     s = score_submission(reference)
     assert math.isclose(s.retention.value, 0.011 / 0.018)
     assert s.retention.band == "Partial" and f"{s.retention.value:.2f}" == "0.61"
