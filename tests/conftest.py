@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+# MLflow 3's server starts seven huey job consumers (GenAI jobs pipi never submits), each a
+# Python process importing mlflow: on 2 cores that is seconds of CPU per server the tests start.
+os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
 ROOT = Path(__file__).resolve().parent.parent
 
 from servers import MlflowServer  # noqa: E402  (tests/ is on sys.path before conftest loads)
