@@ -31,10 +31,9 @@ def _train_runs(experiment: str) -> pd.DataFrame:
 
 # --------------------------------------------------------------------------- plans
 def test_sweep_retries_reports_and_is_idempotent(tracking, tiny_staged, monkeypatch):
-    import pipi.workflows.train as rmod
-    import pipi.workflows.train as smod
+    import pipi.workflows.train as train_workflow
 
-    real_frame, real_fit, calls = rmod.run_frame_cell, smod.fit_sequence, {"n": 0}
+    real_frame, real_fit, calls = train_workflow.run_frame_cell, train_workflow.fit_sequence, {"n": 0}
 
     def flaky(*a, **k):
         calls["n"] += 1
@@ -45,8 +44,8 @@ def test_sweep_retries_reports_and_is_idempotent(tracking, tiny_staged, monkeypa
     def broken(*a, **k):
         raise RuntimeError("head exploded")
 
-    monkeypatch.setattr(rmod, "run_frame_cell", flaky)
-    monkeypatch.setattr(smod, "fit_sequence", broken)
+    monkeypatch.setattr(train_workflow, "run_frame_cell", flaky)
+    monkeypatch.setattr(train_workflow, "fit_sequence", broken)
     kw = {"study": "eight_cell", "cells": "a,b", "seeds": "5", "data": str(tiny_staged),
           "experiment": "sweep", **SMOKE}
     first = run_ablation(**kw)
@@ -64,8 +63,8 @@ def test_sweep_retries_reports_and_is_idempotent(tracking, tiny_staged, monkeypa
     summary = mlflow.artifacts.load_text(f"runs:/{first.parent_run_id}/summary/summary.md")
     assert "| b | efficientnet_b0 | 5 | study | failed | 2 |" in summary
 
-    monkeypatch.setattr(rmod, "run_frame_cell", real_frame)
-    monkeypatch.setattr(smod, "fit_sequence", real_fit)
+    monkeypatch.setattr(train_workflow, "run_frame_cell", real_frame)
+    monkeypatch.setattr(train_workflow, "fit_sequence", real_fit)
     second = run_ablation(**kw)
     assert [(c.cell, c.status) for c in second.children] == [("a", "reused"), ("b", "trained")]
     n_runs = len(_train_runs("sweep"))

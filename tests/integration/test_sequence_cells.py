@@ -16,7 +16,7 @@ from pipi.config import make_config
 from pipi.data.cache import build_cache
 from pipi.data.kvasir import load_staged
 from pipi.training.frames import PROB_COLUMNS, FrameInputs
-from pipi.workflows import train as runner
+from pipi.workflows import train as train_workflow
 
 
 # --------------------------------------------------------------------------- windows
@@ -54,9 +54,9 @@ def test_b_plus_and_e_plus_train_and_share_their_pi_base(tracking, tiny_staged, 
     # ResNet-18: an untrained EfficientNet in eval mode maps every frame to nearly the same
     # embedding (BatchNorm running statistics of two batches), which would test nothing here
     kw = {"profile": "smoke", "weights": "none", "seed": 11, "backbone": "resnet18"}
-    s1 = runner.train(make_config(cell="b_plus", **kw), data=str(tiny_staged),
+    s1 = train_workflow.train(make_config(cell="b_plus", **kw), data=str(tiny_staged),
                       experiment="seq-fast", progress=False)
-    s2 = runner.train(make_config(cell="e_plus", **kw), data=str(tiny_staged),
+    s2 = train_workflow.train(make_config(cell="e_plus", **kw), data=str(tiny_staged),
                       experiment="seq-fast", progress=False)
     r1 = _contract(s1["run_id"], tiny_staged, "b_plus", tmp_path / "1")
     r2 = _contract(s2["run_id"], tiny_staged, "e_plus", tmp_path / "2")
@@ -94,7 +94,7 @@ def test_b_plus_and_e_plus_train_and_share_their_pi_base(tracking, tiny_staged, 
 @pytest.mark.parametrize("cell", [c for c in SEQUENCE_CELLS if c not in ("b_plus", "e_plus")])
 def test_every_sequence_cell_trains_end_to_end(cell, tracking, tiny_staged, tmp_path):
     cfg = make_config(cell=cell, profile="smoke", weights="none", seed=11)
-    s = runner.train(cfg, data=str(tiny_staged), experiment="seq-all", progress=False,
+    s = train_workflow.train(cfg, data=str(tiny_staged), experiment="seq-all", progress=False,
                      register=False)
     run = _contract(s["run_id"], tiny_staged, cell, tmp_path)
     base = mlflow.get_run(run.data.tags["pipi.base_run_id"])
@@ -106,7 +106,7 @@ def test_interrupted_sequence_run_resumes_to_the_same_result(tracking, tiny_stag
                                                               monkeypatch):
     cfg = make_config(cell="b_plus", profile="smoke", weights="none", seed=11,
                       backbone="resnet18", epochs=2, patience=5)
-    full = runner.train(cfg, data=str(tiny_staged), experiment="seq-resume", progress=False)
+    full = train_workflow.train(cfg, data=str(tiny_staged), experiment="seq-resume", progress=False)
     import pipi.tracking as tmod
 
     real = tmod.RunTracker.log_checkpoint
@@ -117,13 +117,13 @@ def test_interrupted_sequence_run_resumes_to_the_same_result(tracking, tiny_stag
 
     monkeypatch.setattr(tmod.RunTracker, "log_checkpoint", interrupt)
     with pytest.raises(KeyboardInterrupt):
-        runner.train(cfg, data=str(tiny_staged), experiment="seq-resume", progress=False)
+        train_workflow.train(cfg, data=str(tiny_staged), experiment="seq-resume", progress=False)
     monkeypatch.setattr(tmod.RunTracker, "log_checkpoint", real)
     killed = mlflow.search_runs(experiment_names=["seq-resume"],
                                 filter_string="attributes.status = 'KILLED'")
     assert len(killed) == 1
     rid = killed["run_id"][0]
-    resumed = runner.train(cfg, data=str(tiny_staged), resume=rid, progress=False)
+    resumed = train_workflow.train(cfg, data=str(tiny_staged), resume=rid, progress=False)
     assert resumed["run_id"] == rid and mlflow.get_run(rid).info.status == "FINISHED"
     assert resumed["base_run_id"] == full["base_run_id"]
     assert resumed["test_macro_auc"] == full["test_macro_auc"]

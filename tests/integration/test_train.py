@@ -21,7 +21,7 @@ from pipi.training.frames import (
     TrainingDiverged,
     run_frame_cell,
 )
-from pipi.workflows import train as runner
+from pipi.workflows import train as train_workflow
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -131,15 +131,14 @@ def test_mlflow_run_train_contract_registry_and_reproducibility(tracking, tiny_s
 
 
 def test_failure_marks_run_failed_with_reason(tracking, tiny_staged, monkeypatch):
-    import pipi.workflows.train as rmod
 
     def boom(*a, **k):
         raise TrainingDiverged("loss is nan at epoch 0, batch 1")
 
-    monkeypatch.setattr(rmod, "run_frame_cell", boom)
+    monkeypatch.setattr(train_workflow, "run_frame_cell", boom)
     cfg = make_config(cell="a", profile="smoke", weights="none")
     with pytest.raises(TrainingDiverged):
-        runner.train(cfg, data=str(tiny_staged), experiment="failures", progress=False)
+        train_workflow.train(cfg, data=str(tiny_staged), experiment="failures", progress=False)
     runs = mlflow.search_runs(experiment_names=["failures"])
     assert runs["status"][0] == "FAILED"
     assert "loss is nan" in runs["tags.pipi.failure_reason"][0]
@@ -147,7 +146,7 @@ def test_failure_marks_run_failed_with_reason(tracking, tiny_staged, monkeypatch
 
 def test_interrupted_run_resumes_to_the_same_result(tracking, tiny_staged, monkeypatch):
     cfg = make_config(cell="a", profile="smoke", weights="none", epochs=2, patience=5)
-    full = runner.train(cfg, data=str(tiny_staged), experiment="resume", progress=False,
+    full = train_workflow.train(cfg, data=str(tiny_staged), experiment="resume", progress=False,
                         register=False)
     import pipi.tracking as tmod
 
@@ -159,13 +158,13 @@ def test_interrupted_run_resumes_to_the_same_result(tracking, tiny_staged, monke
 
     monkeypatch.setattr(tmod.RunTracker, "log_checkpoint", interrupt)
     with pytest.raises(KeyboardInterrupt):
-        runner.train(cfg, data=str(tiny_staged), experiment="resume", progress=False,
+        train_workflow.train(cfg, data=str(tiny_staged), experiment="resume", progress=False,
                      register=False)
     monkeypatch.setattr(tmod.RunTracker, "log_checkpoint", real)
     killed = mlflow.search_runs(experiment_names=["resume"], filter_string="attributes.status = 'KILLED'")
     assert len(killed) == 1
     rid = killed["run_id"][0]
-    resumed = runner.train(cfg, data=str(tiny_staged), resume=rid, progress=False, register=False)
+    resumed = train_workflow.train(cfg, data=str(tiny_staged), resume=rid, progress=False, register=False)
     assert resumed["run_id"] == rid
     assert mlflow.get_run(rid).info.status == "FINISHED"
     assert resumed["test_macro_auc"] == full["test_macro_auc"]
