@@ -38,6 +38,7 @@ import pandas as pd
 from pipi import tracking
 from pipi.analysis import AggregateOptions, Analysis, build_evidence, compare_cells, select_runs
 from pipi.analysis.recipes import recipe_signatures
+from pipi.report.descriptions import training_evidence
 from pipi.classes import CLASSES
 from pipi.errors import ConfigError, DataError, PipiError
 from pipi.stats import adjust_pvalues
@@ -224,7 +225,10 @@ def _record(model: str, version: str, ev: Evidence | None, decision: str, *,
         tags["pipi.promote.force_reason"] = force_reason
     if error:
         tags["pipi.promote.error"] = error
-    tracking.record_on_version(model, version, tags, description=f"{head}\n\n{text}")
+    # the training evidence written at registration stays below the gate's numbers
+    kept = training_evidence(tracking.model_version(model, version).description)
+    tracking.record_on_version(model, version, tags,
+                               description=f"{head}\n\n{text}" + (f"\n\n{kept}" if kept else ""))
     return f"{head}\n{text}"
 
 

@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import shutil
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +30,9 @@ from pipi.runtime import runtime_of
 from pipi.evaluate import load_run_model
 from pipi.model_input import encode_png
 from pipi.models import NormalAutoencoder
+from pipi.prior import prior_channels
+from pipi.report.descriptions import model_card, run_description, version_description
+from pipi.report.run_figures import prediction_figures, prior_examples
 from pipi.sequence import C3_DIR, base_config, fit_sequence
 from pipi.sequence_clip import ClipPredictor
 from pipi.tracking.pyfunc import (
@@ -88,13 +92,18 @@ def log_results(out: dict, work: Path) -> dict:
     return {"run_id": tracking.active_run_id(),
             "test_macro_auc": out["metrics"]["test/macro_auc"],
             "val_macro_auc": out["metrics"]["val/macro_auc"],
-            "best_epoch": out["metrics"]["best_epoch"], "registered": None}
+            "best_epoch": out["metrics"]["best_epoch"], "registered": None,
+            "test_classes": list(out["classes"])}
 
 
 def train(cfg: TrainConfig, *, data: str | None = None, resume: str | None = None,
           experiment: str | None = None, register: bool = True, progress: bool = True,
-          nested: bool = False) -> dict:
-    """Run one cell end to end inside an MLflow run and return a summary."""
+          nested: bool = False, system_metrics: bool = False) -> dict:
+    """Run one cell end to end inside an MLflow run and return a summary.
+
+    The run ends with what the MLflow UI shows (``_show_in_ui``): figures, the run's
+    description, the registered model's card and the version's evidence.
+    ``system_metrics`` turns on MLflow's system-metrics logging for the run."""
     root = resolve_data(data, preset="tiny" if cfg.profile == "smoke" else "demo")
     frames, manifest = load_staged(root)
     resume_state, base_id = None, None
@@ -109,7 +118,7 @@ def train(cfg: TrainConfig, *, data: str | None = None, resume: str | None = Non
     try:
         with tracking.pipi_run(entry_point="train", experiment=experiment, run_id=resume,
                                nested=nested, run_name=f"{cfg.cell}-{cfg.backbone}-s{cfg.seed}",
-                               tags=tags) as run:
+                               tags=tags, log_system_metrics=system_metrics) as run:
             if not resume:
                 params = {**run_params(cfg), "data_dir": str(root)}
                 if seq:
@@ -129,11 +138,73 @@ def train(cfg: TrainConfig, *, data: str | None = None, resume: str | None = Non
                 out = run_frame_cell(cfg, data=root, resume_state=resume_state, tracker=tracker,
                                      progress=progress, runtime=runtime)
                 summary = log_results(out, work)
+                summary["test_predictions"] = out["predictions"]["test"]
                 summary.update(_log_model(cfg, out["model"], work, summary["test_macro_auc"],
                                           register, tags))
+            _show_in_ui(cfg, summary, root=root, frames=frames, manifest=manifest, tags=tags)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return summary
+
+
+# --------------------------------------------------------------------------- the MLflow UI
+def _show_in_ui(cfg: TrainConfig, summary: dict, *, root: Path, frames: pd.DataFrame,
+                manifest: dict, tags: dict) -> None:
+    """Figures (``figures/``), the run's description, the model card and the version's
+    evidence (docs/mlflow-ui.md). Pops the test predictions from ``summary``."""
+    test = summary.pop("test_predictions")
+    label = f"{cfg.cell} {cfg.backbone} s{cfg.seed}"
+    figs = prediction_figures(test, summary["test_classes"], label=label)
+    cell = cfg.cell_config
+    if not cell.is_sequence and (cell.input_channels == 5 or cell.distill):
+        figs["prior_examples"] = _prior_figure(cfg, root=root, frames=frames, manifest=manifest,
+                                               label=label)
+    tracking.log_figures(figs)
+    run_id = summary["run_id"]
+    recipe = tags.get(tracking.TAG_RECIPE, recipe_command(cfg))
+    digest = manifest.get("data_digest", "")
+    base = summary.get("base_run_id")
+    tracking.set_run_description(run_description(
+        cell=cfg.cell, backbone=cfg.backbone, seed=cfg.seed, recipe=recipe,
+        test_macro_auc=summary["test_macro_auc"], test_classes=summary["test_classes"],
+        data_digest=digest, base_run_id=base,
+        base_run_url=tracking.run_url(base) if base else None,
+        registered=summary.get("registered")))
+    if summary.get("registered"):
+        name, version = summary["registered_name"], summary["registered_version"]
+        tracking.set_model_description(name, model_card(cell=cfg.cell, backbone=cfg.backbone))
+        tracking.set_version_description(name, version, version_description(
+            run_id=run_id, test_macro_auc=summary["test_macro_auc"],
+            test_classes=summary["test_classes"], data_digest=digest, recipe=recipe,
+            seed=cfg.seed))
+
+
+def _prior_figure(cfg: TrainConfig, *, root: Path, frames: pd.DataFrame, manifest: dict,
+                  label: str, side: int = 96) -> bytes:
+    """One test frame per class (the first in frame-index order) with P_blood and Phi as the
+    model received them (a channel the cell zeroes is shown as zeros)."""
+    pos = np.flatnonzero(frames["split"].to_numpy() == "test")
+    _, first = np.unique(frames["class_index"].to_numpy()[pos], return_index=True)
+    rows = pos[first]                                           # class order, cache rows
+    images = build_cache(root, frames, size=cfg.image_size, digest=manifest["data_digest"],
+                         cache_dir=pipi_home() / "cache", progress=False)
+    x01 = torch.from_numpy(np.ascontiguousarray(images[rows])).float() / 255
+    prior = prior_channels(x01, **asdict(cfg.prior))          # (N, 2, S, S) at training size
+    cell = cfg.cell_config
+    for ch in cell.zero_channels:
+        prior[:, ch - 3] = 0
+    if cell.distill:
+        given = {"P_blood": "auxiliary target", "Phi": "not used"}
+    else:
+        given = {name: "zeroed" if ch in cell.zero_channels else "input channel"
+                 for name, ch in (("P_blood", 3), ("Phi", 4))}
+    size = min(side, cfg.image_size)                            # thumbnails keep PNGs small
+    small = torch.nn.functional.interpolate(torch.cat([x01, prior], 1), size=(size, size),
+                                            mode="area")
+    rgb = (small[:, :3] * 255).round().clamp(0, 255).to(torch.uint8).numpy()
+    return prior_examples(rgb, small[:, 3:].numpy(), list(frames["class"].to_numpy()[rows]),
+                          label=label,
+                          given=given)
 
 
 # --------------------------------------------------------------------------- sequence cells
@@ -175,6 +246,7 @@ def _fit_sequence(cfg: TrainConfig, *, root: Path, frames: pd.DataFrame, manifes
     out = fit_sequence(cfg, frames, streams, tracker=tracker, resume_state=resume_state,
                        device=dev, progress=progress)
     summary = log_results(out, work)
+    summary["test_predictions"] = out["predictions"]["test"]
     torch.save({"model": out["model"].state_dict(), "spec": out["model"].spec,
                 "config": cfg.to_dict(), **sources}, work / "best_state.pt")
     tracking.log_artifact(work / "best_state.pt", "checkpoints")

@@ -1,0 +1,134 @@
+"""What the MLflow UI shows of pipi's runs: the experiment kind, figures, descriptions, system
+metrics, the registered model's card (docs/mlflow-ui.md).
+
+Every write here goes through MLflow's public API: experiment tags, run tags
+(``mlflow.note.content`` is the run's Description in the UI), artifacts, and the registry's
+descriptions.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+import mlflow
+from mlflow.tracking import MlflowClient
+
+from pipi.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "EXPERIMENT_KIND", "EXPERIMENT_KIND_TAG", "FIGURES_DIR", "MAX_FIGURE_BYTES", "NOTE_TAG",
+    "SYSTEM_METRICS_ENV", "experiment_url", "log_figures", "mark_experiment", "run_url",
+    "set_model_description", "set_run_description", "set_version_description",
+    "system_metrics_enabled",
+]
+
+#: MLflow 3's experiment type tag: without it the UI opens an experiment on the GenAI overview
+#: (traces); ``custom_model_development`` opens it on the runs table ("Training runs").
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+#: The run tag the UI shows (and edits) as the run's Description (Markdown).
+NOTE_TAG = "mlflow.note.content"
+#: Artifact folder of a run's figures.
+FIGURES_DIR = "figures"
+#: The figures of one run together stay below this (the UI loads them on every visit).
+MAX_FIGURE_BYTES = 600_000
+#: Environment default of ``--system-metrics`` (true/false).
+SYSTEM_METRICS_ENV = "PIPI_SYSTEM_METRICS"
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"", "0", "false", "no", "off"}
+
+
+def mark_experiment(experiment_id: str) -> None:
+    """Tag the experiment as a model-development one, unless someone chose a kind already."""
+    c = MlflowClient()
+    exp = c.get_experiment(experiment_id)
+    if EXPERIMENT_KIND_TAG not in (exp.tags or {}):
+        c.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+
+
+def system_metrics_enabled(value: str | bool | None) -> bool:
+    """``--system-metrics`` as a bool: true/false, or ``auto``/None for ``PIPI_SYSTEM_METRICS``
+    (default false). An unknown word is a ConfigError naming it."""
+    if isinstance(value, bool):
+        return value
+    word = (value or "auto").strip().lower()
+    source = "system_metrics"
+    if word == "auto":
+        word, source = os.environ.get(SYSTEM_METRICS_ENV, "false").strip().lower(), \
+            SYSTEM_METRICS_ENV
+    if word in _TRUE:
+        _check_psutil()
+        return True
+    if word in _FALSE:
+        return False
+    raise ConfigError(f"{source}={word!r}: expected true or false (or auto: "
+                      f"${SYSTEM_METRICS_ENV}, default false)")
+
+
+def _check_psutil() -> None:
+    try:
+        import psutil  # noqa: F401  (MLflow's system-metrics monitor needs it)
+    except ImportError:
+        raise ConfigError("system_metrics=true needs the psutil package (pip install psutil; "
+                          "GPU metrics also need nvidia-ml-py); see docs/mlflow-ui.md") from None
+
+
+def log_figures(figures: Mapping[str, bytes], artifact_dir: str = FIGURES_DIR, *,
+                run_id: str | None = None) -> list[str]:
+    """Log PNG figures (name -> PNG bytes) as ``<artifact_dir>/<name>.png`` of the active run
+    (or ``run_id``); return the artifact paths. Refuses more than :data:`MAX_FIGURE_BYTES`."""
+    total = sum(len(b) for b in figures.values())
+    if total > MAX_FIGURE_BYTES:
+        raise ValueError(f"figures of one run take {total} bytes, over {MAX_FIGURE_BYTES}: "
+                         f"{ {k: len(v) for k, v in figures.items()} }")
+    if not figures:
+        return []
+    with tempfile.TemporaryDirectory(prefix="pipi-figures-") as tmp:
+        for name, png in figures.items():
+            if not png.startswith(b"\x89PNG"):
+                raise ValueError(f"figure {name!r} is not a PNG")
+            (Path(tmp) / f"{name}.png").write_bytes(png)
+        if run_id is None:
+            mlflow.log_artifacts(tmp, artifact_dir)
+        else:
+            MlflowClient().log_artifacts(run_id, tmp, artifact_dir)
+    return [f"{artifact_dir}/{name}.png" for name in figures]
+
+
+def set_run_description(text: str, *, run_id: str | None = None) -> None:
+    """The run's Description in the UI (Markdown)."""
+    if run_id is None:
+        mlflow.set_tag(NOTE_TAG, text)
+    else:
+        MlflowClient().set_tag(run_id, NOTE_TAG, text)
+
+
+def set_model_description(name: str, text: str) -> None:
+    """The registered model's description (its model card)."""
+    MlflowClient().update_registered_model(name, description=text)
+
+
+def set_version_description(name: str, version: str, text: str) -> None:
+    MlflowClient().update_model_version(name, str(version), description=text)
+
+
+def _ui_root() -> str:
+    uri = mlflow.get_tracking_uri()
+    return uri.rstrip("/") if uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
+
+
+def run_url(run_id: str, experiment_id: str | None = None) -> str:
+    """The run's page in the UI (``mlflow ui``'s default address for a local store)."""
+    exp = experiment_id or mlflow.get_run(run_id).info.experiment_id
+    return f"{_ui_root()}/#/experiments/{exp}/runs/{run_id}"
+
+
+def experiment_url(experiment_id: str) -> str:
+    return f"{_ui_root()}/#/experiments/{experiment_id}"
