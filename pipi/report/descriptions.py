@@ -10,11 +10,11 @@ from collections.abc import Mapping, Sequence
 from pipi.cells import get_cell
 from pipi.classes import CLASSES
 
-__all__ = ["EVIDENCE_HEADING", "model_card", "run_description", "training_evidence",
+__all__ = ["EVIDENCE_HEADING", "aggregate_description", "model_card", "run_description", "training_evidence",
            "version_description"]
 
 #: First line of a version's training evidence; ``promote`` keeps the text from here on.
-EVIDENCE_HEADING = "## Training evidence"
+EVIDENCE_HEADING = "**Training evidence**:"
 
 
 def _auc(value: float | None) -> str:
@@ -55,8 +55,7 @@ def model_card(*, cell: str, backbone: str) -> str:
     it, and the strip-and-serve switch where it applies."""
     c = get_cell(cell)
     name = f"pipi-{backbone}-{cell}"
-    lines = [f"# {name}", "",
-             f"pipi cell **`{cell}`** ({c.description}) on the **{backbone}** backbone, one "
+    lines = [f"pipi cell **`{cell}`** ({c.description}) on the **{backbone}** backbone, one "
              "version per trained run (seed, data, code); the version's description holds "
              "its evidence, aliases `candidate` (newest) and `champion` (promoted by "
              "`mlflow run . -e promote`).", "", "## Inputs", ""]
@@ -91,7 +90,7 @@ def version_description(*, run_id: str, test_macro_auc: float, test_classes: Seq
                         gate: Mapping[str, str] | None = None) -> str:
     """A registered version's evidence: its run, test macro-AUC, data digest, the recipe;
     after ``promote``, the gate's numbers (``gate``: name -> value as text)."""
-    lines = [EVIDENCE_HEADING, "", f"Run `{run_id}` (seed {seed}): **test macro-AUC {_auc(test_macro_auc)}** over "
+    lines = [f"{EVIDENCE_HEADING} run `{run_id}` (seed {seed}), **test macro-AUC {_auc(test_macro_auc)}** over "
              f"the {_classes(test_classes)}.", "",
              f"Data digest `{data_digest}`.", "", "```", recipe, "```"]
     if gate:
@@ -104,3 +103,13 @@ def training_evidence(description: str | None) -> str:
     text = description or ""
     at = text.find(EVIDENCE_HEADING)
     return text[at:] if at >= 0 else ""
+
+
+def aggregate_description(report, *, n_runs: int, dashboard_url: str) -> str:
+    """The aggregate run's Description: where the dashboard is, the tables, the summary."""
+    tables = ", ".join(f"`{t.key}`" for t in report.tables)
+    return "\n".join([
+        f"**pipi aggregate** of {n_runs} runs: [open the dashboard]({dashboard_url}) "
+        "(Artifacts > `dashboard.html`; `report.md` has every table and figure).", "",
+        f"Tables (`tables/*.md`, `.csv`, `.json`): {tables}.", "",
+        "```", report.summary, "```"])

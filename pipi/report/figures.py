@@ -187,7 +187,7 @@ def confusion(conf: dict, *, title: str, dpi: int = 110) -> bytes:
         ax.set_xlabel("predicted class")
         if i == 0:
             ax.set_ylabel("true class")
-        ax.set_title(f"{a['label']} (n={len(a['seeds'])} seeds)", fontsize=9)
+        ax.set_title(a.get("title") or f"{a['label']} (n={len(a['seeds'])} seeds)", fontsize=9)
     fig.subplots_adjust(wspace=0.35)
     fig.suptitle(title, fontsize=10)
     return _png(fig, dpi)

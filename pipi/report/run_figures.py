@@ -96,7 +96,8 @@ def prediction_figures(test: pd.DataFrame, classes: Sequence[int], *, label: str
     present = sorted(set(labels.tolist()))
     counts = confusion_matrix(labels, probs.argmax(axis=1), present)
     conf = {"classes": [CLASSES[k] for k in present],
-            "arms": {label: {"label": label, "normalised": row_normalise(counts), "seeds": [0]}}}
+            "arms": {label: {"label": label, "normalised": row_normalise(counts),
+                             "title": f"{label}: argmax of each test frame"}}}
     figs["confusion"] = confusion(conf, title=f"{label}: test confusion matrix, "
                                               f"row-normalised ({len(labels)} frames)", dpi=DPI)
     return figs
@@ -163,21 +164,26 @@ def prior_examples(rgb: np.ndarray, prior: np.ndarray, class_names: Sequence[str
         raise ValueError(f"prior_examples: rgb (N, 3, H, W) and prior (N, 2, H, W) expected, "
                          f"got {rgb.shape} and {prior.shape}")
     n = len(rgb)
-    fig = Figure(figsize=(4.2, 1.25 * n + 0.6))
+    height = 1.0 * n + 0.9                       # inches: a row per frame, a header band
+    fig = Figure(figsize=(4.2, height))
     heads = ["RGB", f"P_blood\n{given.get('P_blood', '')}", f"Phi\n{given.get('Phi', '')}"]
     for r in range(n):
         panels = [rgb[r].transpose(1, 2, 0), prior[r, 0], prior[r, 1]]
         for c, img in enumerate(panels):
             ax = fig.add_subplot(n, 3, 3 * r + c + 1)
+            # nearest: a thumbnail drawn as blocks (a small PNG), no invented detail
             if c == 0:
-                ax.imshow(img)
+                ax.imshow(img, interpolation="nearest")
                 ax.set_ylabel(class_names[r], fontsize=6, rotation=0, ha="right", va="center")
             else:
-                ax.imshow(img, cmap="magma" if c == 1 else "viridis", vmin=0, vmax=1)
+                ax.imshow(img, cmap="magma" if c == 1 else "viridis", vmin=0, vmax=1,
+                          interpolation="nearest")
             ax.set_xticks([])
             ax.set_yticks([])
             if r == 0:
                 ax.set_title(heads[c], fontsize=6)
-    fig.suptitle(f"{label}: one test frame per class and its prior channels", fontsize=7)
-    fig.subplots_adjust(left=0.3, right=0.98, wspace=0.05, hspace=0.08, top=1 - 0.5 / fig.get_figheight())
+    fig.suptitle(f"{label}: one test frame per class\nand the prior channels it was given",
+                 fontsize=7, y=1 - 0.08 / height, va="top")
+    fig.subplots_adjust(left=0.3, right=0.98, wspace=0.05, hspace=0.08, bottom=0.1 / height,
+                        top=1 - 0.75 / height)
     return _small_png(fig)

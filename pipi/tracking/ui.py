@@ -8,6 +8,7 @@ descriptions.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import tempfile
@@ -22,8 +23,9 @@ from pipi.errors import ConfigError
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "EXPERIMENT_KIND", "EXPERIMENT_KIND_TAG", "FIGURES_DIR", "MAX_FIGURE_BYTES", "NOTE_TAG",
-    "SYSTEM_METRICS_ENV", "experiment_url", "log_figures", "mark_experiment", "run_url",
+    "EXPERIMENT_KIND", "EXPERIMENT_KIND_TAG", "FIGURES_DIR", "MAX_FIGURE_BYTES", "ML_VIEW_QUERY",
+    "NOTE_TAG", "SHARED_VIEW_PREFIX", "TRAINING_VIEW", "TRAINING_VIEW_STATE",
+    "SYSTEM_METRICS_ENV", "artifact_url", "experiment_url", "log_figures", "mark_experiment", "run_url",
     "set_model_description", "set_run_description", "set_version_description",
     "system_metrics_enabled",
 ]
@@ -45,12 +47,33 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"", "0", "false", "no", "off"}
 
 
+#: MLflow 3.17's UI picks "GenAI" or "Model training" per browser (its sidebar switch, stored
+#: in the browser); a link with this query opens the model-training view of an experiment.
+ML_VIEW_QUERY = "workflowType=machine_learning"
+#: Experiment tag prefix of the UI's shared views ("Views > Share"): a JSON view state.
+SHARED_VIEW_PREFIX = "mlflow.sharedViewState."
+#: pipi's runs-table view: what matters (cell, backbone, seed, test macro-AUC) as columns,
+#: best test macro-AUC first. Column ids are the UI's ``<type>.`<key>``` sort keys.
+TRAINING_VIEW = "pipi"
+TRAINING_VIEW_STATE = {
+    "selectedColumns": ["params.`cell`", "params.`backbone`", "params.`seed`",
+                        "metrics.`test/macro_auc`", "metrics.`val/best_macro_auc`",
+                        "tags.`pipi.entry_point`"],
+    "orderByKey": "metrics.`test/macro_auc`",
+    "orderByAsc": False,
+}
+
+
 def mark_experiment(experiment_id: str) -> None:
-    """Tag the experiment as a model-development one, unless someone chose a kind already."""
+    """Tag the experiment as a model-development one (unless someone chose a kind already)
+    and store pipi's runs-table view as a shared view (:func:`experiment_url` opens it)."""
     c = MlflowClient()
-    exp = c.get_experiment(experiment_id)
-    if EXPERIMENT_KIND_TAG not in (exp.tags or {}):
+    tags = c.get_experiment(experiment_id).tags or {}
+    if EXPERIMENT_KIND_TAG not in tags:
         c.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+    view = json.dumps(TRAINING_VIEW_STATE, separators=(",", ":"))
+    if tags.get(SHARED_VIEW_PREFIX + TRAINING_VIEW) != view:
+        c.set_experiment_tag(experiment_id, SHARED_VIEW_PREFIX + TRAINING_VIEW, view)
 
 
 def system_metrics_enabled(value: str | bool | None) -> bool:
@@ -130,5 +153,12 @@ def run_url(run_id: str, experiment_id: str | None = None) -> str:
     return f"{_ui_root()}/#/experiments/{exp}/runs/{run_id}"
 
 
+def artifact_url(run_id: str, path: str, experiment_id: str | None = None) -> str:
+    """The run's Artifacts tab with ``path`` selected (its preview: image, HTML, text)."""
+    return f"{run_url(run_id, experiment_id)}/artifacts/{path}"
+
+
 def experiment_url(experiment_id: str) -> str:
-    return f"{_ui_root()}/#/experiments/{experiment_id}"
+    """The experiment's runs table in the model-training view, with pipi's columns."""
+    return (f"{_ui_root()}/#/experiments/{experiment_id}/runs?{ML_VIEW_QUERY}"
+            f"&viewStateShareKey={TRAINING_VIEW}")
