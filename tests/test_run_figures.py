@@ -203,3 +203,16 @@ def test_every_pipi_run_marks_its_experiment_for_model_training(sqlite_tracking)
     url = tracking.experiment_url(run.info.experiment_id)
     assert url.endswith(f"/#/experiments/{run.info.experiment_id}/runs?"
                         "workflowType=machine_learning&viewStateShareKey=pipi")
+
+
+def test_aggregate_description_links_the_dashboard_and_lists_the_tables():
+    from types import SimpleNamespace
+
+    from pipi.report.descriptions import aggregate_description
+
+    report = SimpleNamespace(tables=[SimpleNamespace(key="headline"),
+                                     SimpleNamespace(key="per_class")],
+                             summary="headline: e_plus vs b +0.0123")
+    text = aggregate_description(report, n_runs=6, dashboard_url="http://h/#/x/artifacts/d.html")
+    assert "of 6 runs: [open the dashboard](http://h/#/x/artifacts/d.html)" in text
+    assert "`headline`, `per_class`" in text and "e_plus vs b +0.0123" in text

@@ -27,6 +27,8 @@ def open_page(url: str, tmp: Path, name: str, *, budget_ms: int = 25000) -> str:
     base = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
             "--disable-background-networking", "--disable-component-update", "--disable-sync",
             "--hide-scrollbars", "--window-size=1600,1000",
+            # HTML artifacts render in a sandboxed iframe: draw it in the screenshot
+            "--disable-site-isolation-trials",
             f"--virtual-time-budget={budget_ms}"]
     shot = subprocess.run([*base, f"--user-data-dir={tmp / f'profile-{name}'}",
                            f"--screenshot={tmp / f'{name}.png'}", url],
@@ -117,3 +119,20 @@ def test_the_ui_shows_runs_table_description_figure_and_model_card(smoke_run, ml
     model = _text(open_page(f"{root}/#/models/{summary['registered_name']}", tmp_path, "model"))
     assert "Strip-and-serve" in model and "mlflow models serve" in model
     assert "Training evidence" in model
+
+
+def test_the_aggregate_run_previews_its_dashboard(smoke_run, mlflow_server, tmp_path):
+    import mlflow
+
+    from pipi.workflows.aggregate import run_aggregate
+
+    _, run = smoke_run
+    mlflow.set_tracking_uri(mlflow_server.uri)
+    res = run_aggregate(experiment="ui-smoke", cache_dir=tmp_path / "cache")
+    url = tracking.artifact_url(res.run_id, "dashboard.html")
+    assert f"dashboard in the MLflow UI: {url}" in res.summary
+    note = mlflow.get_run(res.run_id).data.tags[tracking.NOTE_TAG]
+    assert f"[open the dashboard]({url})" in note
+    page = open_page(url, tmp_path, "aggregate")
+    assert re.search(r'<iframe[^>]+class="mlflow-html-iframe"', page)  # the HTML preview
+    assert "report.md" in _text(page) and "tables" in _text(page)

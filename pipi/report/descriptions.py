@@ -14,7 +14,7 @@ __all__ = ["EVIDENCE_HEADING", "aggregate_description", "model_card", "run_descr
            "version_description"]
 
 #: First line of a version's training evidence; ``promote`` keeps the text from here on.
-EVIDENCE_HEADING = "**Training evidence**:"
+EVIDENCE_HEADING = "Training evidence:"
 
 
 def _auc(value: float | None) -> str:
