@@ -216,3 +216,40 @@ def test_aggregate_description_links_the_dashboard_and_lists_the_tables():
     text = aggregate_description(report, n_runs=6, dashboard_url="http://h/#/x/artifacts/d.html")
     assert "of 6 runs: [open the dashboard](http://h/#/x/artifacts/d.html)" in text
     assert "`headline`, `per_class`" in text and "e_plus vs b +0.0123" in text
+
+
+def test_first_per_class_is_the_first_row_of_each_class():
+    from pipi.report.run_figures import first_per_class
+
+    frames = pd.DataFrame({"class_index": [5, 2, 5, 2, 7, 2], "split": list("tvttvt")})
+    rows = np.flatnonzero(frames["split"] == "t")
+    ref = frames.iloc[rows].reset_index().groupby("class_index")["index"].first()
+    np.testing.assert_array_equal(first_per_class(frames, rows), ref.to_numpy())
+
+
+@pytest.mark.parametrize("cell,zeroed,given", [
+    ("pi", None, {"P_blood": "input channel", "Phi": "input channel"}),
+    ("phi_only", 0, {"P_blood": "zeroed", "Phi": "input channel"}),
+    ("pblood_only", 1, {"P_blood": "input channel", "Phi": "zeroed"}),
+    ("distill", None, {"P_blood": "auxiliary target", "Phi": "not used"}),
+])
+def test_the_prior_figure_shows_what_the_cell_gives_its_model(cell, zeroed, given, monkeypatch):
+    from pipi.config import make_config
+    from pipi.report import run_figures
+
+    seen = {}
+    monkeypatch.setattr(run_figures, "prior_examples",
+                        lambda rgb, prior, names, **kw: seen.update(rgb=rgb, prior=prior, **kw))
+    cfg = make_config(cell=cell, profile="smoke", image_size=64)
+    imgs = np.random.default_rng(0).integers(0, 256, (3, 3, 64, 64), dtype=np.uint8)
+    run_figures.cell_prior_figure(cfg, imgs, ["a", "b", "c"], label="x", side=32)
+    assert seen["given"] == given
+    assert seen["rgb"].shape == (3, 3, 32, 32) and seen["prior"].shape == (3, 2, 32, 32)
+    full = prior_channels(torch.from_numpy(imgs).float() / 255).numpy()
+    # area shrink by 2: each thumbnail pixel is the mean of a 2 x 2 block of the full prior
+    blocks = full.reshape(3, 2, 32, 2, 32, 2).mean(axis=(3, 5))
+    for ch in (0, 1):
+        if ch == zeroed:
+            assert not seen["prior"][:, ch].any()
+        else:
+            np.testing.assert_allclose(seen["prior"][:, ch], blocks[:, ch], atol=1e-5)

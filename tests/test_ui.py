@@ -126,8 +126,7 @@ def test_the_aggregate_run_previews_its_dashboard(smoke_run, mlflow_server, tmp_
 
     from pipi.workflows.aggregate import run_aggregate
 
-    _, run = smoke_run
-    mlflow.set_tracking_uri(mlflow_server.uri)
+    mlflow.set_tracking_uri(mlflow_server.uri)  # smoke_run: the experiment holds a pi run
     res = run_aggregate(experiment="ui-smoke", cache_dir=tmp_path / "cache")
     url = tracking.artifact_url(res.run_id, "dashboard.html")
     assert f"dashboard in the MLflow UI: {url}" in res.summary

@@ -17,20 +17,25 @@ from __future__ import annotations
 import io
 import warnings
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 
 import numpy as np
 import pandas as pd
+import torch
 from matplotlib.figure import Figure
 from PIL import Image
 
 from pipi.classes import CLASSES
+from pipi.config import TrainConfig
+from pipi.prior import prior_channels
 from pipi.predictions import PROB_COLUMNS
 from pipi.report.figures import _COLORS, _png, confusion
 from pipi.stats import confusion_matrix, per_class_auc, row_normalise
 from pipi.stats.curves import pr_points
 from pipi.stats.operating import average_precision, roc_points
 
-__all__ = ["evaluation_figures", "prediction_figures", "prior_examples", "roc_per_capsule"]
+__all__ = ["cell_prior_figure", "evaluation_figures", "first_per_class", "prediction_figures",
+           "prior_examples", "roc_per_capsule"]
 
 #: Figures of one run are small: a modest resolution (the UI shows them at about this size).
 DPI = 80
@@ -198,3 +203,33 @@ def prior_examples(rgb: np.ndarray, prior: np.ndarray, class_names: Sequence[str
     fig.subplots_adjust(left=0.3, right=0.98, wspace=0.05, hspace=0.08, bottom=0.1 / height,
                         top=1 - 0.75 / height)
     return _small_png(fig)
+
+
+def first_per_class(frames: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+    """Of ``rows`` (positions in ``frames``), the first of each class, in class order."""
+    rows = np.asarray(rows)
+    _, first = np.unique(frames["class_index"].to_numpy()[rows], return_index=True)
+    return rows[first]
+
+
+def cell_prior_figure(cfg: TrainConfig, images: np.ndarray, class_names: Sequence[str], *,
+                      label: str, side: int = 96) -> bytes:
+    """:func:`prior_examples` of uint8 frames ``(N, 3, S, S)`` at ``cfg.image_size``, with the
+    prior that ``cfg``'s cell gives its model: computed at the training size with ``cfg``'s
+    prior parameters, a channel the cell zeroes drawn as zeros (``distill``: P_blood is the
+    auxiliary target), then shrunk to thumbnails of at most ``side`` pixels."""
+    x01 = torch.from_numpy(np.ascontiguousarray(images)).float() / 255
+    prior = prior_channels(x01, **asdict(cfg.prior))          # (N, 2, S, S)
+    cell = cfg.cell_config
+    for ch in cell.zero_channels:
+        prior[:, ch - 3] = 0
+    if cell.distill:
+        given = {"P_blood": "auxiliary target", "Phi": "not used"}
+    else:
+        given = {name: "zeroed" if ch in cell.zero_channels else "input channel"
+                 for name, ch in (("P_blood", 3), ("Phi", 4))}
+    size = min(side, x01.shape[-1])                           # thumbnails keep PNGs small
+    small = torch.nn.functional.interpolate(torch.cat([x01, prior], 1), size=(size, size),
+                                            mode="area")
+    rgb = (small[:, :3] * 255).round().clamp(0, 255).to(torch.uint8).numpy()
+    return prior_examples(rgb, small[:, 3:].numpy(), class_names, label=label, given=given)

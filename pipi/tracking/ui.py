@@ -23,10 +23,24 @@ from pipi.errors import ConfigError
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "EXPERIMENT_KIND", "EXPERIMENT_KIND_TAG", "FIGURES_DIR", "MAX_FIGURE_BYTES", "ML_VIEW_QUERY",
-    "NOTE_TAG", "SHARED_VIEW_PREFIX", "TRAINING_VIEW", "TRAINING_VIEW_STATE",
-    "SYSTEM_METRICS_ENV", "artifact_url", "experiment_url", "log_figures", "mark_experiment", "run_url",
-    "set_model_description", "set_run_description", "set_version_description",
+    "EXPERIMENT_KIND",
+    "EXPERIMENT_KIND_TAG",
+    "FIGURES_DIR",
+    "MAX_FIGURE_BYTES",
+    "ML_VIEW_QUERY",
+    "NOTE_TAG",
+    "SHARED_VIEW_PREFIX",
+    "SYSTEM_METRICS_ENV",
+    "TRAINING_VIEW",
+    "TRAINING_VIEW_STATE",
+    "artifact_url",
+    "experiment_url",
+    "log_figures",
+    "mark_experiment",
+    "run_url",
+    "set_model_description",
+    "set_run_description",
+    "set_version_description",
     "system_metrics_enabled",
 ]
 

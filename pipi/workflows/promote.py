@@ -38,9 +38,9 @@ import pandas as pd
 from pipi import tracking
 from pipi.analysis import AggregateOptions, Analysis, build_evidence, compare_cells, select_runs
 from pipi.analysis.recipes import recipe_signatures
-from pipi.report.descriptions import training_evidence
 from pipi.classes import CLASSES
 from pipi.errors import ConfigError, DataError, PipiError
+from pipi.report.descriptions import training_evidence
 from pipi.stats import adjust_pvalues
 from pipi.workflows.aggregate import default_cache_dir, fetch_predictions
 

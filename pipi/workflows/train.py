@@ -12,7 +12,6 @@ import json
 import logging
 import math
 import shutil
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -25,14 +24,13 @@ from pipi.config import TrainConfig, make_config, recipe_command, resolve_profil
 from pipi.data.cache import build_cache
 from pipi.data.kvasir import load_staged
 from pipi.errors import ConfigError
-from pipi.paths import pipi_home
-from pipi.runtime import runtime_of
 from pipi.evaluate import load_run_model
 from pipi.model_input import encode_png
 from pipi.models import NormalAutoencoder
-from pipi.prior import prior_channels
+from pipi.paths import pipi_home
 from pipi.report.descriptions import model_card, run_description, version_description
-from pipi.report.run_figures import prediction_figures, prior_examples
+from pipi.report.run_figures import cell_prior_figure, first_per_class, prediction_figures
+from pipi.runtime import runtime_of
 from pipi.sequence import C3_DIR, base_config, fit_sequence
 from pipi.sequence_clip import ClipPredictor
 from pipi.tracking.pyfunc import (
@@ -180,31 +178,13 @@ def _show_in_ui(cfg: TrainConfig, summary: dict, *, root: Path, frames: pd.DataF
 
 
 def _prior_figure(cfg: TrainConfig, *, root: Path, frames: pd.DataFrame, manifest: dict,
-                  label: str, side: int = 96) -> bytes:
-    """One test frame per class (the first in frame-index order) with P_blood and Phi as the
-    model received them (a channel the cell zeroes is shown as zeros)."""
-    pos = np.flatnonzero(frames["split"].to_numpy() == "test")
-    _, first = np.unique(frames["class_index"].to_numpy()[pos], return_index=True)
-    rows = pos[first]                                           # class order, cache rows
+                  label: str) -> bytes:
+    """One test frame per class with the prior channels the model received."""
+    rows = first_per_class(frames, np.flatnonzero(frames["split"].to_numpy() == "test"))
     images = build_cache(root, frames, size=cfg.image_size, digest=manifest["data_digest"],
                          cache_dir=pipi_home() / "cache", progress=False)
-    x01 = torch.from_numpy(np.ascontiguousarray(images[rows])).float() / 255
-    prior = prior_channels(x01, **asdict(cfg.prior))          # (N, 2, S, S) at training size
-    cell = cfg.cell_config
-    for ch in cell.zero_channels:
-        prior[:, ch - 3] = 0
-    if cell.distill:
-        given = {"P_blood": "auxiliary target", "Phi": "not used"}
-    else:
-        given = {name: "zeroed" if ch in cell.zero_channels else "input channel"
-                 for name, ch in (("P_blood", 3), ("Phi", 4))}
-    size = min(side, cfg.image_size)                            # thumbnails keep PNGs small
-    small = torch.nn.functional.interpolate(torch.cat([x01, prior], 1), size=(size, size),
-                                            mode="area")
-    rgb = (small[:, :3] * 255).round().clamp(0, 255).to(torch.uint8).numpy()
-    return prior_examples(rgb, small[:, 3:].numpy(), list(frames["class"].to_numpy()[rows]),
-                          label=label,
-                          given=given)
+    return cell_prior_figure(cfg, images[rows], list(frames["class"].to_numpy()[rows]),
+                             label=label)
 
 
 # --------------------------------------------------------------------------- sequence cells
