@@ -33,6 +33,7 @@ test-fast: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH MLFLOW_DISABLE_TELEMETRY=true $(BIN)/python -m pytest -m 'not slow' $(PYTEST_ARGS)
 
 ui: $(STAMP)
+	@echo "runs of the Default experiment (docs/mlflow-ui.md): http://127.0.0.1:5000/#/experiments/0/runs?workflowType=machine_learning&viewStateShareKey=pipi"
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --port 5000
 
 bench: $(STAMP)

@@ -168,12 +168,13 @@ def evaluation_figures(test: pd.DataFrame, classes: Sequence[int], *, label: str
 
 
 def prior_examples(rgb: np.ndarray, prior: np.ndarray, class_names: Sequence[str], *,
-                   label: str, given: Mapping[str, str]) -> bytes:
+                   label: str, given: Mapping[str, str], source: str = "test") -> bytes:
     """One row per frame: the RGB frame, its P_blood and its Phi channel.
 
     ``rgb`` uint8 ``(N, 3, H, W)``; ``prior`` float ``(N, 2, H, W)`` in [0, 1] (P_blood, Phi as
     the model received them: a zeroed channel is all zeros); ``given`` maps "P_blood" and
-    "Phi" to the column subtitle that says how the model used that channel.
+    "Phi" to the column subtitle that says how the model used that channel; ``source`` names
+    where the frames come from (the title says "one <source> frame per class").
     """
     rgb, prior = np.asarray(rgb), np.asarray(prior, dtype=np.float32)
     if rgb.ndim != 4 or rgb.shape[1] != 3 or prior.shape != (len(rgb), 2, *rgb.shape[2:]):
@@ -198,7 +199,7 @@ def prior_examples(rgb: np.ndarray, prior: np.ndarray, class_names: Sequence[str
             ax.set_yticks([])
             if r == 0:
                 ax.set_title(heads[c], fontsize=6)
-    fig.suptitle(f"{label}: one test frame per class\nand the prior channels it was given",
+    fig.suptitle(f"{label}: one {source} frame per class\nand the prior channels it was given",
                  fontsize=7, y=1 - 0.08 / height, va="top")
     fig.subplots_adjust(left=0.3, right=0.98, wspace=0.05, hspace=0.08, bottom=0.1 / height,
                         top=1 - 0.75 / height)
@@ -213,7 +214,7 @@ def first_per_class(frames: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
 
 
 def cell_prior_figure(cfg: TrainConfig, images: np.ndarray, class_names: Sequence[str], *,
-                      label: str, side: int = 96) -> bytes:
+                      label: str, source: str = "test", side: int = 96) -> bytes:
     """:func:`prior_examples` of uint8 frames ``(N, 3, S, S)`` at ``cfg.image_size``, with the
     prior that ``cfg``'s cell gives its model: computed at the training size with ``cfg``'s
     prior parameters, a channel the cell zeroes drawn as zeros (``distill``: P_blood is the
@@ -232,4 +233,5 @@ def cell_prior_figure(cfg: TrainConfig, images: np.ndarray, class_names: Sequenc
     small = torch.nn.functional.interpolate(torch.cat([x01, prior], 1), size=(size, size),
                                             mode="area")
     rgb = (small[:, :3] * 255).round().clamp(0, 255).to(torch.uint8).numpy()
-    return prior_examples(rgb, small[:, 3:].numpy(), class_names, label=label, given=given)
+    return prior_examples(rgb, small[:, 3:].numpy(), class_names, label=label, given=given,
+                          source=source)

@@ -465,7 +465,7 @@ def run_calibration(*, run: str, target: str, trials: int = 40, sampler: str = "
             rows = first_per_class(frames, fold.rows)
             tracking.log_figures({"best_prior_examples": cell_prior_figure(
                 result.best.apply(cfg), images[rows], list(frames["class"].to_numpy()[rows]),
-                label=f"{cfg.cell} calibrated on {target} (best trial)")})
+                label=f"{cfg.cell}, best trial", source=target)})
             return result
     finally:
         shutil.rmtree(work, ignore_errors=True)
