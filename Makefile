@@ -37,6 +37,7 @@ test-fast: $(STAMP)
 	rc=$$?; echo "make test-fast: $$(( $$(date +%s) - start )) s (the README's budget: under 180 s on 2 cores)"; exit $$rc
 
 ui: $(STAMP)
+	@echo "runs of the Default experiment (docs/mlflow-ui.md): http://127.0.0.1:5000/#/experiments/0/runs?workflowType=machine_learning&viewStateShareKey=pipi"
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --port 5000
 
 bench: $(STAMP)

@@ -36,8 +36,13 @@ from pipi.workflows import train as workflow
 @with_options(train_override_options)
 @prior_params_option
 @click.option("--resume", default="", help="Run id of an interrupted run to continue.")
+@click.option("--system-metrics", default="auto", show_default=True,
+              help="true: log MLflow's system metrics (CPU, memory, disk, network; GPU with "
+                   "nvidia-ml-py) as system/* metrics of the run; auto: $PIPI_SYSTEM_METRICS "
+                   "(default false). Needs psutil (docs/mlflow-ui.md).")
 @experiment_option
-def train(cell, seed, backbone, data, profile, weights, prior_params, resume, experiment, **kw):
+def train(cell, seed, backbone, data, profile, weights, prior_params, resume, system_metrics,
+          experiment, **kw):
     """Train one cell and register its model (the run contract: docs/run-contract.md)."""
     setup_logging()
     overrides = overrides_from(kw)
@@ -45,13 +50,15 @@ def train(cell, seed, backbone, data, profile, weights, prior_params, resume, ex
     runtime_of(make_config(cell=cell, backbone=backbone, seed=seed,
                            profile="paper" if profile == "auto" else profile, **overrides))
     check_weights(weights)
+    system_metrics = tracking.system_metrics_enabled(system_metrics)
     tracking.configure()
     calibrated = prior_params_from(prior_params, overrides)
     cfg, _ = workflow.prepare(cell=cell, backbone=backbone, seed=seed, profile=profile,
                               data=data, weights=weights, **overrides)
     if calibrated is not None:  # lambda_eff scales to the resolved image size
         cfg = calibrated.apply(cfg)
-    s = workflow.train(cfg, data=data, resume=resume or None, experiment=experiment or None)
+    s = workflow.train(cfg, data=data, resume=resume or None, experiment=experiment or None,
+                       system_metrics=system_metrics)
     click.echo(f"run {s['run_id']}: test macro-AUC {s['test_macro_auc']:.4f} "
                f"(val {s['val_macro_auc']:.4f}, best epoch {s['best_epoch']}; profile "
                f"{cfg.profile}, {cfg.image_size} px)")

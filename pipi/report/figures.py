@@ -32,10 +32,10 @@ _COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#d
            "#8c8c8c", "#ccb974", "#64b5cd", "#1b9e77", "#d95f02", "#7570b3", "#e7298a"]
 
 
-def _png(fig: Figure) -> bytes:
+def _png(fig: Figure, dpi: int = 110) -> bytes:
     FigureCanvasAgg(fig)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
     return buf.getvalue()
 
 
@@ -167,7 +167,7 @@ def focal_pr(grid: np.ndarray, focal: dict, *, title: str) -> bytes:
     return _png(fig)
 
 
-def confusion(conf: dict, *, title: str) -> bytes:
+def confusion(conf: dict, *, title: str, dpi: int = 110) -> bytes:
     """Row-normalised confusion matrices side by side, values printed in each cell."""
     arms = conf["arms"]
     names = conf["classes"]
@@ -187,10 +187,10 @@ def confusion(conf: dict, *, title: str) -> bytes:
         ax.set_xlabel("predicted class")
         if i == 0:
             ax.set_ylabel("true class")
-        ax.set_title(f"{a['label']} (n={len(a['seeds'])} seeds)", fontsize=9)
+        ax.set_title(a.get("title") or f"{a['label']} (n={len(a['seeds'])} seeds)", fontsize=9)
     fig.subplots_adjust(wspace=0.35)
     fig.suptitle(title, fontsize=10)
-    return _png(fig)
+    return _png(fig, dpi)
 
 
 def all_figures(an: Analysis, tables: Sequence[Table], curve_data: dict):

@@ -34,6 +34,7 @@ from pipi.data.kvasir import load_staged
 from pipi.errors import ConfigError
 from pipi.paths import pipi_home
 from pipi.predictions import predictions_frame, write_predictions
+from pipi.report.run_figures import evaluation_figures
 from pipi.training.frames import (
     FrameInputs,
     build_frame_model,
@@ -154,6 +155,10 @@ def evaluate_run(source_run_id: str, ev: Evaluation, *, data: Path,
             if ev.finalize is not None:
                 metrics.update(ev.finalize(metrics))
             log_scores(preds, metrics, scored, work)
+            if "test" in preds:  # the figures that fit a re-scored run (docs/mlflow-ui.md)
+                tracking.log_figures(evaluation_figures(
+                    preds["test"], split_classes(scored, "test"),
+                    label=f"{cfg.cell}@{ev.variant} {cfg.backbone} s{cfg.seed}"))
             return run.info.run_id
     finally:
         shutil.rmtree(work, ignore_errors=True)

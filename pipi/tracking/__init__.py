@@ -2,7 +2,8 @@
 
 ``tags`` names the run contract, ``store`` the tracking URI and code version, ``runs`` the run
 lifecycle and lookups, ``registry`` logged models and aliases, ``queries`` the reads of
-``aggregate``, ``pyfunc`` the registered model's flavour. Import it as ``from pipi import
+``aggregate``, ``pyfunc`` the registered model's flavour, ``ui`` what the MLflow UI shows (experiment
+kind, figures, descriptions, system metrics). Import it as ``from pipi import
 tracking`` and call ``tracking.<name>``.
 """
 
@@ -21,4 +22,5 @@ from pipi.tracking.registry import *  # noqa: E402,F403
 from pipi.tracking.queries import *  # noqa: E402,F403
 from pipi.tracking.contract import *  # noqa: E402,F403
 from pipi.tracking.trials import *  # noqa: E402,F403
+from pipi.tracking.ui import *  # noqa: E402,F403
 from pipi.tracking.runs import _quote  # noqa: E402,F401

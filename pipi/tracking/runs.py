@@ -18,6 +18,7 @@ from mlflow.tracking import MlflowClient
 from pipi.errors import ServerGoneError, TrackingError
 from pipi.tracking.store import code_version, record_lost_run, server_gone
 from pipi.tracking.tags import *  # noqa: F403
+from pipi.tracking.ui import mark_experiment
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +56,13 @@ def pipi_run(
     tags: Mapping[str, str] | None = None,
     nested: bool = False,
     run_id: str | None = None,
+    log_system_metrics: bool = False,
 ) -> Iterator[mlflow.ActiveRun]:
-    """Start (or resume, or attach to ``mlflow run``'s) run; mark it FAILED with a reason on error."""
+    """Start (or resume, or attach to ``mlflow run``'s) run; mark it FAILED with a reason on error.
+
+    The run's experiment is tagged as a model-development one (``tracking.ui``), so the UI
+    opens it on the runs table; ``log_system_metrics`` turns on MLflow's system metrics.
+    """
     all_tags = {TAG_ENTRY_POINT: entry_point, TAG_CODE_VERSION: code_version(),
                 **{k: str(v) for k, v in (tags or {}).items()}}  # REST needs strings
     env_run = os.environ.get("MLFLOW_RUN_ID")
@@ -74,8 +80,10 @@ def pipi_run(
         _set_experiment(experiment)
     if run_id is not None:
         _clear_failure(run_id)
-    run = mlflow.start_run(run_id=run_id, run_name=run_name, nested=nested, tags=all_tags)
+    run = mlflow.start_run(run_id=run_id, run_name=run_name, nested=nested, tags=all_tags,
+                           log_system_metrics=log_system_metrics or None)
     try:
+        mark_experiment(run.info.experiment_id)
         yield run
     except BaseException as exc:
         if server_gone():

@@ -21,6 +21,7 @@ import pipi
 from pipi.errors import TrackingError
 from pipi.paths import PROJECT_ROOT, pipi_home
 from pipi.tracking.tags import *  # noqa: F403
+from pipi.tracking.ui import experiment_url, run_url
 
 log = logging.getLogger(__name__)
 
@@ -158,13 +159,13 @@ def ui_hint(run_id: str | None = None) -> str:
     uri = mlflow.get_tracking_uri()
     if uri.startswith(("http://", "https://")):
         if run_id:
-            run = mlflow.get_run(run_id)
-            return f"open {uri.rstrip('/')}/#/experiments/{run.info.experiment_id}/runs/{run_id}"
+            exp = mlflow.get_run(run_id).info.experiment_id
+            return f"open {run_url(run_id, exp)} (runs table: {experiment_url(exp)})"
         return f"open {uri}"
     where = ""
     if run_id:
         exp = mlflow.get_run(run_id).info.experiment_id
-        where = f", then http://127.0.0.1:5000/#/experiments/{exp}/runs/{run_id}"
+        where = f", then {run_url(run_id, exp)} (runs table: {experiment_url(exp)})"
     return f"tracking store {uri}; open the UI with: mlflow ui --backend-store-uri {uri}{where}"
 
 

@@ -29,6 +29,7 @@ from pipi import tracking
 from pipi.analysis import AggregateOptions
 from pipi.errors import ConfigError
 from pipi.report import Report, build_report, dashboard
+from pipi.report.descriptions import aggregate_description
 from pipi.report.tables import dump_json, table_markdown
 from pipi.runs.evidence import load_evidence
 
@@ -217,7 +218,8 @@ def run_aggregate(*, experiment: str | None = None, filter_string: str = "",
             target.discard_if_unused()
     summary = report.summary
     if run_id:
-        summary += f"\naggregate run {run_id}: {tracking.ui_hint(run_id)}"
+        summary += (f"\naggregate run {run_id}: {tracking.ui_hint(run_id)}"
+                    f"\ndashboard in the MLflow UI: {tracking.artifact_url(run_id, 'dashboard.html')}")
     if target is not None:
         summary += f"\nlocal copy: {target.path.resolve()}"
     log.info("aggregated %d runs into %d tables", len(kept), len(report.tables))
@@ -255,6 +257,9 @@ def _write_and_log(report: Report, ev, kept: pd.DataFrame, experiment: str, filt
                 write_report(report, folder, aggregate_run_id=run_id,
                              aggregate_experiment_id=run.info.experiment_id)
                 tracking.log_artifacts(folder)
+                tracking.set_run_description(aggregate_description(
+                    report, n_runs=len(kept), dashboard_url=tracking.artifact_url(
+                        run_id, "dashboard.html", run.info.experiment_id)))
         else:
             write_report(report, folder)
         if target is not None:

@@ -64,6 +64,7 @@ from pipi.data.cache import build_cache
 from pipi.data.kvasir import load_staged
 from pipi.errors import ConfigError, PipiError
 from pipi.paths import pipi_home
+from pipi.report.run_figures import cell_prior_figure, first_per_class
 from pipi.runs.data import resolve_data
 from pipi.runs.evaluate import device_for, load_run_model
 from pipi.training.frames import tmpdir
@@ -386,8 +387,14 @@ def run_calibration(*, run: str, target: str, trials: int = 40, sampler: str = "
             else:
                 del objective, model                   # each worker loads its own
                 results = run_workers(specs, storage=rdb)
-            return _finish(name, rdb, storage_url, results, cfg, work, target=target,
-                           run_id=run_id, parent=parent, manifest=manifest)
+            result = _finish(name, rdb, storage_url, results, cfg, work, target=target,
+                             run_id=run_id, parent=parent, manifest=manifest)
+            # what the best trial's prior looks like on the target's frames
+            rows = first_per_class(frames, fold.rows)
+            tracking.log_figures({"best_prior_examples": cell_prior_figure(
+                result.best.apply(cfg), images[rows], list(frames["class"].to_numpy()[rows]),
+                label=f"{cfg.cell}, best trial", source=target)})
+            return result
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -50,6 +50,7 @@ from pipi.analysis import (
 from pipi.analysis.recipes import recipe_signatures
 from pipi.classes import CLASSES
 from pipi.errors import ConfigError, DataError, PipiError
+from pipi.report.descriptions import training_evidence
 from pipi.runs.evidence import default_cache_dir, fetch_predictions
 from pipi.stats import adjust_pvalues
 
@@ -241,7 +242,10 @@ def _record(model: str, version: str, ev: Evidence | None, decision: str, *,
         tags["pipi.promote.force_reason"] = force_reason
     if error:
         tags["pipi.promote.error"] = error
-    tracking.record_on_version(model, version, tags, description=f"{head}\n\n{text}")
+    # the training evidence written at registration stays below the gate's numbers
+    kept = training_evidence(tracking.model_version(model, version).description)
+    tracking.record_on_version(model, version, tags,
+                               description=f"{head}\n\n{text}" + (f"\n\n{kept}" if kept else ""))
     return f"{head}\n{text}"
 
 

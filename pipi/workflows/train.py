@@ -19,12 +19,21 @@ import pandas as pd
 import torch
 
 from pipi import tracking
-from pipi.config import TrainConfig, make_config, resolve_profile, run_params, synthetic_preset
+from pipi.config import (
+    TrainConfig,
+    make_config,
+    recipe_command,
+    resolve_profile,
+    run_params,
+    synthetic_preset,
+)
 from pipi.data.cache import build_cache
 from pipi.data.kvasir import load_staged
 from pipi.errors import ConfigError
 from pipi.models import NormalAutoencoder
 from pipi.paths import pipi_home
+from pipi.report.descriptions import model_card, run_description, version_description
+from pipi.report.run_figures import cell_prior_figure, first_per_class, prediction_figures
 from pipi.runs.data import resolve_data
 from pipi.runs.evaluate import load_run_model
 from pipi.runs.streams import build_streams, find_base_run
@@ -82,13 +91,18 @@ def log_results(out: dict, work: Path) -> dict:
     return {"run_id": tracking.active_run_id(),
             "test_macro_auc": out["metrics"]["test/macro_auc"],
             "val_macro_auc": out["metrics"]["val/macro_auc"],
-            "best_epoch": out["metrics"]["best_epoch"], "registered": None}
+            "best_epoch": out["metrics"]["best_epoch"], "registered": None,
+            "test_classes": list(out["classes"])}
 
 
 def train(cfg: TrainConfig, *, data: str | None = None, resume: str | None = None,
           experiment: str | None = None, register: bool = True, progress: bool = True,
-          nested: bool = False) -> dict:
-    """Run one cell end to end inside an MLflow run and return a summary."""
+          nested: bool = False, system_metrics: bool = False) -> dict:
+    """Run one cell end to end inside an MLflow run and return a summary.
+
+    The run ends with what the MLflow UI shows (``_show_in_ui``): figures, the run's
+    description, the registered model's card and the version's evidence.
+    ``system_metrics`` turns on MLflow's system-metrics logging for the run."""
     root = resolve_data(data, preset=synthetic_preset(cfg.profile))
     frames, manifest = load_staged(root)
     resume_state, base_id = None, None
@@ -103,7 +117,7 @@ def train(cfg: TrainConfig, *, data: str | None = None, resume: str | None = Non
     try:
         with tracking.pipi_run(entry_point="train", experiment=experiment, run_id=resume,
                                nested=nested, run_name=f"{cfg.cell}-{cfg.backbone}-s{cfg.seed}",
-                               tags=tags) as run:
+                               tags=tags, log_system_metrics=system_metrics) as run:
             if not resume:
                 params = {**run_params(cfg), "data_dir": str(root)}
                 if seq:
@@ -123,12 +137,56 @@ def train(cfg: TrainConfig, *, data: str | None = None, resume: str | None = Non
                 out = run_frame_cell(cfg, data=root, resume_state=resume_state, tracker=tracker,
                                      progress=progress, runtime=runtime)
                 summary = log_results(out, work)
+                summary["test_predictions"] = out["predictions"]["test"]
                 summary.update(log_frame_model(cfg, out["model"], work,
                                                test_auc=summary["test_macro_auc"],
                                                register=register, tags=tags))
+            _show_in_ui(cfg, summary, root=root, frames=frames, manifest=manifest, tags=tags)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return summary
+
+
+# --------------------------------------------------------------------------- the MLflow UI
+def _show_in_ui(cfg: TrainConfig, summary: dict, *, root: Path, frames: pd.DataFrame,
+                manifest: dict, tags: dict) -> None:
+    """Figures (``figures/``), the run's description, the model card and the version's
+    evidence (docs/mlflow-ui.md). Pops the test predictions from ``summary``."""
+    test = summary.pop("test_predictions")
+    label = f"{cfg.cell} {cfg.backbone} s{cfg.seed}"
+    figs = prediction_figures(test, summary["test_classes"], label=label)
+    cell = cfg.cell_config
+    if not cell.is_sequence and (cell.input_channels == 5 or cell.distill):
+        figs["prior_examples"] = _prior_figure(cfg, root=root, frames=frames, manifest=manifest,
+                                               label=label)
+    tracking.log_figures(figs)
+    run_id = summary["run_id"]
+    recipe = tags.get(tracking.TAG_RECIPE, recipe_command(cfg))
+    digest = manifest.get("data_digest", "")
+    base = summary.get("base_run_id")
+    tracking.set_run_description(run_description(
+        cell=cfg.cell, backbone=cfg.backbone, seed=cfg.seed, recipe=recipe,
+        test_macro_auc=summary["test_macro_auc"], test_classes=summary["test_classes"],
+        data_digest=digest, base_run_id=base,
+        base_run_url=tracking.run_url(base) if base else None,
+        registered=summary.get("registered")))
+    if summary.get("registered"):
+        name, version = summary["registered_name"], summary["registered_version"]
+        tracking.set_model_description(name, model_card(cell=cfg.cell, backbone=cfg.backbone))
+        tracking.set_version_description(name, version, version_description(
+            run_id=run_id, test_macro_auc=summary["test_macro_auc"],
+            test_classes=summary["test_classes"], data_digest=digest, recipe=recipe,
+            seed=cfg.seed))
+
+
+def _prior_figure(cfg: TrainConfig, *, root: Path, frames: pd.DataFrame, manifest: dict,
+                  label: str) -> bytes:
+    """One test frame per class with the prior channels the model received."""
+    rows = first_per_class(frames, np.flatnonzero(frames["split"].to_numpy() == "test"))
+    images = build_cache(root, frames, size=cfg.image_size, digest=manifest["data_digest"],
+                         cache_dir=pipi_home() / "cache", progress=False)
+    return cell_prior_figure(cfg, images[rows], list(frames["class"].to_numpy()[rows]),
+                             label=label)
 
 
 # --------------------------------------------------------------------------- sequence cells
@@ -170,6 +228,7 @@ def _fit_sequence(cfg: TrainConfig, *, root: Path, frames: pd.DataFrame, manifes
     out = fit_sequence(cfg, frames, streams, tracker=tracker, resume_state=resume_state,
                        device=dev, progress=progress)
     summary = log_results(out, work)
+    summary["test_predictions"] = out["predictions"]["test"]
     torch.save({"model": out["model"].state_dict(), "spec": out["model"].spec,
                 "config": cfg.to_dict(), **sources}, work / "best_state.pt")
     tracking.log_artifact(work / "best_state.pt", "checkpoints")

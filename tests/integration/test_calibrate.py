@@ -115,6 +115,8 @@ def test_calibrate_fits_logs_and_continues_the_study(tracking, pi_run, tiny_stag
     assert r.baseline_value == pytest.approx(obj.score(4.0, 0.25), abs=1e-9)
     arts = {a.path for a in mlflow.MlflowClient().list_artifacts(r.run_id, "optuna")}
     assert {"optuna/plots.html", "optuna/trials.csv"} <= arts
+    figs = {a.path for a in mlflow.MlflowClient().list_artifacts(r.run_id, "figures")}
+    assert figs == {"figures/best_prior_examples.png"}  # the best trial's prior (mlflow-ui.md)
     html = Path(mlflow.artifacts.download_artifacts(run_id=r.run_id,
                                                     artifact_path="optuna/plots.html",
                                                     dst_path=str(tmp_path / "a"))).read_text()

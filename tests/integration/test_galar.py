@@ -76,6 +76,8 @@ def test_galar_children_aggregate_retention_and_submission(tracking, tiny_staged
         assert (t["pipi.dataset"], t["pipi.study"], t["pipi.galar_fold"]) == ("galar", "galar", "all")
         assert t["pipi.data_digest"] == json.loads((staged / "manifest.json").read_text())["data_digest"]
         folder = tr.download_artifact(row["galar_run_id"], "predictions", tmp_path / row["galar_run_id"])
+        figs = {a.path for a in tr.client().list_artifacts(row["galar_run_id"], "figures")}
+        assert "figures/roc_per_capsule.png" in figs and "figures/confusion.png" in figs
         pred = read_predictions(folder)
         staged_frames = pd.read_parquet(staged / "frames.parquet")
         assert staged_frames["vendor_fold"].nunique() == 2  # folds exist, all of them scored

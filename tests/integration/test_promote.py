@@ -62,6 +62,8 @@ def test_promote_gates_records_keeps_the_previous_champion_and_rolls_back(regist
     c = mlflow.tracking.MlflowClient()
     name = "pipi-efficientnet_b0-b_plus"
     v1, v2 = registry["versions"]["b_plus", 41], registry["versions"]["b_plus", 42]
+    evidence = "Training evidence: run `r41` (seed 41), **test macro-AUC 0.9000**"  # train's
+    c.update_model_version(name, v1, description=evidence)
     r = _cli("--model", name, "--version", v1)
     assert r.exit_code == 0, r.output
     assert "| mean macro-AUC delta |" in r.output and "@champion ->" in r.output
@@ -69,6 +71,7 @@ def test_promote_gates_records_keeps_the_previous_champion_and_rolls_back(regist
     mv = c.get_model_version(name, v1)
     assert mv.tags["pipi.promote.decision"] == "promoted"
     assert "Evidence: b_plus vs a" in mv.description
+    assert mv.description.endswith("\n\n" + evidence)  # the gate above, training evidence kept
     # the recorded delta is the cross-seed mean of the per-seed macro-AUC deltas (sklearn)
     f = registry["folders"]
     expect = np.mean([_macro(f["b_plus", s]) - _macro(f["a", s]) for s in SEEDS])
