@@ -60,7 +60,8 @@ class TrainConfig:
     # where and how the run computes (pipi.runtime); hashed as given ("auto" stays "auto",
     # the resolved values are logged as resolved_* params)
     device: str = "auto"             # auto (cuda if available) | cpu | cuda | cuda:N
-    precision: str = "auto"          # auto (bf16 on a GPU that has it, else fp32) | fp32 | bf16 | fp16
+    precision: str = "auto"          # auto (fp32 under profile=paper, the paper's recipe; bf16
+                                     # on a GPU that has it under demo/smoke) | fp32 | bf16 | fp16
     channels_last: str = "auto"      # auto (on for CUDA) | true | false
     compile: bool = False            # torch.compile the model
     deterministic: bool = True       # deterministic algorithms, no cuDNN autotuning
@@ -218,8 +219,15 @@ def train_params(cfg: TrainConfig, *, data: str | None = None) -> dict:
     return out
 
 
-def recipe_command(cfg: TrainConfig, *, data: str | None = None) -> str:
-    """The command that reproduces a run (tag ``pipi.recipe`` and the registry's ``recipe``)."""
+def recipe_command(cfg: TrainConfig, *, data: str | None = None,
+                   precision: str | None = None) -> str:
+    """The command that reproduces a run (tag ``pipi.recipe`` and the registry's ``recipe``).
+
+    ``precision``: what ``precision=auto`` resolved to on the machine that ran it; mixed
+    precision (bf16/fp16) is then named in the command, so the recipe says how the run computed
+    and reproduces it on any machine (fp32, the paper's, needs no mention)."""
+    if cfg.precision == "auto" and precision not in (None, "auto", "fp32"):
+        cfg = replace(cfg, precision=precision)
     args = ["mlflow", "run", ".", "-e", "train", "--env-manager", "local"]
     for k, v in train_params(cfg, data=data).items():
         args += ["-P", f"{k}={v}"]
