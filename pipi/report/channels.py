@@ -20,10 +20,10 @@ from pipi.report.rows import (
     arm_summary,
     base_run_notes,
     ci_cols,
-    ci_header,
-    ci_text,
+    delta_cis,
     no_runs,
     run_map,
+    seed_ci_note,
 )
 from pipi.report.tables import Table, fmt_delta, fmt_mean_sd, fmt_p
 
@@ -62,10 +62,11 @@ def _channel_table(an: Analysis, *, key: str, title: str, paper: str, reference:
                      "Wilcoxon p (BH)": (f"{fmt_p(c.wilcoxon_p)} "
                                          f"({fmt_p(c.adjusted.get('wilcoxon_bh'))})" if ok else ""),
                      "sign-flip p": fmt_p(c.sign_flip_p) if ok else "",
-                     ci_header(an): ci_text(c.bootstrap, an, digits=4) if ok else ""})
+                     **delta_cis(an, c if ok else None, digits=4)})
         ids.append({n: run_map(arm)} | ({r: dict(c.ref_runs)} if ok else {}))
     notes.append(f"Δ = arm - reference, paired by seed; the reference is ({reference}) unless "
                  "the row names another ('X vs Y': X - Y). BH over the comparisons of this table.")
+    notes.append(seed_ci_note(an, comps))
     return Table(key, title, pd.DataFrame(rows), pd.DataFrame(disp), tuple(ids), tuple(notes),
                  paper=paper)
 

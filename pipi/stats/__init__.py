@@ -69,6 +69,7 @@ from pipi.stats.operating import (
     sensitivity_at_fpr,
 )
 from pipi.stats.permutation import sign_flip_test
+from pipi.stats.seed_bca import SeedBCaResult, seed_delta_bca
 from pipi.stats.tests_paired import MCNEMAR_EXACT_BELOW, mcnemar_test, paired_wilcoxon
 
 __all__ = [
@@ -95,6 +96,7 @@ __all__ = [
     "OperatingPoint",
     "OperatingPointsResult",
     "PairedAUCBootstrap",
+    "SeedBCaResult",
     "SignFlipResult",
     "StoufferResult",
     "WilcoxonResult",
@@ -123,6 +125,7 @@ __all__ = [
     "pooled_pr",
     "pr_points",
     "roc_points",
+    "seed_delta_bca",
     "row_normalise",
     "sensitivity_at_fpr",
     "sign_flip_test",
