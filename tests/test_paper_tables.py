@@ -46,3 +46,120 @@ def test_every_cross_seed_delta_table_has_both_labelled_intervals(six, key):
     have = t.data[t.data[key_col].notna()]
     assert len(have) and have["seed_ci_bca_low"].notna().all()
     assert t.data.loc[t.data[key_col].isna(), "seed_ci_bca_low"].isna().all()
+
+
+# --------------------------------------------------------------------------- 4: figures, per class
+CNX = "convnext_tiny"
+
+
+def _png_bytes(color: str) -> bytes:
+    import io
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(2, 2))
+    fig.add_subplot(1, 1, 1).imshow(np.full((4, 4, 3), 0.5), cmap=None)
+    fig.suptitle(color)
+    FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def paper_evidence(tmp):
+    """Six seeds of the per-frame, channel, transplant arms (B0) and the channel arms of
+    ConvNeXt-Tiny; one FINISHED Grad-CAM run with its two example images."""
+    import pandas as pd
+
+    arms = {c: SEEDS for c in ("a", "pi", "distill", "pblood_only", "phi_only", "pi@zero_both",
+                               "a@transplant_D", "a@transplant_bn")}
+    runs, dirs = make_runs(tmp / "b0", arms)
+    cnx, cdirs = make_runs(tmp / "cnx", {c: SEEDS for c in ("a", "pi", "pblood_only")}, start=7)
+    cnx["backbone"] = CNX
+    cnx["recipe"] = cnx["recipe"].str.replace(B0, CNX)
+    runs = pd.concat([runs, cnx], ignore_index=True)
+    dirs |= cdirs
+    a_runs = runs[(runs["cell"] == "a") & (runs["backbone"] == B0)].set_index("seed")["run_id"]
+    pi_runs = runs[(runs["cell"] == "pi") & (runs["backbone"] == B0)].set_index("seed")["run_id"]
+    for cell, study, base in (("a@transplant_D", "transplant", a_runs),
+                              ("a@transplant_bn", "transplant", a_runs),
+                              ("pi@zero_both", "channel_infer", pi_runs)):
+        sel = runs["cell"] == cell
+        runs.loc[sel, "study"] = study
+        runs.loc[sel, "variant"] = cell.split("@")[1]
+        runs.loc[sel, "base_run_id"] = runs.loc[sel, "seed"].map(base)
+    runs["seed"] = runs["seed"].astype("Int64")
+    gc = runs.iloc[[0]].copy()
+    gc["run_id"], gc["study"], gc["variant"] = "g" * 32, "gradcam", "gradcam"
+    gc["entry_point"], gc["cell"] = "transplant", "a@gradcam"
+    all_runs = pd.concat([runs, gc], ignore_index=True)
+    kept, excluded = analysis.select_runs(runs)
+    ev = analysis.build_evidence(kept, {r: dirs[r] for r in kept["run_id"]}, excluded=excluded,
+                                 all_runs=all_runs, experiment="exp", experiment_id="1")
+    images = {"g" * 32: {"gradcam/overlay.png": _png_bytes("overlay"),
+                         "gradcam/prior.png": _png_bytes("prior")}}
+    from dataclasses import replace
+    return replace(ev, images=images)
+
+
+@pytest.fixture(scope="module")
+def paper(tmp_path_factory):
+    ev = paper_evidence(tmp_path_factory.mktemp("paper"))
+    return ev, build_report(ev, analysis.AggregateOptions(n_resamples=100))
+
+
+def test_focal_pr_curves_are_the_papers_four_with_erosion(paper):
+    ev, rep = paper
+    assert list(rep.curves["focal_pr"]) == ["Lymphangiectasia", "Blood - fresh", "Angiectasia",
+                                            "Erosion"]
+    assert "pr_focal" in rep.figures
+
+
+def test_channel_ablation_for_every_backbone_with_runs(paper):
+    ev, rep = paper
+    keys = [t.key for t in rep.tables]
+    assert {"channel_train", "channel_infer", f"channel_train_{CNX}"} <= set(keys)
+    assert f"channel_infer_{CNX}" not in keys  # no pi@zero_* runs of ConvNeXt-Tiny
+    t = rep.table(f"channel_train_{CNX}").data.set_index("arm")
+    a, pb = ev.arm(CNX, "pi"), ev.arm(CNX, "pblood_only")
+    assert t.loc["pblood_only", "delta"] == pytest.approx(np.mean(pb.macro - a.macro), abs=1e-12)
+
+
+def _ece_brute(y, p, bins=15):
+    """ECE by looping over frames and bins (independent of pipi.stats)."""
+    total = 0.0
+    for b in range(bins):
+        lo, hi = b / bins, (b + 1) / bins
+        idx = [i for i in range(len(p)) if lo <= p[i] < hi or (b == bins - 1 and p[i] == 1.0)]
+        if idx:
+            total += len(idx) / len(p) * abs(np.mean(y[idx]) - np.mean(p[idx]))
+    return total
+
+
+def test_per_class_ece_and_brier_a_vs_pi_match_brute_force_and_sklearn(paper):
+    from sklearn.metrics import brier_score_loss
+
+    from pipi.classes import CLASSES
+    ev, rep = paper
+    t = rep.table("calibration_per_class")
+    assert len(t.data) == len(ev.classes)
+    row = t.data.iloc[2]
+    k = CLASSES.index(row["class"])
+    y = (ev.labels == k).astype(float)
+    for cell, col in (("a", "a"), ("pi", "pi")):
+        arm = ev.arm(B0, cell)
+        ece = [_ece_brute(y, p[:, k].astype(float)) for p in arm.probs]
+        brier = [brier_score_loss(y, p[:, k].astype(float)) for p in arm.probs]
+        assert row[f"ece_{col}_mean"] == pytest.approx(np.mean(ece), abs=1e-9)
+        assert row[f"ece_{col}_sd"] == pytest.approx(np.std(ece, ddof=1), abs=1e-9)
+        assert row[f"brier_{col}_mean"] == pytest.approx(np.mean(brier), abs=1e-9)
+
+
+def test_mechanism_transplant_and_example_figures(paper):
+    ev, rep = paper
+    assert {"mechanism_localization", "transplant_reconstruction", "prior_examples",
+            "gradcam_examples"} <= set(rep.figures)
+    assert rep.figures["prior_examples"] == ev.images["g" * 32]["gradcam/prior.png"]
+    assert "g" * 32 in rep.captions["gradcam_examples"]
+    for name in ("mechanism_localization", "transplant_reconstruction"):
+        assert rep.figures[name][:8] == b"\x89PNG\r\n\x1a\n"
