@@ -112,6 +112,8 @@ class FrameInputs:
         """``x01``: float ``[B, 3, H, W]`` with values in [0, scale] (scale 255: raw uint8 values)."""
         cfg, cell = self.cfg, self.cfg.cell_config
         need_prior = cell.input_channels == 5 or cell.distill
+        # strip-and-serve: the prior channels are zeros, so the prior is never computed
+        compute_prior = cell.distill or (cell.input_channels == 5 and not strip_prior)
         aug = AugmentConfig(cfg.hflip, cfg.rotation_deg, *cfg.jitter)
         valid = None
         if train and not need_prior:
@@ -125,13 +127,14 @@ class FrameInputs:
         elif scale != 1.0:
             x01 = x01 / scale
         prior = None
-        if need_prior:
+        if compute_prior:
             # The prior is computed after augmentation, on the un-normalised image (paper).
             prior = prior_channels(x01, **asdict(cfg.prior), valid=valid,
                                    check=self.check)
         x = normalize(x01)
         if cell.input_channels == 5:
-            p = torch.zeros_like(prior) if strip_prior else prior.clone()
+            p = (x01.new_zeros((x01.shape[0], 2, *x01.shape[2:])) if strip_prior
+                 else prior.clone())
             for ch in cell.zero_channels:
                 p[:, ch - 3] = 0
             x = torch.cat([x, p], dim=1)

@@ -163,3 +163,62 @@ def test_mechanism_transplant_and_example_figures(paper):
     assert "g" * 32 in rep.captions["gradcam_examples"]
     for name in ("mechanism_localization", "transplant_reconstruction"):
         assert rep.figures[name][:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# --------------------------------------------------------------------------- 2: deployment
+def test_deployment_options_table(paper):
+    ev, rep = paper
+    t = rep.table("deployment_options")
+    d = t.data.set_index("arm")
+    assert list(d.index) == ["a", "pi", "distill", "pi@zero_both"]
+    a, pi, zb = (ev.arm(B0, c) for c in ("a", "pi", "pi@zero_both"))
+    for arm, cell in (("pi", pi), ("distill", ev.arm(B0, "distill"))):
+        assert d.loc[arm, "mean"] == pytest.approx(cell.macro.mean(), abs=1e-12)
+    want = np.mean(zb.macro - a.macro) / np.mean(pi.macro - a.macro)
+    row = d.loc["pi@zero_both"]
+    assert row["retention"] == pytest.approx(want, abs=1e-12)
+    assert row["retention_ci_videos_low"] <= want <= row["retention_ci_videos_high"]
+    assert row["retention_ci_unit"] == "videos"
+    # the seed-level retention interval equals scipy's BCa from the same bootstrap distribution
+    num, den = zb.macro - a.macro, pi.macro - a.macro
+    from pipi.report.deployment import _seed_retention
+    ours = _seed_retention(rep_an(ev), num, den, [])
+    prev = stats._resampling.BootstrapResult(
+        confidence_interval=None, bootstrap_distribution=ours.bootstrap_distribution,
+        standard_error=None)
+    ref = stats.bootstrap((num, den), lambda x, y: np.mean(x) / np.mean(y), paired=True,
+                          vectorized=False, n_resamples=0, bootstrap_result=prev, method="BCa")
+    assert abs(ours.bca_interval.low - ref.confidence_interval.low) < 1e-9
+    assert abs(ours.bca_interval.high - ref.confidence_interval.high) < 1e-9
+    assert row["retention_ci_seeds_low"] == pytest.approx(ours.bca_interval.low, abs=1e-12)
+    # costs from the cell table; the served recipe is named
+    assert (d.loc["pi", "infer_channels"], d.loc["pi", "infer_prior"]) == (5, True)
+    assert (d.loc["pi@zero_both", "infer_channels"], d.loc["pi@zero_both", "infer_prior"]) == \
+        (3, False)
+    assert d.loc["distill", "train_prior"] and d.loc["distill", "infer_channels"] == 3
+    assert '"strip_prior": true' in row["served_as"]
+    assert any('"strip_prior": true' in r for r in t.display["recipe"])
+
+
+def rep_an(ev):
+    return analysis.Analysis(ev, analysis.AggregateOptions(n_resamples=100))
+
+
+def test_strip_and_serve_never_computes_the_prior(monkeypatch):
+    import torch
+
+    from pipi import training
+    from pipi.config import make_config
+
+    fi = training.FrameInputs(make_config(cell="pi", profile="smoke"))
+    x01 = torch.rand(2, 3, 32, 32)
+    full, _ = fi(x01, train=False)
+
+    def boom(*a, **k):
+        raise AssertionError("prior computed under strip_prior")
+
+    monkeypatch.setattr(training, "prior_channels", boom)
+    stripped, _ = fi(x01, train=False, strip_prior=True)
+    assert stripped.shape == full.shape == (2, 5, 32, 32)
+    assert torch.equal(stripped[:, :3], full[:, :3])
+    assert not stripped[:, 3:].any()

@@ -158,6 +158,13 @@ class Analysis:
         return self.bootstrap.delta([(backbone, reference, s) for s in seeds],
                                     [(backbone, new, s) for s in seeds], classes=classes)
 
+    def retention_ci(self, backbone: str, reference: str, numerator: str, denominator: str,
+                     seeds: Sequence[int]) -> DeltaCI:
+        """Bootstrap CI (shared draws) of mean(num - ref) / mean(den - ref) over ``seeds``."""
+        return self.bootstrap.ratio([(backbone, reference, s) for s in seeds],
+                                    [(backbone, numerator, s) for s in seeds],
+                                    [(backbone, denominator, s) for s in seeds])
+
     @property
     def bootstrap_unit(self) -> str:
         """What the bootstrap resamples: "videos" (with the class-stratified frame fallback
