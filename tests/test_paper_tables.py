@@ -222,3 +222,23 @@ def test_strip_and_serve_never_computes_the_prior(monkeypatch):
     assert stripped.shape == full.shape == (2, 5, 32, 32)
     assert torch.equal(stripped[:, :3], full[:, :3])
     assert not stripped[:, 3:].any()
+
+
+# --------------------------------------------------------------------------- the HTML report
+def test_dashboard_in_chromium_shows_the_new_tables_and_figures(paper, tmp_path):
+    from test_dashboard import CHROMIUM, open_in_chromium
+
+    from pipi.workflows import aggregate as workflow
+    if CHROMIUM is None:
+        pytest.skip("Chromium is not installed")
+    _, rep = paper
+    out = workflow.write_report(rep, tmp_path / "out", aggregate_run_id="f" * 32)
+    dom, console = open_in_chromium(out / "dashboard.html", tmp_path)
+    assert dom.body.get("data-selfcheck") == "ok", console
+    assert {"deployment_options", "calibration_per_class", f"channel_train_{CNX}",
+            "per_frame"} <= set(dom.tables)
+    alts = {i.get("alt") for i in dom.images}
+    assert {"pr_focal", "mechanism_localization", "transplant_reconstruction",
+            "prior_examples", "gradcam_examples"} <= alts
+    html = (out / "dashboard.html").read_text()
+    assert "95% BCa CI (seeds)" in html and "Erosion" in html
