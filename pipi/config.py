@@ -17,6 +17,7 @@ from typing import Any
 from pipi.cells import get_cell
 from pipi.errors import ConfigError
 from pipi.models.backbones import ARCHS
+from pipi.models.timm_backbones import FOUNDATION, is_timm_arch
 from pipi.prior import PriorConfig
 from pipi.runtime import check_runtime
 
@@ -68,8 +69,14 @@ class TrainConfig:
 
     def __post_init__(self):
         get_cell(self.cell)
-        if self.backbone not in ARCHS:
-            raise ConfigError(f"backbone={self.backbone!r} is unknown. Available: {list(ARCHS)}")
+        if self.backbone not in ARCHS and not is_timm_arch(self.backbone):
+            raise ConfigError(f"backbone={self.backbone!r} is unknown. Available: "
+                              f"{[*ARCHS, *FOUNDATION]} or timm:<name>")
+        cell = get_cell(self.cell)
+        if is_timm_arch(self.backbone) and (cell.is_sequence or cell.distill):
+            raise ConfigError(f"backbone={self.backbone}: timm backbones serve the per-frame "
+                              f"cells without a decoder; cell {self.cell!r} needs a torchvision "
+                              f"backbone ({list(ARCHS)})")
         if self.select_metric not in SELECT_METRICS:
             raise ConfigError(f"select_metric={self.select_metric!r}; use one of "
                               f"{list(SELECT_METRICS)}")

@@ -32,6 +32,7 @@ from pipi.data.kvasir import load_staged
 from pipi.errors import PipiError
 from pipi.paths import pipi_home
 from pipi.models import DistillClassifier, FrameClassifier, build_backbone, distill_loss
+from pipi.models.timm_backbones import build_timm_backbone, is_timm_arch
 from pipi.predictions import (  # noqa: F401  (re-exported: the format's home is pipi.predictions)
     PREDICTIONS_VERSION,
     PROB_COLUMNS,
@@ -90,10 +91,18 @@ def class_weights(labels: np.ndarray) -> torch.Tensor:
 def build_frame_model(cfg: TrainConfig) -> torch.nn.Module:
     cell = cfg.cell_config
     weights = None if cfg.weights in ("none", "", None) else cfg.weights
-    backbone = build_backbone(cfg.backbone, weights=weights, in_channels=cell.input_channels,
-                              prior_init=cfg.prior_init)
-    cls = DistillClassifier if cell.distill else FrameClassifier
-    return cls(backbone, NUM_CLASSES)
+    if is_timm_arch(cfg.backbone):
+        backbone = build_timm_backbone(cfg.backbone, weights=weights,
+                                       in_channels=cell.input_channels,
+                                       prior_init=cfg.prior_init, image_size=cfg.image_size)
+    else:
+        backbone = build_backbone(cfg.backbone, weights=weights,
+                                  in_channels=cell.input_channels, prior_init=cfg.prior_init)
+    if cell.distill:
+        return DistillClassifier(backbone, NUM_CLASSES)
+    if cell.frozen:  # linear probe: frozen features, a plain linear head
+        return FrameClassifier(backbone, NUM_CLASSES, dropout=0.0, frozen=True)
+    return FrameClassifier(backbone, NUM_CLASSES)
 
 
 @dataclass
