@@ -109,7 +109,7 @@ def paper(tmp_path_factory):
 
 
 def test_focal_pr_curves_are_the_papers_four_with_erosion(paper):
-    ev, rep = paper
+    _, rep = paper
     assert list(rep.curves["focal_pr"]) == ["Lymphangiectasia", "Blood - fresh", "Angiectasia",
                                             "Erosion"]
     assert "pr_focal" in rep.figures

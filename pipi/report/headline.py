@@ -18,6 +18,7 @@ from pipi.analysis import (
     missing_notes,
     seeds_text,
 )
+from pipi.report.probes import probe_rows
 from pipi.report.rows import (
     arm_summary,
     bootstrap_note,
@@ -76,8 +77,10 @@ def per_frame_table(an: Analysis) -> Table:
                  "by seed; 'k/n +': seeds with a positive delta. Sign-flip p: exact "
                  "permutation of the per-seed delta signs.")
     notes += [bootstrap_note(an), seed_ci_note(an, comps.values())]
-    return Table("per_frame", title, pd.DataFrame(rows), pd.DataFrame(disp), tuple(ids),
-                 tuple(notes), paper="tab:per-frame")
+    prows, pdisp, pids, pnotes = probe_rows(an)
+    rows, disp, ids, notes = rows + prows, disp + pdisp, ids + pids, notes + pnotes
+    return Table("per_frame", title, pd.DataFrame(rows), pd.DataFrame(disp).fillna(""),
+                 tuple(ids), tuple(notes), paper="tab:per-frame")
 
 
 def eight_cell_table(an: Analysis) -> Table:
@@ -211,7 +214,8 @@ def cross_backbone_table(an: Analysis) -> Table:
     """Paper Table cross-backbone: a and pi per backbone, paired delta."""
     ev = an.evidence
     title = "Per-frame cross-backbone replication: (a) RGB-only vs +PI"
-    backbones = list(dict.fromkeys([*BACKBONES, *ev.backbones()]))
+    backbones = [bb for bb in dict.fromkeys([*BACKBONES, *ev.backbones()])
+                 if bb in BACKBONES or ev.arm(bb, "a") or ev.arm(bb, "pi")]
     present = [bb for bb in backbones if ev.arm(bb, "a") and ev.arm(bb, "pi")]
     if not present:
         return no_runs("cross_backbone", title, "tab:cross-backbone",
