@@ -21,6 +21,7 @@ class CellConfig:
     input_channels: int = 3          # 5 = RGB + P_blood + Phi at the first conv (C1 5-ch)
     zero_channels: tuple[int, ...] = ()  # input channels zeroed in training and inference
     distill: bool = False            # auxiliary P_blood decoder, dropped at deploy
+    frozen: bool = False             # backbone frozen (feature extractor), only the head trains
     # sequence part (empty for per-frame cells)
     base_cell: str | None = None     # per-frame cell providing the backbone embeddings
     temporal: bool = False           # C2
@@ -32,6 +33,8 @@ class CellConfig:
             raise ConfigError(f"cell {self.name}: input_channels must be 3 or 5")
         if self.c1 not in (None, "c8", "c8_patient", "c13"):
             raise ConfigError(f"cell {self.name}: c1 must be c8, c8_patient or c13, got {self.c1}")
+        if self.frozen and (self.distill or self.input_channels != 3):
+            raise ConfigError(f"cell {self.name}: a frozen backbone takes RGB only, no decoder")
         if any(c not in (3, 4) for c in self.zero_channels):
             raise ConfigError(f"cell {self.name}: only prior channels 3 and 4 can be zeroed")
 
@@ -73,6 +76,8 @@ for _c in (
                zero_channels=(3,)),
     CellConfig("distill", "RGB backbone + auxiliary P_blood decoder (dropped at deploy)",
                distill=True),
+    CellConfig("probe", "frozen backbone + linear probe (foundation-model baselines)",
+               frozen=True),
     # ---- sequence cells (paper's eight-cell ablation)
     CellConfig("b", "C2 only", base_cell="a", temporal=True),
     CellConfig("c", "C1_8 (train-norm) + C2", base_cell="a", temporal=True, c1="c8"),

@@ -17,6 +17,7 @@ from typing import Any
 from pipi.cells import get_cell
 from pipi.errors import ConfigError
 from pipi.models.backbones import ARCHS
+from pipi.models.timm_backbones import FOUNDATION, is_timm_arch
 from pipi.prior import PriorConfig
 from pipi.runtime import check_runtime
 
@@ -60,15 +61,22 @@ class TrainConfig:
     # where and how the run computes (pipi.runtime); hashed as given ("auto" stays "auto",
     # the resolved values are logged as resolved_* params)
     device: str = "auto"             # auto (cuda if available) | cpu | cuda | cuda:N
-    precision: str = "auto"          # auto (bf16 on a GPU that has it, else fp32) | fp32 | bf16 | fp16
+    precision: str = "auto"          # auto (fp32 under profile=paper, the paper's recipe; bf16
+                                     # on a GPU that has it under demo/smoke) | fp32 | bf16 | fp16
     channels_last: str = "auto"      # auto (on for CUDA) | true | false
     compile: bool = False            # torch.compile the model
     deterministic: bool = True       # deterministic algorithms, no cuDNN autotuning
 
     def __post_init__(self):
         get_cell(self.cell)
-        if self.backbone not in ARCHS:
-            raise ConfigError(f"backbone={self.backbone!r} is unknown. Available: {list(ARCHS)}")
+        if self.backbone not in ARCHS and not is_timm_arch(self.backbone):
+            raise ConfigError(f"backbone={self.backbone!r} is unknown. Available: "
+                              f"{[*ARCHS, *FOUNDATION]} or timm:<name>")
+        cell = get_cell(self.cell)
+        if is_timm_arch(self.backbone) and (cell.is_sequence or cell.distill):
+            raise ConfigError(f"backbone={self.backbone}: timm backbones serve the per-frame "
+                              f"cells without a decoder; cell {self.cell!r} needs a torchvision "
+                              f"backbone ({list(ARCHS)})")
         if self.select_metric not in SELECT_METRICS:
             raise ConfigError(f"select_metric={self.select_metric!r}; use one of "
                               f"{list(SELECT_METRICS)}")
@@ -223,8 +231,15 @@ def train_params(cfg: TrainConfig, *, data: str | None = None) -> dict:
     return out
 
 
-def recipe_command(cfg: TrainConfig, *, data: str | None = None) -> str:
-    """The command that reproduces a run (tag ``pipi.recipe`` and the registry's ``recipe``)."""
+def recipe_command(cfg: TrainConfig, *, data: str | None = None,
+                   precision: str | None = None) -> str:
+    """The command that reproduces a run (tag ``pipi.recipe`` and the registry's ``recipe``).
+
+    ``precision``: what ``precision=auto`` resolved to on the machine that ran it; mixed
+    precision (bf16/fp16) is then named in the command, so the recipe says how the run computed
+    and reproduces it on any machine (fp32, the paper's, needs no mention)."""
+    if cfg.precision == "auto" and precision not in (None, "auto", "fp32"):
+        cfg = replace(cfg, precision=precision)
     args = ["mlflow", "run", ".", "-e", "train", "--env-manager", "local"]
     for k, v in train_params(cfg, data=data).items():
         args += ["-P", f"{k}={v}"]

@@ -7,7 +7,10 @@ given); :func:`resolve_runtime` turns it into a :class:`Runtime` on this machine
 ``device.type == "cuda"`` and kept short:
 
 * ``precision``: ``torch.autocast`` around the forward pass and the loss (bf16 or fp16; fp16
-  adds a ``GradScaler``); augmentation and the prior stay in float32.
+  adds a ``GradScaler``); augmentation and the prior stay in float32. ``auto`` is fp32 under
+  the paper's recipe (``profile=paper``: the paper trains without mixed precision) and bf16 on
+  a GPU that has it under the machine profiles (demo, smoke); bf16/fp16 under the paper's
+  recipe only when asked.
 * ``channels_last``: model and inputs in NHWC memory format.
 * ``compile``: ``torch.compile`` of the model (the uncompiled module keeps the weights, so
   checkpoints and state dicts are unchanged).
@@ -38,6 +41,17 @@ DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 SWITCHES = ("auto", "true", "false")
 AMP_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+#: Profiles that are recipes the paper states: there ``precision=auto`` is fp32 (paper:
+#: no mixed precision); mixed precision only when asked (``precision=bf16|fp16``).
+PAPER_PROFILES = ("paper",)
+
+
+def auto_precision(device: torch.device, *, profile: str) -> str:
+    """What ``precision=auto`` means for ``profile`` on ``device``: fp32 under a paper recipe
+    or off CUDA; bf16 on a CUDA device that has it otherwise."""
+    if profile in PAPER_PROFILES or device.type != "cuda":
+        return "fp32"
+    return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
 
 
 def check_runtime(*, device: str, precision: str, channels_last: str, compile: bool,
@@ -93,8 +107,10 @@ class Runtime:
 
 def resolve_runtime(*, device: str = "auto", precision: str = "auto",
                     channels_last: str = "auto", compile: bool = False,
-                    deterministic: bool = True) -> Runtime:
-    """The :class:`Runtime` these options give on this machine (ConfigError if impossible)."""
+                    deterministic: bool = True, profile: str = "paper") -> Runtime:
+    """The :class:`Runtime` these options give on this machine (ConfigError if impossible).
+
+    ``profile`` decides what ``precision=auto`` means (:func:`auto_precision`)."""
     check_runtime(device=device, precision=precision, channels_last=channels_last,
                   compile=compile, deterministic=deterministic)
     if device == "auto":
@@ -109,8 +125,7 @@ def resolve_runtime(*, device: str = "auto", precision: str = "auto",
             raise ConfigError(f"device={device}: only {torch.cuda.device_count()} CUDA "
                               "device(s) visible")
     if precision == "auto":
-        precision = ("bf16" if dev.type == "cuda" and torch.cuda.is_bf16_supported()
-                     else "fp32")
+        precision = auto_precision(dev, profile=profile)
     elif precision == "bf16" and dev.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise ConfigError(f"precision=bf16: {torch.cuda.get_device_name(dev)} has no bf16; "
                           "use precision=fp16 or fp32")
@@ -122,7 +137,7 @@ def runtime_of(cfg, *, device: str | None = None) -> Runtime:
     """:func:`resolve_runtime` of a ``TrainConfig`` (``device`` overrides ``cfg.device``)."""
     return resolve_runtime(device=device or cfg.device, precision=cfg.precision,
                            channels_last=cfg.channels_last, compile=cfg.compile,
-                           deterministic=cfg.deterministic)
+                           deterministic=cfg.deterministic, profile=cfg.profile)
 
 
 def apply_determinism(rt: Runtime) -> None:

@@ -8,10 +8,14 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 from scipy import special
 from sklearn.metrics import roc_auc_score
 
+from pipi import analysis
+from pipi.analysis.retention import build_cross_vendor, split_galar_runs
 from pipi.classes import CLASSES, class_index
+from pipi.cli import ENTRY_POINTS
 from pipi.galkva import SCORING_SETS
 from pipi.training.frames import predictions_frame, write_predictions
 
@@ -151,3 +155,140 @@ def make_prediction_dir(root: Path, *, seeds=("1", "2"), signals=None, seed: int
                                   d / "predictions")
                 (d / "run.json").write_text(json.dumps({"run_id": f"{ds}-{arm}-{s}"}))
     return root
+
+
+# --------------------------------------------------------------------------- shared by both tiers
+B0 = "efficientnet_b0"
+#: The paper recipe's params as a run logs them (fidelity tests).
+PAPER = {"select_metric": "macro_auc", "alpha": "4.0", "epochs": "30", "lr": "0.001"}
+#: Retention tests: the GalKva scoring set, the fake Kvasir split's headline classes, Galar's.
+GALKVA = [class_index(c) for c in SCORING_SETS["v1.0"]]
+KVASIR_CLASSES = sorted({*GALKVA, 2, 3, 7})
+GALAR_CLASSES = sorted({*GALKVA, 2})
+SYSTEMS = ("PillCam SB3", "Olympus")
+
+
+def recipe(cell, seed, **params):
+    opts = {"cell": cell, "seed": seed, "backbone": B0, "profile": "paper", **params}
+    return "mlflow run . -e train --env-manager local " + " ".join(
+        f"-P {k}={v}" for k, v in opts.items() if k in ("cell", "seed", "backbone", "profile")
+        or PAPER.get(k) != v)
+
+
+def make_runs(tmp: Path, arms: dict, *, test=None, val=None, tags: str = "test", start=0,
+              extra: dict | None = None):
+    """(runs frame as load_runs returns it, run id -> predictions folder).
+
+    arms: cell -> seeds. ``tags``: "test" (pipi.test_classes and pipi.val_classes),
+    "evaluable" (only the older pipi.evaluable_classes = val and test classes), "none".
+    ``extra``: (cell, seed) -> column overrides (params, recipe, status, ...).
+    """
+    test = make_frames(7, 60, 0) if test is None else test
+    val = make_frames(3, 40, 1, split="val") if val is None else val
+    test_names = [CLASSES[k] for k in sorted(set(test["class_index"]))]
+    val_names = [CLASSES[k] for k in sorted(set(val["class_index"]))]
+    rows, dirs = [], {}
+    for ci, (cell, seeds) in enumerate(arms.items()):
+        for s in seeds:
+            rid = f"{cell}{s}{start}".replace("_", "").replace("@", "")[:32].ljust(32, "0")
+            dirs[rid] = write_run(tmp / rid / "predictions", test, val,
+                                  QUALITY.get(cell.split("@")[0], 1.1), 1000 * ci + s)
+            row = {"run_id": rid, "experiment_id": "1", "run_name": rid, "status": "FINISHED",
+                   "start_time": start + 1000 * ci + s, "entry_point": "train", "cell": cell,
+                   "backbone": B0, "seed": s, "data_digest": "d" * 64,
+                   "dataset": "kvasir-capsule", "study": "", "variant": "", "base_run_id": "",
+                   "parent_run_id": "", "code_version": "", "test_macro_auc": float("nan"),
+                   "evaluable_classes": "", "test_classes": "", "val_classes": "",
+                   "recipe": recipe(cell, s), "recipe_hash": "", "failure_reason": "",
+                   "params": json.dumps({**PAPER, "cell": cell, "seed": str(s)})}
+            if tags == "test":
+                row |= {"test_classes": json.dumps(test_names),
+                        "val_classes": json.dumps(val_names)}
+            elif tags == "evaluable":
+                row["evaluable_classes"] = json.dumps(sorted(set(test_names) & set(val_names)))
+            row |= (extra or {}).get((cell, s), {})
+            rows.append(row)
+    runs = pd.DataFrame(rows)
+    runs["seed"] = runs["seed"].astype("Int64")
+    return runs, dirs
+
+
+class FakeTracker:
+    def __init__(self):
+        self.metrics, self.checkpoints = [], []
+
+    def log_metrics(self, metrics, *, step=None):
+        self.metrics.append((step, dict(metrics)))
+
+    def log_checkpoint(self, state):
+        self.checkpoints.append(state["epoch"])
+
+
+def _invoke(name: str, args: list[str], capsys) -> tuple[int, str]:
+    """Run an entry point the way `entrypoints/<name>.py` does; (exit code, stderr)."""
+    with pytest.raises(SystemExit) as exc:
+        ENTRY_POINTS[name].main(args, prog_name=f"entrypoints/{name}.py")
+    return exc.value.code, capsys.readouterr().err
+
+
+def frames(n_videos: int, per_video: int, classes, seed: int, prefix: str, systems=None):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for v in range(n_videos):
+        lab = rng.choice(classes, size=per_video)
+        lab[: len(classes)] = classes  # every class in every video
+        for f, k in enumerate(lab):
+            row = {"path": f"test/{CLASSES[k]}/{prefix}{v:02d}_{f:04d}.png",
+                   "video_id": f"{prefix}{v:02d}", "frame_number": f, "class_index": int(k),
+                   "class": CLASSES[k], "split": "test"}
+            if systems is not None:
+                row["capsule_system"] = systems[v % len(systems)]
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def probs_for(df: pd.DataFrame, quality, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    y = df["class_index"].to_numpy()
+    q = quality if np.ndim(quality) else np.full(len(y), quality)
+    return special.softmax(rng.normal(size=(len(y), 14)) + q[:, None] * np.eye(14)[y], axis=1)
+
+
+def run_row(rid, cell, seed, *, digest, study="", base="", params=None, entry="train"):
+    return {"run_id": rid, "experiment_id": "1", "run_name": rid, "status": "FINISHED",
+            "start_time": seed, "entry_point": entry, "cell": cell,
+            "backbone": "efficientnet_b0", "seed": seed, "data_digest": digest,
+            "dataset": "galar" if study else "kvasir-capsule", "study": study,
+            "variant": "zero_shot" if study else "", "base_run_id": base, "parent_run_id": "",
+            "evaluable_classes": "", "code_version": "", "profile": "smoke",
+            "test_macro_auc": float("nan"), "test_classes": "" if study else json.dumps(
+                [CLASSES[k] for k in KVASIR_CLASSES]), "val_classes": "", "recipe": "",
+            "recipe_hash": "", "failure_reason": "", "params": json.dumps(params or {}),
+            "tta_loss_before": float("nan"), "tta_loss_after": float("nan")}
+
+
+def evidence(study, runs=None):
+    runs = study["runs"] if runs is None else runs
+    kruns, gruns = split_galar_runs(runs)
+    kept, excluded = analysis.select_runs(kruns)
+    ev = analysis.build_evidence(kept, study["dirs"], excluded=excluded)
+    gkept, gexcluded = analysis.select_runs(gruns)
+    cv, gout = build_cross_vendor(gkept, study["dirs"], ev, excluded=gexcluded)
+    return ev, cv, gout
+
+
+def brute_macro(y, p, classes, auc=roc_auc_score):
+    """Mean one-vs-rest AUC (scikit-learn) over classes with positives and negatives."""
+    cls = [c for c in classes if 0 < (y == c).sum() < len(y)]
+    return float(np.mean([auc(y == c, p[:, c]) for c in cls]))
+
+
+def sk_macro(y, p, classes):
+    cls = [c for c in classes if 0 < (y == c).sum() < len(y)]
+    return float(np.mean([roc_auc_score(y == c, p[:, c]) for c in cls]))
+
+
+def evidence_of(runs, dirs):
+    kept, excluded = analysis.select_runs(runs)
+    return analysis.build_evidence(kept, {r: dirs[r] for r in kept["run_id"]}, excluded=excluded,
+                                   experiment="exp", experiment_id="1")

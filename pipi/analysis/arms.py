@@ -21,8 +21,10 @@ PAIRED_TESTS = (("a", "pi"), ("a", "distill"), ("b", "b_plus"), ("b", "e_plus"),
 BREAKDOWN_PAIRS = (("b", "e_plus"), ("a", "pi"))
 #: Table key of each breakdown pair's per-class table.
 PER_CLASS_TABLES = {("b", "e_plus"): "per_class", ("a", "pi"): "per_class_per_frame"}
-#: The paper's four clinically prioritised classes (operating points, PR curves).
+#: The paper's four clinically prioritised classes of the operating-point table.
 FOCAL_CLASSES = ("Lymphangiectasia", "Angiectasia", "Blood - fresh", "Ulcer")
+#: The four focal classes of the paper's PR-curve figure (fig:pr-curves), in its order.
+PR_FOCAL_CLASSES = ("Lymphangiectasia", "Blood - fresh", "Angiectasia", "Erosion")
 #: Per-frame pair of the focal PR curves and the confusion matrices (paper figures).
 FIGURE_PAIR = ("a", "pi")
 #: Training-time channel ablation: arms compared with the full +PI cell.

@@ -10,7 +10,9 @@ arm is better):
   sign-flip permutation test of the per-seed deltas, Wilcoxon signed-rank, and a
   bootstrap of the cross-seed mean delta (one resample of the test videos, or frames,
   applied to every seed and arm, over a fixed class set) with percentile and BCa intervals
-  (:class:`pipi.stats.PairedAUCBootstrap`);
+  (:class:`pipi.stats.PairedAUCBootstrap`), and the paper's interval: BCa over the per-seed
+  deltas, resampling seeds with the test set fixed (:func:`pipi.stats.seed_delta_bca`; flagged
+  unstable where six seeds cannot carry it);
 * Bonferroni and Benjamini-Hochberg adjustment once per declared family of comparisons.
 """
 
@@ -32,10 +34,12 @@ from pipi.stats import (
     DeltaCI,
     Family,
     PairedAUCBootstrap,
+    SeedBCaResult,
     adjust_families,
     delong_macro_test,
     mcnemar_test,
     paired_wilcoxon,
+    seed_delta_bca,
     sign_flip_test,
     stouffer_combine,
 )
@@ -67,7 +71,8 @@ class Comparison:
     sign_flip_p: float = float("nan")
     sign_flip_exact: bool = False
     wilcoxon_p: float = float("nan")
-    bootstrap: DeltaCI | None = None
+    bootstrap: DeltaCI | None = None       # resamples test videos (or frames)
+    seed_bca: SeedBCaResult | None = None  # resamples seeds (the paper's intervals)
     family: str = ""
     adjusted: Mapping[str, float] = field(default_factory=dict)
 
@@ -153,6 +158,13 @@ class Analysis:
         return self.bootstrap.delta([(backbone, reference, s) for s in seeds],
                                     [(backbone, new, s) for s in seeds], classes=classes)
 
+    def retention_ci(self, backbone: str, reference: str, numerator: str, denominator: str,
+                     seeds: Sequence[int]) -> DeltaCI:
+        """Bootstrap CI (shared draws) of mean(num - ref) / mean(den - ref) over ``seeds``."""
+        return self.bootstrap.ratio([(backbone, reference, s) for s in seeds],
+                                    [(backbone, numerator, s) for s in seeds],
+                                    [(backbone, denominator, s) for s in seeds])
+
     @property
     def bootstrap_unit(self) -> str:
         """What the bootstrap resamples: "videos" (with the class-stratified frame fallback
@@ -233,10 +245,13 @@ def _compare(an: Analysis, backbone: str, reference: str, new: str) -> Compariso
     sf = sign_flip_test(c.deltas, n_resamples=o.n_permutations, rng=o.seed)
     wx = paired_wilcoxon(c.ref_macro, c.new_macro) if len(seeds) >= 2 else None
     boot = an.delta_ci(backbone, reference, new, seeds)
+    sb = (seed_delta_bca(c.deltas, n_resamples=o.n_resamples,
+                         confidence_level=o.confidence_level, rng=o.seed)
+          if len(seeds) >= 2 and np.isfinite(c.deltas).all() else None)
     return replace(c, stouffer_z=st.statistic if st else float("nan"),
                    stouffer_p=st.pvalue if st else float("nan"), sign_flip_p=sf.pvalue,
                    sign_flip_exact=sf.exact, wilcoxon_p=wx.pvalue if wx else float("nan"),
-                   bootstrap=boot)
+                   bootstrap=boot, seed_bca=sb)
 
 
 #: p-values adjusted within each family, and the names of the adjusted entries.

@@ -71,6 +71,9 @@ class Evidence:
     #: a DataError's message when they cannot be paired with the zero-shot ones
     cross_vendor_calibrated: object = None
     cross_vendor_calibrated_error: str = ""
+    #: run id -> artifact path -> PNG bytes of the Grad-CAM runs' example figures
+    #: (``gradcam/overlay.png``, ``gradcam/prior.png``), read by the workflow
+    images: Mapping[str, Mapping[str, bytes]] = field(default_factory=dict)
 
     def arm(self, backbone: str, cell: str) -> Arm | None:
         return self.arms.get((backbone, cell))

@@ -14,6 +14,7 @@ from pipi.cells import CELLS
 from pipi.config import PROFILE_CHOICES, SELECT_METRICS, TRAIN_OVERRIDES
 from pipi.errors import ConfigError, PipiError
 from pipi.models.backbones import ARCHS, PRIOR_INITS
+from pipi.models.timm_backbones import FOUNDATION
 from pipi.prior import DEFAULT_ALPHA, HB_INDICES, PRIOR_MASKS, SECOND_CHANNELS
 from pipi.runs.prior_params import load_prior_params
 from pipi.runtime import PRECISIONS, SWITCHES
@@ -110,8 +111,10 @@ def with_options(options):
 
 cell_option = click.option("--cell", default="pi", show_default=True, type=choice(CELLS),
                            help="A cell of the cell table (pipi/cells.py).")
-backbone_option = click.option("--backbone", default="efficientnet_b0", show_default=True,
-                               type=choice(ARCHS))
+backbone_option = click.option(
+    "--backbone", default="efficientnet_b0", show_default=True,
+    help=f"One of {', '.join(ARCHS)} (torchvision), {', '.join(FOUNDATION)} (timm foundation "
+         "towers, per-frame cells) or timm:<name> (any timm model, per-frame cells).")
 profile_option = click.option(
     "--profile", type=choice(PROFILE_CHOICES), default="auto", show_default=True,
     help="Image size and epochs for the machine (logged); auto: paper on real data, demo on "

@@ -21,9 +21,13 @@ from pipi.workflows.promote import rollback as run_rollback
               help="Paired seeds needed, and seeds that must improve on the baseline.")
 @click.option("--force-reason", default="",
               help="Promote without passing the gate; the reason is recorded on the version.")
+@click.option("--evidence", type=click.Choice(["videos", "seeds"]), default="videos",
+              show_default=True,
+              help="What the gate's BCa interval resamples: test videos, or seeds (the "
+                   "paper's interval over per-seed deltas); recorded on the version.")
 @click.option("--rollback", type=click.BOOL, default=False, show_default=True,
               help="Point @champion back at @previous-champion.")
-def promote(model, version, baseline, min_sign_positive, force_reason, rollback):
+def promote(model, version, baseline, min_sign_positive, force_reason, evidence, rollback):
     """Gate a registered version on cross-seed evidence; exit 0 promoted, 1 refused."""
     setup_logging()
     tracking.configure()
@@ -31,6 +35,7 @@ def promote(model, version, baseline, min_sign_positive, force_reason, rollback)
         res = run_rollback(model)
     else:
         res = run_promote(model=model, version=version, baseline=baseline,
-                          min_sign_positive=min_sign_positive, force_reason=force_reason)
+                          min_sign_positive=min_sign_positive, force_reason=force_reason,
+                          evidence=evidence)
     click.echo(res.text)
     sys.exit(0 if res.promoted else 1)

@@ -35,13 +35,25 @@ class FrameClassifier(nn.Module):
         Dropout before the linear head (EfficientNet-B0's own head uses 0.2).
     """
 
-    def __init__(self, backbone: Backbone, num_classes: int, *, dropout: float = 0.2) -> None:
+    def __init__(self, backbone: Backbone, num_classes: int, *, dropout: float = 0.2,
+                 frozen: bool = False) -> None:
         super().__init__()
         _check_head_args(num_classes, dropout)
         self.backbone = backbone
         self.num_classes = int(num_classes)
         self.dropout = nn.Dropout(dropout)
         self.head = nn.Linear(backbone.feature_dim, self.num_classes)
+        # a linear probe: the backbone is a fixed feature extractor (no gradient, eval mode)
+        self.frozen = bool(frozen)
+        if self.frozen:
+            self.backbone.requires_grad_(False)
+            self.backbone.eval()
+
+    def train(self, mode: bool = True) -> FrameClassifier:
+        super().train(mode)
+        if self.frozen:
+            self.backbone.eval()  # normalisation statistics and dropout stay fixed
+        return self
 
     @property
     def in_channels(self) -> int:

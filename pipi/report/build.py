@@ -15,7 +15,18 @@ from pipi.analysis import (
     seeds_text,
 )
 from pipi.classes import CLASSES
-from pipi.report import breakdown, channels, figures, headline, per_class, pi_tta, run_tables
+from pipi.report import (
+    breakdown,
+    calibration,
+    channels,
+    deployment,
+    figures,
+    headline,
+    paper_figures,
+    per_class,
+    pi_tta,
+    run_tables,
+)
 from pipi.report import robustness, transplant
 from pipi.report.curves import curve_data
 from pipi.report.retention import retention_tables
@@ -51,8 +62,10 @@ def build_report(evidence: Evidence, options: AggregateOptions | None = None) ->
                            headline.eight_cell_table(an), *headline.paired_tests_tables(an),
                            *per_class.per_class_tables(an), breakdown.per_patient_table(an),
                            breakdown.operating_points_table(an), breakdown.calibration_table(an),
-                           headline.cross_backbone_table(an), channels.channel_train_table(an),
-                           channels.channel_infer_table(an), pi_tta.pi_tta_table(an),
+                           calibration.calibration_per_class_table(an),
+                           headline.cross_backbone_table(an), *channels.channel_tables(an),
+                           deployment.deployment_table(an),
+                           pi_tta.pi_tta_table(an),
                            robustness.robustness_table(an), transplant.transplant_conv_table(an),
                            transplant.transplant_table(an), transplant.gradcam_table(an),
                            *retention_tables(an),
@@ -62,9 +75,12 @@ def build_report(evidence: Evidence, options: AggregateOptions | None = None) ->
     figs, captions, fig_runs = {}, {}, {}
     if options.figures:
         figs, captions, fig_runs = figures.all_figures(an, tables, curves)
-        rob = robustness.robustness_figures(next(t for t in tables if t.key == "robustness"))
-        for acc, extra in zip((figs, captions, fig_runs), rob, strict=True):
-            acc.update(extra)
+        by = {t.key: t for t in tables}
+        for more in (robustness.robustness_figures(by["robustness"]),
+                     paper_figures.mechanism_figures(by["transplant"]),
+                     paper_figures.example_figures(an)):
+            for acc, extra in zip((figs, captions, fig_runs), more, strict=True):
+                acc.update(extra)
     meta = _meta(an)
     return Report(tuple(tables), figs, captions, fig_runs, meta, _summary(an, tables), curves)
 

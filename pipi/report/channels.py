@@ -1,5 +1,7 @@
 """Channel ablations: prior channels removed in training (single-channel arms) and zeroed at
-inference (``pi@zero_*`` variants), each against the full +PI cell."""
+inference (``pi@zero_*`` variants), each against the full +PI cell; one table per backbone
+that has the runs (the headline backbone's keyed ``channel_train`` / ``channel_infer``, the
+others ``channel_train_<backbone>``, as the paper's ConvNeXt-Tiny replication)."""
 
 from __future__ import annotations
 
@@ -20,19 +22,20 @@ from pipi.report.rows import (
     arm_summary,
     base_run_notes,
     ci_cols,
-    ci_header,
-    ci_text,
+    delta_cis,
     no_runs,
     run_map,
+    seed_ci_note,
 )
 from pipi.report.tables import Table, fmt_delta, fmt_mean_sd, fmt_p
 
-__all__ = ["channel_infer_table", "channel_train_table"]
+__all__ = ["channel_infer_table", "channel_tables", "channel_train_table"]
 
 
 def _channel_table(an: Analysis, *, key: str, title: str, paper: str, reference: str,
-                   arms: Sequence[str], extra: Sequence[tuple[str, str]] = ()) -> Table:
-    ev, b = an.evidence, an.headline
+                   arms: Sequence[str], extra: Sequence[tuple[str, str]] = (),
+                   backbone: str | None = None) -> Table:
+    ev, b = an.evidence, backbone or an.headline
     notes = missing_notes(ev, b, [reference, *arms])
     pairs = [(reference, a) for a in arms if ev.arm(b, a)] + \
             [(r, n) for r, n in extra if ev.arm(b, r) and ev.arm(b, n)]
@@ -62,35 +65,57 @@ def _channel_table(an: Analysis, *, key: str, title: str, paper: str, reference:
                      "Wilcoxon p (BH)": (f"{fmt_p(c.wilcoxon_p)} "
                                          f"({fmt_p(c.adjusted.get('wilcoxon_bh'))})" if ok else ""),
                      "sign-flip p": fmt_p(c.sign_flip_p) if ok else "",
-                     ci_header(an): ci_text(c.bootstrap, an, digits=4) if ok else ""})
+                     **delta_cis(an, c if ok else None, digits=4)})
         ids.append({n: run_map(arm)} | ({r: dict(c.ref_runs)} if ok else {}))
     notes.append(f"Δ = arm - reference, paired by seed; the reference is ({reference}) unless "
                  "the row names another ('X vs Y': X - Y). BH over the comparisons of this table.")
+    notes.append(seed_ci_note(an, comps))
     return Table(key, title, pd.DataFrame(rows), pd.DataFrame(disp), tuple(ids), tuple(notes),
                  paper=paper)
 
 
-def channel_train_table(an: Analysis) -> Table:
+def _key(base: str, an: Analysis, b: str) -> str:
+    return base if b == an.headline else f"{base}_{b}"
+
+
+def channel_train_table(an: Analysis, backbone: str | None = None) -> Table:
     """Paper Table channel-ablation-train: single-prior-channel arms vs full +PI."""
-    ev, b = an.evidence, an.headline
+    ev, b = an.evidence, backbone or an.headline
     title = f"Training-time channel ablation ({b})"
+    key = _key("channel_train", an, b)
     if not any(ev.arm(b, c) for c in CHANNEL_TRAIN_ARMS[1:]):
-        return no_runs("channel_train", title, "tab:channel-ablation-train",
+        return no_runs(key, title, "tab:channel-ablation-train",
                         "no pblood_only / phi_only runs; run `mlflow run . -e ablate -P "
                         "study=channel_train`")
-    return _channel_table(an, key="channel_train", title=title,
+    return _channel_table(an, key=key, title=title,
                           paper="tab:channel-ablation-train", reference="pi",
-                          arms=CHANNEL_TRAIN_ARMS)
+                          arms=CHANNEL_TRAIN_ARMS, backbone=b)
 
 
-def channel_infer_table(an: Analysis) -> Table:
+def channel_infer_table(an: Analysis, backbone: str | None = None) -> Table:
     """Paper Table channel-ablation-infer: prior channels zeroed at inference vs +PI."""
-    ev, b = an.evidence, an.headline
+    ev, b = an.evidence, backbone or an.headline
     title = f"Inference-time channel ablation ({b})"
+    key = _key("channel_infer", an, b)
     if not any(ev.arm(b, c) for c in CHANNEL_INFER_ARMS):
-        return no_runs("channel_infer", title, "tab:channel-ablation-infer",
+        return no_runs(key, title, "tab:channel-ablation-infer",
                         "no pi@zero_* runs; run `mlflow run . -e ablate -P study=channel_infer`")
-    t = _channel_table(an, key="channel_infer", title=title,
+    t = _channel_table(an, key=key, title=title,
                        paper="tab:channel-ablation-infer", reference="pi",
-                       arms=CHANNEL_INFER_ARMS, extra=[("a", "pi@zero_both")])
+                       arms=CHANNEL_INFER_ARMS, extra=[("a", "pi@zero_both")], backbone=b)
     return replace(t, notes=t.notes + tuple(base_run_notes(ev, b, "pi", CHANNEL_INFER_ARMS)))
+
+
+def channel_tables(an: Analysis) -> list[Table]:
+    """Both channel-ablation tables of the headline backbone (a "no runs" table when it has
+    none), then those of every other backbone that has the runs."""
+    ev = an.evidence
+    out = [channel_train_table(an), channel_infer_table(an)]
+    for b in ev.backbones():
+        if b == an.headline:
+            continue
+        if any(ev.arm(b, c) for c in CHANNEL_TRAIN_ARMS[1:]):
+            out.append(channel_train_table(an, b))
+        if any(ev.arm(b, c) for c in CHANNEL_INFER_ARMS):
+            out.append(channel_infer_table(an, b))
+    return out

@@ -10,8 +10,8 @@ import numpy as np
 from pipi.analysis import (
     ABLATION_CELLS,
     FIGURE_PAIR,
-    FOCAL_CLASSES,
     PER_FRAME_CELLS,
+    PR_FOCAL_CLASSES,
     Analysis,
     cell_label,
 )
@@ -52,7 +52,7 @@ def focal_pr_data(an: Analysis) -> dict:
     of each figure arm ((a), +PI), frames of every seed pooled."""
     ev = an.evidence
     out = {}
-    for name in FOCAL_CLASSES:
+    for name in PR_FOCAL_CLASSES:
         k = CLASSES.index(name)
         if k not in ev.classes:
             continue

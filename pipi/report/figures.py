@@ -233,7 +233,8 @@ def all_figures(an: Analysis, tables: Sequence[Table], curve_data: dict):
     if curve_data.get("focal_pr"):
         figs["pr_focal"] = focal_pr(curve_data["grid"], curve_data["focal_pr"],
                                     title=f"Precision-recall of the focal classes ({b})")
-        caps["pr_focal"] = ("Precision-recall curves of the paper's focal classes, frames of "
+        caps["pr_focal"] = ("Precision-recall curves of the paper's four PR focal classes "
+                            "(Lymphangiectasia, Blood - fresh, Angiectasia, Erosion), frames of "
                             "every seed pooled; AP in the legend. Beside the micro-averaged "
                             "PR curve of figure pr.")
         runs["pr_focal"] = {c: a["run_ids"] for f in curve_data["focal_pr"].values()

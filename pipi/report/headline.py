@@ -18,15 +18,20 @@ from pipi.analysis import (
     missing_notes,
     seeds_text,
 )
+from pipi.report.probes import probe_rows
 from pipi.report.rows import (
     arm_summary,
     bootstrap_note,
     ci_cols,
     ci_header,
     ci_text,
+    delta_cis,
     no_runs,
     present_pairs,
     run_map,
+    seed_ci_header,
+    seed_ci_note,
+    seed_ci_text,
 )
 from pipi.report.tables import (
     Table,
@@ -66,13 +71,16 @@ def per_frame_table(an: Analysis) -> Table:
                      "paired Δ vs (a)": (f"{fmt_delta(comp.mean_delta)} ({comp.sign_text} +)"
                                          if ok else ("—" if cell == "a" else "n/a")),
                      "sign-flip p": fmt_p(comp.sign_flip_p) if ok else "",
-                     ci_header(an): ci_text(comp.bootstrap, an) if ok else ""})
+                     **delta_cis(an, comp if ok else None)})
         ids.append({cell: run_map(arm)} | ({"a": dict(comp.ref_runs)} if ok else {}))
     notes.append("sd: sample standard deviation over seeds (ddof = 1). Δ = cell - (a), paired "
                  "by seed; 'k/n +': seeds with a positive delta. Sign-flip p: exact "
                  "permutation of the per-seed delta signs.")
-    return Table("per_frame", title, pd.DataFrame(rows), pd.DataFrame(disp), tuple(ids),
-                 tuple(notes), paper="tab:per-frame")
+    notes += [bootstrap_note(an), seed_ci_note(an, comps.values())]
+    prows, pdisp, pids, pnotes = probe_rows(an)
+    rows, disp, ids, notes = rows + prows, disp + pdisp, ids + pids, notes + pnotes
+    return Table("per_frame", title, pd.DataFrame(rows), pd.DataFrame(disp).fillna(""),
+                 tuple(ids), tuple(notes), paper="tab:per-frame")
 
 
 def eight_cell_table(an: Analysis) -> Table:
@@ -102,7 +110,9 @@ def eight_cell_table(an: Analysis) -> Table:
                      "sign_flip_p_vs_a_bh": ca.adjusted.get("sign_flip_bh", float("nan"))
                      if oka else float("nan"),
                      "delta_vs_b": cb.mean_delta if okb else float("nan"),
-                     "n_positive_vs_b": cb.n_positive if okb else None})
+                     "n_positive_vs_b": cb.n_positive if okb else None,
+                     **ci_cols(ca if oka else None, "vs_a_"),
+                     **ci_cols(cb if okb else None, "vs_b_")})
         disp.append({"Cell": cell_label(cell), "seeds": s["seeds"] or "no runs",
                      "Mean macro-AUC": fmt_auc(s["mean"], 4) if arm else "no runs",
                      "σ": fmt_auc(s["sd"]) if arm else "",
@@ -110,7 +120,9 @@ def eight_cell_table(an: Analysis) -> Table:
                      "sign-flip p vs (a), BH": (
                          f"{fmt_p(ca.sign_flip_p)} ({fmt_p(ca.adjusted.get('sign_flip_bh'))})"
                          if oka else ""),
-                     "Δ vs (b)": f"{fmt_delta(cb.mean_delta)} ({cb.sign_text} +)" if okb else ""})
+                     **{f"{k} vs (a)": v for k, v in delta_cis(an, ca if oka else None).items()},
+                     "Δ vs (b)": f"{fmt_delta(cb.mean_delta)} ({cb.sign_text} +)" if okb else "",
+                     **{f"{k} vs (b)": v for k, v in delta_cis(an, cb if okb else None).items()}})
         row_ids = {cell: run_map(arm)}
         if oka:
             row_ids["a"] = dict(ca.ref_runs)
@@ -118,6 +130,7 @@ def eight_cell_table(an: Analysis) -> Table:
             row_ids["b"] = dict(cb.ref_runs)
         ids.append(row_ids)
     notes.append("BH: Benjamini-Hochberg over the comparisons against (a) (one family).")
+    notes += [bootstrap_note(an), seed_ci_note(an, [*vs_a.values(), *vs_b.values()])]
     return Table("eight_cell", title, pd.DataFrame(rows), pd.DataFrame(disp), tuple(ids),
                  tuple(notes), paper="tab:eight-cell")
 
@@ -158,7 +171,8 @@ def paired_tests_tables(an: Analysis) -> tuple[Table, Table]:
                                        f" / {fmt_p(c.adjusted.get('stouffer_bh'))})"),
             "sign-flip p (BH)": f"{fmt_p(c.sign_flip_p)} ({fmt_p(c.adjusted.get('sign_flip_bh'))})",
             ci_header(an, "percentile"): ci_text(bt, an, kind="percentile"),
-            ci_header(an): ci_text(bt, an)})
+            ci_header(an): ci_text(bt, an),
+            seed_ci_header(an): seed_ci_text(c)})
         ids.append(c.run_ids())
         for i, s in enumerate(c.seeds):
             drows.append({"reference": c.reference, "new": c.new, "seed": s,
@@ -181,7 +195,7 @@ def paired_tests_tables(an: Analysis) -> tuple[Table, Table]:
         (f"{STOUFFER_LABEL}: sum of per-seed DeLong z / sqrt(n). Seeds share one test set, so "
          "their z-scores are correlated and this p-value is anti-conservative."),
         f"Sign-flip: exact when 2^seeds <= {an.options.n_permutations}.",
-        bootstrap_note(an),
+        bootstrap_note(an), seed_ci_note(an, comps),
         ("Bonferroni and BH are applied once over the comparisons of this table (one family "
          "per kind of p-value).")]
     if skipped:
@@ -200,7 +214,8 @@ def cross_backbone_table(an: Analysis) -> Table:
     """Paper Table cross-backbone: a and pi per backbone, paired delta."""
     ev = an.evidence
     title = "Per-frame cross-backbone replication: (a) RGB-only vs +PI"
-    backbones = list(dict.fromkeys([*BACKBONES, *ev.backbones()]))
+    backbones = [bb for bb in dict.fromkeys([*BACKBONES, *ev.backbones()])
+                 if bb in BACKBONES or ev.arm(bb, "a") or ev.arm(bb, "pi")]
     present = [bb for bb in backbones if ev.arm(bb, "a") and ev.arm(bb, "pi")]
     if not present:
         return no_runs("cross_backbone", title, "tab:cross-backbone",
@@ -230,13 +245,14 @@ def cross_backbone_table(an: Analysis) -> Table:
                      "Paired Δ": f"{fmt_delta(c.mean_delta)} ({c.sign_text} +)" if ok else "n/a",
                      "sign-flip p (BH)": (f"{fmt_p(c.sign_flip_p)} "
                                           f"({fmt_p(c.adjusted.get('sign_flip_bh'))})" if ok else ""),
-                     ci_header(an): ci_text(c.bootstrap, an) if ok else ""})
+                     **delta_cis(an, c if ok else None)})
         ids.append({"a": run_map(ra), "pi": run_map(pa)})
         if not (ra and pa):
             notes.append(f"{bb}: " + ", ".join(f"{x} has no runs" for x, arm in
                                              (("a", ra), ("pi", pa)) if arm is None))
         elif c is not None:
             notes.extend(n for n in c.notes if n not in notes)
-    notes.append("BH over the backbones (one family).")
+    notes += ["BH over the backbones (one family).", bootstrap_note(an),
+              seed_ci_note(an, comps.values())]
     return Table("cross_backbone", title, pd.DataFrame(rows), pd.DataFrame(disp), tuple(ids),
                  tuple(notes), paper="tab:cross-backbone")

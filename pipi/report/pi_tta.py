@@ -7,7 +7,14 @@ import numpy as np
 import pandas as pd
 
 from pipi.analysis import PI_TTA_ARMS, PI_TTA_PAPER, Analysis, cell_label, compare_pairs
-from pipi.report.rows import base_run_notes, bootstrap_note, ci_cols, ci_header, ci_text, no_runs
+from pipi.report.rows import (
+    base_run_notes,
+    bootstrap_note,
+    ci_cols,
+    delta_cis,
+    no_runs,
+    seed_ci_note,
+)
 from pipi.report.tables import Table, fmt_auc, fmt_mean_sd, fmt_p
 
 __all__ = ["NULL_NOTE", "pi_tta_table"]
@@ -72,7 +79,7 @@ def pi_tta_table(an: Analysis) -> Table:
                      "Δ vs (a) (k/n +)": (f"{fmt_mean_sd(d.mean(), rows[-1]['delta_sd'])} "
                                           f"({c.sign_text})" if ok else "n/a"),
                      "sign-flip p": fmt_p(c.sign_flip_p) if ok else "",
-                     ci_header(an): ci_text(c.bootstrap, an, digits=4) if ok else "",
+                     **delta_cis(an, c if ok else None, digits=4),
                      "max |Δp|": f"{max(diff):.2g}" if diff else "n/a",
                      "argmax changed": f"{np.mean(flips):.1%}" if flips else "n/a",
                      "probe loss before -> after (logged)": (
@@ -84,7 +91,7 @@ def pi_tta_table(an: Analysis) -> Table:
     notes = [NULL_NOTE, ("* not a paper probe. Δ = probe - (a) test macro-AUC, paired by seed "
                          "with the (a) run of the same seed; max |Δp| and argmax changed "
                          "compare the two runs' test predictions frame by frame."),
-             bootstrap_note(an), *notes,
+             bootstrap_note(an), seed_ci_note(an, comps.values()), *notes,
              *base_run_notes(ev, b, "a", probes)]
     return Table("pi_tta", title, pd.DataFrame(rows), pd.DataFrame(disp), tuple(ids),
                  tuple(notes), paper="sec:pi-tta-methods")

@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 
 from pipi.analysis import Analysis, compare_pairs
 from pipi.probes.perturb import KINDS, PERTURBATIONS
-from pipi.report.rows import no_runs, run_map
+from pipi.report.rows import ci_cols, delta_cis, no_runs, run_map, seed_ci_note
 from pipi.report.tables import Table, fmt_mean_sd, fmt_p, fmt_z
 
 __all__ = ["REFERENCE", "robustness_figures", "robustness_table", "robustness_arm"]
@@ -79,13 +79,15 @@ def robustness_table(an: Analysis) -> Table:
                              "delong_z": [float(z) for z in c.delong_z] if ok else [],
                              "delong_p": [float(p) for p in c.delong_p] if ok else [],
                              "stouffer_z": c.stouffer_z if ok else float("nan"),
-                             "sign_flip_p": c.sign_flip_p if ok else float("nan")})
+                             "sign_flip_p": c.sign_flip_p if ok else float("nan"),
+                             **ci_cols(c if ok else None)})
                 sd = lambda m: float(m.std(ddof=1)) if len(m) > 1 else float("nan")  # noqa: E731
                 disp.append({"backbone": b, "perturbation": spec.label,
                              "RGB (a) macro-AUC": fmt_mean_sd(rows[-1]["rgb_mean"], sd(rm)),
                              f"{cell} macro-AUC": fmt_mean_sd(rows[-1]["new_mean"], sd(nm)),
                              "lift (k/n +)": (f"{fmt_mean_sd(d.mean(), rows[-1]['lift_sd'])} "
                                               f"({c.sign_text})" if ok else "n/a"),
+                             **delta_cis(an, c if ok else None, digits=4),
                              "paired DeLong per seed": per_seed})
                 ids.append({robustness_arm(REFERENCE, name): run_map(ref),
                             robustness_arm(cell, name): run_map(new)})
@@ -94,7 +96,7 @@ def robustness_table(an: Analysis) -> Table:
               "recomputed on the perturbed pixels; Gaussian noise is seeded per frame so both "
               "arms see identical noise. Lift = cell - (a), paired by seed; DeLong = paired "
               "DeLong test of the macro-AUC over the headline classes per seed (z > 0: the "
-              "cell is better)."), *notes]
+              "cell is better)."), seed_ci_note(an), *notes]
     return Table("robustness", title, pd.DataFrame(rows), pd.DataFrame(disp), tuple(ids), tuple(notes),
                  paper="tab:robustness")
 

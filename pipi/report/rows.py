@@ -9,7 +9,8 @@ from pipi.report.tables import NO_RUNS, Table, fmt_ci
 from pipi.stats import MIN_VIDEOS_CLASS, MIN_VIDEOS_MACRO, DeltaCI
 
 __all__ = ["arm_summary", "base_run_notes", "bootstrap_note", "breakdown_pair", "ci_cols",
-           "ci_header", "ci_text", "no_runs", "present_pairs", "run_map"]
+           "ci_header", "ci_text", "delta_cis", "no_runs", "present_pairs", "run_map",
+           "seed_ci_header", "seed_ci_note", "seed_ci_text"]
 
 
 def run_map(arm: Arm | None) -> dict[int, str]:
@@ -32,16 +33,27 @@ def arm_summary(arm: Arm | None) -> dict:
 
 
 def ci_cols(c: Comparison | DeltaCI | None, prefix: str = "") -> dict:
-    """The bootstrap columns of a table row: intervals, p, resampling unit, redrawn resamples."""
+    """The bootstrap columns of a table row: intervals, p, resampling unit, redrawn resamples;
+    for a comparison (or a missing one) also the seed-level BCa (``seed_ci_bca_*``, whether
+    it is unstable and why)."""
     b = c.bootstrap if isinstance(c, Comparison) else c
     nan = float("nan")
+    seed = {}
+    if c is None or isinstance(c, Comparison):
+        sb = c.seed_bca if c is not None else None
+        seed = {f"{prefix}seed_ci_bca_low": sb.confidence_interval.low if sb else nan,
+                f"{prefix}seed_ci_bca_high": sb.confidence_interval.high if sb else nan,
+                f"{prefix}seed_ci_unit": "seeds" if sb else "",
+                f"{prefix}seed_ci_n_seeds": sb.n_seeds if sb else 0,
+                f"{prefix}seed_ci_unstable": sb.unstable if sb else None,
+                f"{prefix}seed_ci_reason": sb.reason if sb else ""}
     return {f"{prefix}ci_percentile_low": b.percentile.low if b else nan,
             f"{prefix}ci_percentile_high": b.percentile.high if b else nan,
             f"{prefix}ci_bca_low": b.bca.low if b else nan,
             f"{prefix}ci_bca_high": b.bca.high if b else nan,
             f"{prefix}bootstrap_p": b.pvalue if b else nan,
             f"{prefix}bootstrap_unit": b.unit if b else "",
-            f"{prefix}bootstrap_redrawn": b.n_redrawn if b else None}
+            f"{prefix}bootstrap_redrawn": b.n_redrawn if b else None, **seed}
 
 
 def ci_header(an: Analysis, kind: str = "BCa") -> str:
@@ -55,6 +67,42 @@ def ci_text(b: DeltaCI | None, an: Analysis, *, kind: str = "bca", digits: int =
         return ""
     text = fmt_ci(*(b.bca if kind == "bca" else b.percentile), digits=digits)
     return text if b.unit == an.bootstrap_unit else f"{text} [{b.unit}]"
+
+
+def seed_ci_header(an: Analysis) -> str:
+    """Column title of the seed-level interval: ``95% BCa CI (seeds)``."""
+    return f"{round(100 * an.options.confidence_level)}% BCa CI (seeds)"
+
+
+def seed_ci_text(c: Comparison | None, *, digits: int = 3) -> str:
+    """The seed-level BCa interval of a comparison, ``(unstable)`` where n seeds cannot carry it."""
+    sb = c.seed_bca if c is not None else None
+    if sb is None:
+        return "n/a (< 2 seeds)" if c is not None and c.available else ""
+    text = fmt_ci(*sb.confidence_interval, digits=digits)
+    return f"{text} (unstable)" if sb.unstable else text
+
+
+def delta_cis(an: Analysis, c: Comparison | None, *, digits: int = 3) -> dict:
+    """Both display intervals of a cross-seed delta, each titled with what it resamples."""
+    ok = c is not None and c.available
+    return {ci_header(an): ci_text(c.bootstrap, an, digits=digits) if ok else "",
+            seed_ci_header(an): seed_ci_text(c, digits=digits) if ok else ""}
+
+
+def seed_ci_note(an: Analysis, comps=()) -> str:
+    """What the seed-level column resamples, and which of ``comps`` are unstable and why."""
+    o = an.options
+    text = (f"BCa CI (seeds): the paper's interval, {o.n_resamples} bootstrap resamples of the "
+            "per-seed paired deltas (seeds resampled with replacement, test set fixed); it "
+            "speaks to another draw of training seeds, the (videos) column to another draw of "
+            "test videos. With six seeds the mean has at most 462 distinct bootstrap values: "
+            "'(unstable)' marks an interval whose endpoint sits at the smallest/largest "
+            "per-seed delta or rests on fewer than 10 resamples beyond it (column "
+            "seed_ci_reason).")
+    bad = [f"{c.label}: {c.seed_bca.reason}" for c in comps
+           if c is not None and c.seed_bca is not None and c.seed_bca.unstable]
+    return text + (" Unstable here: " + "; ".join(bad) + "." if bad else "")
 
 
 def bootstrap_note(an: Analysis) -> str:

@@ -24,7 +24,7 @@ import pandas as pd
 
 from pipi.analysis import Analysis, compare_pairs
 from pipi.models.surgery import SUBSETS
-from pipi.report.rows import base_run_notes, no_runs, run_map
+from pipi.report.rows import base_run_notes, ci_cols, delta_cis, no_runs, run_map, seed_ci_note
 from pipi.report.tables import Table, fmt_auc, fmt_delta, fmt_mean_sd
 
 __all__ = ["gradcam_table", "study_runs", "transplant_conv_table", "transplant_table"]
@@ -152,11 +152,13 @@ def transplant_table(an: Analysis) -> Table:
                          "delta_mean": float(d.mean()) if ok else float("nan"),
                          "delta_sd": float(d.std(ddof=1)) if len(d) > 1 else float("nan"),
                          "n_positive": c.n_positive if ok else None,
-                         "headline_lift": hl, "reconstruction": share})
+                         "headline_lift": hl, "reconstruction": share,
+                         **ci_cols(c if ok else None)})
             disp.append({"backbone": b, "transplant": label, "blocks": blocks,
                          "macro-AUC": fmt_auc(arm.macro.mean()),
                          "mean Δ vs RGB (k/n +)": (f"{fmt_mean_sd(d.mean(), rows[-1]['delta_sd'])}"
                                                    f" ({c.sign_text})" if ok else "n/a"),
+                         **delta_cis(an, c if ok else None, digits=4),
                          "headline lift (pi - a)": fmt_delta(hl),
                          "reconstruction": f"{share:+.0%}" if np.isfinite(share) else
                          "n/a (no lift: pi - a <= 0)" if np.isfinite(hl) else "n/a"})
@@ -166,7 +168,8 @@ def transplant_table(an: Analysis) -> Table:
     notes = [("Δ = transplanted - RGB (a) run of the same seed, test macro-AUC from "
               "predictions; reconstruction = mean Δ / mean headline lift (pi - a) over the same "
               "seeds, undefined where that lift is <= 0 (nothing to reconstruct). The stem is never moved (its input channels differ). ConvNeXt-Tiny has no "
-              "BatchNorm: its norm transplant moves every LayerNorm (column norm_kind)."), *notes]
+              "BatchNorm: its norm transplant moves every LayerNorm (column norm_kind)."),
+             seed_ci_note(an), *notes]
     return Table("transplant", title, pd.DataFrame(rows), pd.DataFrame(disp), tuple(ids),
                  tuple(notes), paper="tab:subset-transplant")
 

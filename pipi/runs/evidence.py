@@ -5,6 +5,7 @@ Kvasir runs they scored. Shared by ``aggregate``, ``promote`` and ``galkva``.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,10 +21,13 @@ from pipi.analysis.retention import (
     select_galar_runs,
     split_galar_runs,
 )
-from pipi.errors import DataError
+from pipi.errors import DataError, TrackingError
 from pipi.paths import pipi_home
 
-__all__ = ["default_cache_dir", "fetch_predictions", "load_evidence"]
+__all__ = ["EXAMPLE_ARTIFACTS", "default_cache_dir", "fetch_example_images", "fetch_predictions",
+           "load_evidence"]
+
+log = logging.getLogger(__name__)
 
 
 def fetch_predictions(runs: pd.DataFrame, cache_dir: Path) -> tuple[dict[str, Path], pd.DataFrame]:
@@ -37,6 +41,34 @@ def fetch_predictions(runs: pd.DataFrame, cache_dir: Path) -> tuple[dict[str, Pa
             continue
         dirs[r.run_id] = tracking.download_predictions(r.run_id, cache_dir)
     return dirs, runs[runs["run_id"].isin(missing)].assign(reason="no predictions artifact")
+
+
+#: The Grad-CAM runs' example figures shown in the report (fig:blood-kvasir, fig:gradcam).
+EXAMPLE_ARTIFACTS = ("gradcam/overlay.png", "gradcam/prior.png")
+
+
+def fetch_example_images(all_runs: pd.DataFrame, cache_dir: Path, digest: str) -> dict:
+    """run id -> artifact path -> PNG bytes of the FINISHED Grad-CAM runs on ``digest``
+    (downloaded once per run; a run without them is left out)."""
+    if all_runs.empty or "study" not in all_runs:
+        return {}
+    sel = all_runs[(all_runs["study"] == "gradcam") & (all_runs["status"] == "FINISHED")]
+    if digest and "data_digest" in sel:
+        sel = sel[sel["data_digest"] == digest]
+    out: dict = {}
+    for rid in sel["run_id"]:
+        got = {}
+        for path in EXAMPLE_ARTIFACTS:
+            local = Path(cache_dir) / rid / path
+            try:
+                if not local.is_file():
+                    tracking.download_artifact(rid, path, Path(cache_dir) / rid)
+                got[path] = local.read_bytes()
+            except (TrackingError, OSError) as exc:
+                log.info("Grad-CAM run %s: no %s (%s)", rid, path, exc)
+        if got:
+            out[rid] = got
+    return out
 
 
 def default_cache_dir() -> Path:
@@ -85,4 +117,5 @@ def load_evidence(experiment: str, filter_string: str = "", cache_dir: Path | No
                 ev = replace(ev, cross_vendor_calibrated=cal)
             except DataError as exc:
                 ev = replace(ev, cross_vendor_calibrated_error=str(exc))
-    return ev, kept
+    images = fetch_example_images(all_runs, cache, ev.data_digest)
+    return (replace(ev, images=images) if images else ev), kept

@@ -79,6 +79,7 @@ from pipi.stats.operating import (
     sensitivity_at_fpr,
 )
 from pipi.stats.permutation import sign_flip_test
+from pipi.stats.seed_bca import SeedBCaResult, seed_delta_bca
 from pipi.stats.tests_paired import MCNEMAR_EXACT_BELOW, mcnemar_test, paired_wilcoxon
 
 __all__ = [
@@ -110,6 +111,7 @@ __all__ = [
     "OperatingPoint",
     "OperatingPointsResult",
     "PairedAUCBootstrap",
+    "SeedBCaResult",
     "SignFlipResult",
     "StoufferResult",
     "WilcoxonResult",
@@ -141,6 +143,7 @@ __all__ = [
     "pr_points",
     "ratio_bootstrap",
     "roc_points",
+    "seed_delta_bca",
     "row_normalise",
     "sensitivity_at_fpr",
     "sign_flip_test",

@@ -296,6 +296,59 @@ class PairedAUCBootstrap:
             return STRATA
         return VIDEOS
 
+    def _draws(self, cls: tuple[int, ...]):
+        """(unit, scheme, kept draws, redrawn, AUC on the data, per draw, per jackknife)."""
+        unit = self.unit_for(cls)
+        scheme = self._schemes.get(unit) or self._schemes.setdefault(unit, _Scheme(self, unit))
+        take, redrawn = scheme.valid_draws(cls, self.n_resamples)
+        cols = [scheme.columns(k) for k in cls]
+        # (rows, keys, K) -> (rows, S, K) -> mean over (S, K), the layout of
+        # macro_auc_delta_bootstrap, so that both agree to the last bit (BCa counts ties)
+        hat_a, star_a, jack_a = (np.stack(x, axis=-1) for x in zip(*cols, strict=True))
+        return unit, scheme, take, redrawn, hat_a, star_a[take], jack_a
+
+    def ratio(self, reference: Sequence[Hashable], numerator: Sequence[Hashable],
+              denominator: Sequence[Hashable], *, classes: Sequence[int] | None = None
+              ) -> DeltaCI:
+        """Bootstrap of a retention: mean(AUC(numerator) - AUC(reference)) divided by
+        mean(AUC(denominator) - AUC(reference)), means over pairs and classes, both deltas
+        under the same draws (e.g. strip-and-serve: (zero_both - a) / (pi - a)).
+
+        NaN intervals when the denominator is <= 0 on the data (no lift to retain); draws
+        whose denominator is <= 0 make the BCa interval NaN (percentile kept).
+        """
+        cls = tuple(classes) if classes is not None else self.classes
+        unit, scheme, take, redrawn, hat_a, star_a, jack_a = self._draws(cls)
+        ri, nu, de = ([self.keys.index(key) for key in keys]
+                      for keys in (reference, numerator, denominator))
+
+        def stat(a: np.ndarray, mean=np.mean) -> np.ndarray:
+            num = a[:, nu] - a[:, ri]
+            den = a[:, de] - a[:, ri]
+            num = mean(num.reshape(num.shape[0], -1), axis=1)
+            den = mean(den.reshape(den.shape[0], -1), axis=1)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+        hat = float(stat(hat_a[None])[0])
+        star = stat(star_a)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            jack = stat(jack_a, np.nanmean)
+        if take.size < self.n_resamples or not np.isfinite(hat):
+            return DeltaCI(hat, float("nan"), NAN_CI, NAN_CI, float("nan"), float("nan"),
+                           unit, scheme.n_units, int(take.size), redrawn)
+        finite = star[np.isfinite(star)]
+        alpha = (1.0 - self.level) / 2.0
+        pct = (ConfidenceInterval(*map(float, np.percentile(finite, [100 * alpha,
+                                                                    100 * (1 - alpha)])))
+               if finite.size else NAN_CI)
+        bca, z0, a = NAN_CI, float("nan"), float("nan")
+        if finite.size == star.size:
+            _, bca, z0, a = bootstrap_intervals(hat, star, jack, self.level, warn=False)
+        return DeltaCI(hat, float("nan"), pct, bca, z0, a, unit, scheme.n_units, star.size,
+                       redrawn)
+
     def delta(self, reference: Sequence[Hashable], new: Sequence[Hashable], *,
               classes: Sequence[int] | None = None) -> DeltaCI:
         """Bootstrap of the mean over pairs and classes of AUC(new[i]) - AUC(reference[i]).
@@ -304,16 +357,9 @@ class PairedAUCBootstrap:
         defaults to the fixed class set.
         """
         cls = tuple(classes) if classes is not None else self.classes
-        unit = self.unit_for(cls)
-        scheme = self._schemes.get(unit) or self._schemes.setdefault(unit, _Scheme(self, unit))
-        take, redrawn = scheme.valid_draws(cls, self.n_resamples)
+        unit, scheme, take, redrawn, hat_a, star_a, jack_a = self._draws(cls)
         ri = [self.keys.index(key) for key in reference]
         ni = [self.keys.index(key) for key in new]
-        cols = [scheme.columns(k) for k in cls]
-        # (rows, keys, K) -> (rows, S, K) -> mean over (S, K), the layout of
-        # macro_auc_delta_bootstrap, so that both agree to the last bit (BCa counts ties)
-        hat_a, star_a, jack_a = (np.stack(x, axis=-1) for x in zip(*cols, strict=True))
-        star_a = star_a[take]
 
         def stat(a: np.ndarray, mean=np.mean) -> np.ndarray:
             d = a[:, ni] - a[:, ri]

@@ -21,6 +21,7 @@ from pipi.cells import get_cell
 from pipi.config import TrainConfig, make_config
 from pipi.errors import ConfigError
 from pipi.models.backbones import ARCHS
+from pipi.models.timm_backbones import FOUNDATION
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,9 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
           ("a", "pi"), backbones=ARCHS),
     Study("channel_train", "training-time channel ablation: both, P_blood only, Phi only",
           ("pi", "pblood_only", "phi_only")),
+    Study("probe", "frozen foundation backbone + linear probe (DINOv2, BiomedCLIP); pass "
+          "weights=<published checkpoint> and one backbone per sweep", ("probe",),
+          backbones=tuple(FOUNDATION)),
     Study("channel_infer", "inference-time channel ablation of finished pi runs",
           ("pi",), kind="channel_infer"),
     Study("pi_tta", "PI test-time adaptation probes (paper null result) of finished a runs",

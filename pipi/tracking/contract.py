@@ -46,13 +46,15 @@ def data_tags(manifest: Mapping[str, Any]) -> dict:
             TAG_DATA_DIGEST: manifest["data_digest"], TAG_SPLIT_SHA: manifest["content_sha256"]}
 
 
-def train_tags(cfg: TrainConfig, manifest: Mapping[str, Any], *, data: str | None = None) -> dict:
-    """The tags of a training run: data, arm, config and recipe hashes, the recipe command."""
+def train_tags(cfg: TrainConfig, manifest: Mapping[str, Any], *, data: str | None = None,
+               precision: str | None = None) -> dict:
+    """The tags of a training run: data, arm, config and recipe hashes, the recipe command
+    (naming the resolved ``precision`` when ``auto`` gave mixed precision)."""
     digest = manifest["data_digest"]
     return {**data_tags(manifest), TAG_CELL: cfg.cell, TAG_BACKBONE: cfg.backbone,
             TAG_SEED: str(cfg.seed), TAG_CONFIG_HASH: config_hash(config_key(cfg, digest)),
             TAG_RECIPE_HASH: config_hash(recipe_key(cfg, digest)),
-            TAG_RECIPE: recipe_command(cfg, data=data)}
+            TAG_RECIPE: recipe_command(cfg, data=data, precision=precision)}
 
 
 def evaluation_key(*, study: str, variant: str, source_run_id: str, data_digest: str,

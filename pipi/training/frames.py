@@ -31,6 +31,7 @@ from pipi.data.cache import AugmentConfig, augment, batches, build_cache, normal
 from pipi.data.kvasir import load_staged
 from pipi.errors import PipiError
 from pipi.models import DistillClassifier, FrameClassifier, build_backbone, distill_loss
+from pipi.models.timm_backbones import build_timm_backbone, is_timm_arch
 from pipi.paths import pipi_home
 from pipi.predictions import (  # noqa: F401  (re-exported: the format's home is pipi.predictions)
     PREDICTIONS_VERSION,
@@ -90,10 +91,18 @@ def class_weights(labels: np.ndarray) -> torch.Tensor:
 def build_frame_model(cfg: TrainConfig) -> torch.nn.Module:
     cell = cfg.cell_config
     weights = None if cfg.weights in ("none", "", None) else cfg.weights
-    backbone = build_backbone(cfg.backbone, weights=weights, in_channels=cell.input_channels,
-                              prior_init=cfg.prior_init)
-    cls = DistillClassifier if cell.distill else FrameClassifier
-    return cls(backbone, NUM_CLASSES)
+    if is_timm_arch(cfg.backbone):
+        backbone = build_timm_backbone(cfg.backbone, weights=weights,
+                                       in_channels=cell.input_channels,
+                                       prior_init=cfg.prior_init, image_size=cfg.image_size)
+    else:
+        backbone = build_backbone(cfg.backbone, weights=weights,
+                                  in_channels=cell.input_channels, prior_init=cfg.prior_init)
+    if cell.distill:
+        return DistillClassifier(backbone, NUM_CLASSES)
+    if cell.frozen:  # linear probe: frozen features, a plain linear head
+        return FrameClassifier(backbone, NUM_CLASSES, dropout=0.0, frozen=True)
+    return FrameClassifier(backbone, NUM_CLASSES)
 
 
 @dataclass
@@ -112,6 +121,8 @@ class FrameInputs:
         """``x01``: float ``[B, 3, H, W]`` with values in [0, scale] (scale 255: raw uint8 values)."""
         cfg, cell = self.cfg, self.cfg.cell_config
         need_prior = cell.input_channels == 5 or cell.distill
+        # strip-and-serve: the prior channels are zeros, so the prior is never computed
+        compute_prior = cell.distill or (cell.input_channels == 5 and not strip_prior)
         aug = AugmentConfig(cfg.hflip, cfg.rotation_deg, *cfg.jitter)
         valid = None
         if train and not need_prior:
@@ -125,13 +136,14 @@ class FrameInputs:
         elif scale != 1.0:
             x01 = x01 / scale
         prior = None
-        if need_prior:
+        if compute_prior:
             # The prior is computed after augmentation, on the un-normalised image (paper).
             prior = prior_channels(x01, **asdict(cfg.prior), valid=valid,
                                    check=self.check)
         x = normalize(x01)
         if cell.input_channels == 5:
-            p = torch.zeros_like(prior) if strip_prior else prior.clone()
+            p = (x01.new_zeros((x01.shape[0], 2, *x01.shape[2:])) if strip_prior
+                 else prior.clone())
             for ch in cell.zero_channels:
                 p[:, ch - 3] = 0
             x = torch.cat([x, p], dim=1)

@@ -33,6 +33,7 @@ from pipi.config import PAPER_SEEDS, make_config, resolve_profile, synthetic_pre
 from pipi.data.kvasir import load_staged
 from pipi.errors import ConfigError
 from pipi.models.backbones import ARCHS
+from pipi.models.timm_backbones import FOUNDATION, is_timm_arch
 from pipi.predictions import PROB_COLUMNS, read_predictions
 from pipi.probes.tta import (
     BN_TENT_NOTE,
@@ -162,8 +163,9 @@ def run_ablation(*, study: str = "eight_cell", seeds: Sequence[int] | str = PAPE
     if st.backbones and tuple(backbones) == DEFAULT_BACKBONES:
         backbones = st.backbones
     for b in backbones:
-        if b not in ARCHS:
-            raise ConfigError(f"backbones: {b!r} is unknown. Available: {list(ARCHS)}")
+        if b not in ARCHS and not is_timm_arch(b):
+            raise ConfigError(f"backbones: {b!r} is unknown. Available: {list(ARCHS)}, "
+                              f"{list(FOUNDATION)} or timm:<name>")
     cells = parse_list(cells, name="cells")
     if not seeds:
         raise ConfigError("seeds is empty; pass e.g. seeds=41,42")

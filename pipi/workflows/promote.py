@@ -13,8 +13,12 @@ per-frame test predictions of the runs behind the version:
 The gate passes when all of these hold:
 
 1. at least ``min_sign_positive`` paired seeds (fewer is a refusal that gives the count);
-2. the cross-seed mean macro-AUC delta (new - baseline) is positive and its video-clustered
-   BCa bootstrap interval (:class:`pipi.stats.PairedAUCBootstrap`) excludes zero;
+2. the cross-seed mean macro-AUC delta (new - baseline) is positive and its BCa bootstrap
+   interval excludes zero: with ``evidence="videos"`` (default) the video-clustered interval
+   (:class:`pipi.stats.PairedAUCBootstrap`, test videos resampled), with ``evidence="seeds"``
+   the paper's interval over the per-seed deltas (:func:`pipi.stats.seed_delta_bca`, seeds
+   resampled; a note says where so few seeds make it unstable). Which one is recorded on the
+   version (``pipi.promote.evidence``), with both intervals;
 3. at least ``min_sign_positive`` seeds have a positive delta;
 4. no class regresses significantly: per class, the bootstrap p-value of the cross-seed AUC
    delta, Benjamini-Hochberg adjusted over the classes; a class with a negative delta and
@@ -54,13 +58,15 @@ from pipi.report.descriptions import training_evidence
 from pipi.runs.evidence import default_cache_dir, fetch_predictions
 from pipi.stats import adjust_pvalues
 
-__all__ = ["CHAMPION", "PREVIOUS", "Evidence", "PromoteResult", "gather_evidence", "promote",
-           "rollback"]
+__all__ = ["CHAMPION", "EVIDENCE", "PREVIOUS", "Evidence", "PromoteResult", "gather_evidence",
+           "promote", "rollback"]
 
 log = logging.getLogger(__name__)
 
 CHAMPION, PREVIOUS, CANDIDATE = "champion", "previous-champion", "candidate"
 ALPHA = 0.05
+#: What the gate's interval resamples: test videos (clustered) or seeds (the paper's).
+EVIDENCE = ("videos", "seeds")
 _NAME = re.compile(r"^pipi-(?P<backbone>[a-z0-9_]+)-(?P<cell>[a-z_]+)$")
 
 
@@ -79,6 +85,8 @@ class Evidence:
     ci: tuple[float, float] = (float("nan"), float("nan"))
     pvalue: float = float("nan")
     unit: str = ""
+    evidence: str = "videos"                    # which interval gates: videos | seeds
+    intervals: dict = field(default_factory=dict)  # unit -> (low, high), both kinds
     per_class: pd.DataFrame | None = None       # class, delta, p, p_bh
     criteria: list = field(default_factory=list)  # (criterion, value, required, ok)
     notes: list = field(default_factory=list)
@@ -148,13 +156,21 @@ def _select(runs: pd.DataFrame, src: dict, baseline: str) -> pd.DataFrame:
     return pd.concat([new, base], ignore_index=True)
 
 
+def _check_evidence(evidence: str) -> None:
+    if evidence not in EVIDENCE:
+        raise ConfigError(f"evidence={evidence!r}; use one of {list(EVIDENCE)} (what the "
+                          "gate's interval resamples)")
+
+
 def gather_evidence(src: dict, *, baseline: str, min_sign_positive: int,
                     options: AggregateOptions | None = None,
-                    cache_dir: Path | None = None) -> Evidence:
+                    cache_dir: Path | None = None, evidence: str = "videos") -> Evidence:
     """The evidence of the module docstring for the version's run ``src``."""
+    _check_evidence(evidence)
     if src.get("label"):
         baseline = f"{baseline} ({src['label']})"
-    ev = Evidence(cell=src["cell"], baseline=baseline, backbone=src["backbone"])
+    ev = Evidence(cell=src["cell"], baseline=baseline, backbone=src["backbone"],
+                  evidence=evidence)
     flt = (f"tags.`{tracking.TAG_DATA_DIGEST}` = '{src['digest']}' and "
            f"tags.`{tracking.TAG_BACKBONE}` = '{src['backbone']}'")
     runs = tracking.load_runs(src["experiment_id"], flt)
@@ -169,9 +185,9 @@ def gather_evidence(src: dict, *, baseline: str, min_sign_positive: int,
                                        default_cache_dir())
     kept = kept[kept["run_id"].isin(dirs)].reset_index(drop=True)
     ev.notes += [f"run {r} has no predictions artifact" for r in no_preds["run_id"]]
-    evidence = build_evidence(kept, dirs, all_runs=runs, experiment_id=src["experiment_id"],
+    found = build_evidence(kept, dirs, all_runs=runs, experiment_id=src["experiment_id"],
                               tracking_uri=tracking.current_tracking_uri(), filter_string=flt)
-    an = Analysis(evidence, options or AggregateOptions())
+    an = Analysis(found, options or AggregateOptions())
     notes: list[str] = []
     comp = compare_cells(an, baseline=baseline, cells=[src["cell"]], family="promote",
                          backbone=src["backbone"], notes=notes)[0]
@@ -184,17 +200,27 @@ def gather_evidence(src: dict, *, baseline: str, min_sign_positive: int,
                         n >= min_sign_positive))
     if n < max(min_sign_positive, 2):
         return ev
-    boot = comp.bootstrap
-    ev.delta, ev.pvalue, ev.unit = float(boot.statistic), float(boot.pvalue), boot.unit
-    ev.ci = (float(boot.bca.low), float(boot.bca.high))
+    boot, sb = comp.bootstrap, comp.seed_bca
+    ev.delta, ev.pvalue = float(boot.statistic), float(boot.pvalue)
+    ev.intervals = {boot.unit: (float(boot.bca.low), float(boot.bca.high))}
+    if sb is not None:
+        ev.intervals["seeds"] = tuple(float(x) for x in sb.confidence_interval)
+        if sb.unstable:
+            ev.notes.append(f"BCa CI (seeds): {sb.reason}")
+    if evidence == "seeds":
+        ev.unit = "seeds"
+        ev.ci = ev.intervals.get("seeds", (float("nan"), float("nan")))
+    else:
+        ev.unit, ev.ci = boot.unit, ev.intervals[boot.unit]
+    level = round(100 * an.options.confidence_level)
     ev.criteria.append(("mean macro-AUC delta", f"{ev.delta:+.4f}", "> 0", ev.delta > 0))
-    ev.criteria.append((f"95% BCa CI ({boot.unit})", f"[{ev.ci[0]:+.4f}, {ev.ci[1]:+.4f}]",
+    ev.criteria.append((f"{level}% BCa CI ({ev.unit})", f"[{ev.ci[0]:+.4f}, {ev.ci[1]:+.4f}]",
                         "excludes 0", bool(ev.ci[0] > 0)))
     ev.criteria.append(("positive seeds", comp.sign_text, f">= {min_sign_positive}",
                         comp.n_positive >= min_sign_positive))
     rows = []
     seeds = list(comp.seeds)
-    for k in evidence.classes:
+    for k in found.classes:
         d = an.delta_ci(src["backbone"], baseline, src["cell"], seeds, classes=[k])
         rows.append({"class": CLASSES[k], "delta": float(d.statistic), "p": float(d.pvalue)})
     pc = pd.DataFrame(rows)
@@ -229,6 +255,9 @@ def _record(model: str, version: str, ev: Evidence | None, decision: str, *,
             "pipi.promote.baseline": ev.baseline, "pipi.promote.seeds": ",".join(map(str, ev.seeds)),
             "pipi.promote.delta": f"{ev.delta:.6f}",
             "pipi.promote.ci": f"[{ev.ci[0]:.6f}, {ev.ci[1]:.6f}]",
+            "pipi.promote.evidence": ev.evidence, "pipi.promote.ci_unit": ev.unit,
+            "pipi.promote.intervals": json.dumps({u: [round(lo, 6), round(hi, 6)]
+                                                  for u, (lo, hi) in ev.intervals.items()}),
             "pipi.promote.p_bootstrap": f"{ev.pvalue:.6g}",
             "pipi.promote.runs": json.dumps({"new": ev.new_runs, "baseline": ev.baseline_runs}),
             "pipi.promote.criteria": json.dumps([[c, v, r, bool(ok)] for c, v, r, ok
@@ -267,9 +296,13 @@ def rollback(model: str) -> PromoteResult:
 
 def promote(*, model: str, version: str = "", baseline: str = "a", min_sign_positive: int = 4,
             force_reason: str = "", options: AggregateOptions | None = None,
-            cache_dir: Path | None = None) -> PromoteResult:
-    """Gate, record and (on evidence or a forced reason) move ``champion`` (module docstring)."""
+            cache_dir: Path | None = None, evidence: str = "videos") -> PromoteResult:
+    """Gate, record and (on evidence or a forced reason) move ``champion`` (module docstring).
+
+    ``evidence``: which interval gates, ``videos`` (test videos resampled) or ``seeds`` (the
+    paper's BCa over per-seed deltas)."""
     _check_name(model)
+    _check_evidence(evidence)
     if min_sign_positive < 1:
         raise ConfigError(f"min_sign_positive={min_sign_positive}: must be >= 1")
     mv = tracking.model_version(model, version or None, alias=CANDIDATE)
@@ -281,7 +314,7 @@ def promote(*, model: str, version: str = "", baseline: str = "a", min_sign_posi
     ev, error = None, ""
     try:
         ev = gather_evidence(src, baseline=baseline, min_sign_positive=min_sign_positive,
-                             options=options, cache_dir=cache_dir)
+                             options=options, cache_dir=cache_dir, evidence=evidence)
     except PipiError as exc:
         if not force_reason:
             raise

@@ -112,7 +112,7 @@ def train(cfg: TrainConfig, *, data: str | None = None, resume: str | None = Non
     seq = cfg.cell_config.is_sequence
     runtime = runtime_of(cfg)  # a device that is not there fails before the run starts
     tags = tracking.train_tags(cfg, manifest, data=None if data in (None, "", "synthetic")
-                               else str(root))
+                               else str(root), precision=runtime.precision)
     work = tmpdir()
     try:
         with tracking.pipi_run(entry_point="train", experiment=experiment, run_id=resume,

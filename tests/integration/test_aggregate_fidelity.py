@@ -8,60 +8,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from fakes import QUALITY, make_frames, write_run
+from fakes import make_runs
 
 from pipi import analysis
-from pipi.classes import CLASSES
 from pipi.errors import ConfigError, DataError
 from pipi.workflows import aggregate as workflow
-
-B0 = "efficientnet_b0"
-PAPER = {"select_metric": "macro_auc", "alpha": "4.0", "epochs": "30", "lr": "0.001"}
-
-
-def recipe(cell, seed, **params):
-    opts = {"cell": cell, "seed": seed, "backbone": B0, "profile": "paper", **params}
-    return "mlflow run . -e train --env-manager local " + " ".join(
-        f"-P {k}={v}" for k, v in opts.items() if k in ("cell", "seed", "backbone", "profile")
-        or PAPER.get(k) != v)
-
-
-def make_runs(tmp: Path, arms: dict, *, test=None, val=None, tags: str = "test", start=0,
-              extra: dict | None = None):
-    """(runs frame as load_runs returns it, run id -> predictions folder).
-
-    arms: cell -> seeds. ``tags``: "test" (pipi.test_classes and pipi.val_classes),
-    "evaluable" (only the older pipi.evaluable_classes = val and test classes), "none".
-    ``extra``: (cell, seed) -> column overrides (params, recipe, status, ...).
-    """
-    test = make_frames(7, 60, 0) if test is None else test
-    val = make_frames(3, 40, 1, split="val") if val is None else val
-    test_names = [CLASSES[k] for k in sorted(set(test["class_index"]))]
-    val_names = [CLASSES[k] for k in sorted(set(val["class_index"]))]
-    rows, dirs = [], {}
-    for ci, (cell, seeds) in enumerate(arms.items()):
-        for s in seeds:
-            rid = f"{cell}{s}{start}".replace("_", "").replace("@", "")[:32].ljust(32, "0")
-            dirs[rid] = write_run(tmp / rid / "predictions", test, val,
-                                  QUALITY.get(cell.split("@")[0], 1.1), 1000 * ci + s)
-            row = {"run_id": rid, "experiment_id": "1", "run_name": rid, "status": "FINISHED",
-                   "start_time": start + 1000 * ci + s, "entry_point": "train", "cell": cell,
-                   "backbone": B0, "seed": s, "data_digest": "d" * 64,
-                   "dataset": "kvasir-capsule", "study": "", "variant": "", "base_run_id": "",
-                   "parent_run_id": "", "code_version": "", "test_macro_auc": float("nan"),
-                   "evaluable_classes": "", "test_classes": "", "val_classes": "",
-                   "recipe": recipe(cell, s), "recipe_hash": "", "failure_reason": "",
-                   "params": json.dumps({**PAPER, "cell": cell, "seed": str(s)})}
-            if tags == "test":
-                row |= {"test_classes": json.dumps(test_names),
-                        "val_classes": json.dumps(val_names)}
-            elif tags == "evaluable":
-                row["evaluable_classes"] = json.dumps(sorted(set(test_names) & set(val_names)))
-            row |= (extra or {}).get((cell, s), {})
-            rows.append(row)
-    runs = pd.DataFrame(rows)
-    runs["seed"] = runs["seed"].astype("Int64")
-    return runs, dirs
 
 
 @pytest.fixture

@@ -10,18 +10,11 @@ import sys
 from pathlib import Path
 
 import mlflow
-import pytest
-
-from pipi.cli import ENTRY_POINTS
+from fakes import _invoke
 
 BIN = Path(sys.executable).parent
 
 
-def _invoke(name: str, args: list[str], capsys) -> tuple[int, str]:
-    """Run an entry point the way `entrypoints/<name>.py` does; (exit code, stderr)."""
-    with pytest.raises(SystemExit) as exc:
-        ENTRY_POINTS[name].main(args, prog_name=f"entrypoints/{name}.py")
-    return exc.value.code, capsys.readouterr().err
 
 
 def test_early_failure_under_mlflow_run_marks_the_run_failed_with_the_reason(tracking, capsys,

@@ -12,6 +12,7 @@ import mlflow
 import numpy as np
 import pandas as pd
 import pytest
+from fakes import FakeTracker
 
 from pipi.cells import PER_FRAME_CELLS
 from pipi.config import make_config
@@ -26,15 +27,6 @@ from pipi.workflows import train as train_workflow
 ROOT = Path(__file__).resolve().parents[2]
 
 
-class FakeTracker:
-    def __init__(self):
-        self.metrics, self.checkpoints = [], []
-
-    def log_metrics(self, metrics, *, step=None):
-        self.metrics.append((step, dict(metrics)))
-
-    def log_checkpoint(self, state):
-        self.checkpoints.append(state["epoch"])
 
 
 @pytest.mark.parametrize("backbone", ARCHS)

@@ -3,14 +3,22 @@ GalKva input built from runs, checked against brute-force computations with scik
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import special
-from sklearn.metrics import roc_auc_score
+from fakes import (
+    GALAR_CLASSES,
+    GALKVA,
+    KVASIR_CLASSES,
+    SYSTEMS,
+    brute_macro,
+    evidence,
+    frames,
+    probs_for,
+    run_row,
+)
 
 from pipi import analysis
 from pipi.analysis.retention import (
@@ -20,10 +28,8 @@ from pipi.analysis.retention import (
     retention_rows,
     split_galar_runs,
 )
-from pipi.classes import CLASSES, class_index
 from pipi.errors import DataError
 from pipi.galkva import (
-    SCORING_SETS,
     MethodInfo,
     Submitter,
     build_submission,
@@ -34,50 +40,16 @@ from pipi.galkva import (
 from pipi.predictions import PROB_COLUMNS, predictions_frame, write_predictions
 from pipi.report import build_report
 
-GALKVA = [class_index(c) for c in SCORING_SETS["v1.0"]]
-KVASIR_CLASSES = sorted({*GALKVA, 2, 3, 7})        # headline classes of the fake Kvasir split
-GALAR_CLASSES = sorted({*GALKVA, 2})
-SYSTEMS = ("PillCam SB3", "Olympus")
 #: Signal on the true class: Kvasir (a, pi); Galar per capsule system (a, pi).
 KVASIR_Q = {"a": 1.0, "pi": 1.6}
 GALAR_Q = {"PillCam SB3": {"a": 0.8, "pi": 1.2}, "Olympus": {"a": 0.8, "pi": 0.9}}
 SEEDS = (41, 42, 43)
 
 
-def frames(n_videos: int, per_video: int, classes, seed: int, prefix: str, systems=None):
-    rng = np.random.default_rng(seed)
-    rows = []
-    for v in range(n_videos):
-        lab = rng.choice(classes, size=per_video)
-        lab[: len(classes)] = classes  # every class in every video
-        for f, k in enumerate(lab):
-            row = {"path": f"test/{CLASSES[k]}/{prefix}{v:02d}_{f:04d}.png",
-                   "video_id": f"{prefix}{v:02d}", "frame_number": f, "class_index": int(k),
-                   "class": CLASSES[k], "split": "test"}
-            if systems is not None:
-                row["capsule_system"] = systems[v % len(systems)]
-            rows.append(row)
-    return pd.DataFrame(rows)
 
 
-def probs_for(df: pd.DataFrame, quality, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    y = df["class_index"].to_numpy()
-    q = quality if np.ndim(quality) else np.full(len(y), quality)
-    return special.softmax(rng.normal(size=(len(y), 14)) + q[:, None] * np.eye(14)[y], axis=1)
 
 
-def run_row(rid, cell, seed, *, digest, study="", base="", params=None, entry="train"):
-    return {"run_id": rid, "experiment_id": "1", "run_name": rid, "status": "FINISHED",
-            "start_time": seed, "entry_point": entry, "cell": cell,
-            "backbone": "efficientnet_b0", "seed": seed, "data_digest": digest,
-            "dataset": "galar" if study else "kvasir-capsule", "study": study,
-            "variant": "zero_shot" if study else "", "base_run_id": base, "parent_run_id": "",
-            "evaluable_classes": "", "code_version": "", "profile": "smoke",
-            "test_macro_auc": float("nan"), "test_classes": "" if study else json.dumps(
-                [CLASSES[k] for k in KVASIR_CLASSES]), "val_classes": "", "recipe": "",
-            "recipe_hash": "", "failure_reason": "", "params": json.dumps(params or {}),
-            "tta_loss_before": float("nan"), "tta_loss_after": float("nan")}
 
 
 @pytest.fixture(scope="module")
@@ -104,20 +76,8 @@ def study(tmp_path_factory):
     return {"runs": runs, "dirs": dirs, "kv": kv, "ga": ga, "probs": probs, "tmp": tmp}
 
 
-def evidence(study, runs=None):
-    runs = study["runs"] if runs is None else runs
-    kruns, gruns = split_galar_runs(runs)
-    kept, excluded = analysis.select_runs(kruns)
-    ev = analysis.build_evidence(kept, study["dirs"], excluded=excluded)
-    gkept, gexcluded = analysis.select_runs(gruns)
-    cv, gout = build_cross_vendor(gkept, study["dirs"], ev, excluded=gexcluded)
-    return ev, cv, gout
 
 
-def brute_macro(y, p, classes, auc=roc_auc_score):
-    """Mean one-vs-rest AUC (scikit-learn) over classes with positives and negatives."""
-    cls = [c for c in classes if 0 < (y == c).sum() < len(y)]
-    return float(np.mean([auc(y == c, p[:, c]) for c in cls]))
 
 
 def brute_deltas(study, dataset, classes, restrict, subset=None):

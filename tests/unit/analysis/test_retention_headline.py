@@ -9,8 +9,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from sklearn.metrics import roc_auc_score
 from fakes import make_prediction_dir
+from sklearn.metrics import roc_auc_score
 from test_retention import GALKVA, KVASIR_CLASSES, brute_deltas, evidence, study  # noqa: F401
 
 from pipi import analysis

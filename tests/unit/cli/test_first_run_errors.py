@@ -7,16 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from pipi.cli import ENTRY_POINTS
-
-
-def _invoke(name: str, args: list[str], capsys) -> tuple[int, str]:
-    """Run an entry point the way `entrypoints/<name>.py` does; (exit code, stderr)."""
-    with pytest.raises(SystemExit) as exc:
-        ENTRY_POINTS[name].main(args, prog_name=f"entrypoints/{name}.py")
-    return exc.value.code, capsys.readouterr().err
-
+from fakes import _invoke
 
 BAD_OPTIONS = [
     ("train", ["--image-size", "7"], ("image-size", "'7'", ">= 16")),

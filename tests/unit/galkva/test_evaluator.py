@@ -16,8 +16,8 @@ import re
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from scipy import stats
 from fakes import make_prediction_dir, paper_example
+from scipy import stats
 
 from pipi.classes import CLASSES
 from pipi.cli.galkva import galkva

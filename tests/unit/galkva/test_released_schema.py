@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from jsonschema import Draft7Validator
 from fakes import make_prediction_dir
+from jsonschema import Draft7Validator
 
 from pipi.cli.galkva import galkva
 from pipi.galkva import (

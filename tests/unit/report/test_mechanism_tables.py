@@ -35,8 +35,8 @@ def test_runs_spec_and_pairing():
 def test_robustness_table_lift_matches_sklearn(tmp_path):
     """The table's lift is the per-seed difference of sklearn macro-AUCs; the evaluation arms
     stay out of the headline figure and calibration table."""
-    from sklearn.metrics import roc_auc_score
     from fakes import local_runs
+    from sklearn.metrics import roc_auc_score
 
     from pipi import analysis
     from pipi.report import build_report

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from fakes import FakeTracker
 
 from pipi.classes import CLASSES
 from pipi.config import make_config
@@ -15,17 +16,6 @@ from pipi.training.frames import (
     class_weights,
     train_one_epoch,
 )
-
-
-class FakeTracker:
-    def __init__(self):
-        self.metrics, self.checkpoints = [], []
-
-    def log_metrics(self, metrics, *, step=None):
-        self.metrics.append((step, dict(metrics)))
-
-    def log_checkpoint(self, state):
-        self.checkpoints.append(state["epoch"])
 
 
 def test_class_weights_are_inverse_frequency():

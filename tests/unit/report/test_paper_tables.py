@@ -1,0 +1,227 @@
+"""Issue 20: the paper's tables and intervals in `aggregate`'s report, on generated
+predictions (no training, no server)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from fakes import B0, evidence_of, make_runs
+from scipy import stats
+
+from pipi import analysis
+from pipi.report import build_report
+
+SEEDS = [41, 42, 43, 44, 45, 47]
+
+
+@pytest.fixture(scope="module")
+def six(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("six")
+    runs, dirs = make_runs(tmp, {"a": SEEDS, "pi": SEEDS, "distill": SEEDS})
+    ev = evidence_of(runs, dirs)
+    opts = analysis.AggregateOptions(n_resamples=200, figures=False)
+    return ev, opts, build_report(ev, opts)
+
+
+def test_seed_bca_column_beside_the_video_one_equals_scipy(six):
+    ev, opts, rep = six
+    t = rep.table("per_frame")
+    assert {"95% BCa CI (videos)", "95% BCa CI (seeds)"} <= set(t.display.columns)
+    row = t.data.set_index("cell").loc["pi"]
+    assert row["seed_ci_unit"] == "seeds" and row["seed_ci_n_seeds"] == 6
+    deltas = ev.arm(B0, "pi").macro - ev.arm(B0, "a").macro
+    ref = stats.bootstrap((deltas,), np.mean, n_resamples=opts.n_resamples, method="BCa",
+                          rng=np.random.default_rng(opts.seed))
+    assert abs(row["seed_ci_bca_low"] - ref.confidence_interval.low) < 1e-9
+    assert abs(row["seed_ci_bca_high"] - ref.confidence_interval.high) < 1e-9
+    assert any(n.startswith("BCa CI (seeds)") for n in t.notes)
+
+
+@pytest.mark.parametrize("key", ["paired_tests", "cross_backbone"])
+def test_every_cross_seed_delta_table_has_both_labelled_intervals(six, key):
+    _, _, rep = six
+    t = rep.table(key)
+    assert {"95% BCa CI (videos)", "95% BCa CI (seeds)"} <= set(t.display.columns)
+    key_col = "mean_delta" if key == "paired_tests" else "delta"
+    have = t.data[t.data[key_col].notna()]
+    assert len(have) and have["seed_ci_bca_low"].notna().all()
+    assert t.data.loc[t.data[key_col].isna(), "seed_ci_bca_low"].isna().all()
+
+
+# --------------------------------------------------------------------------- 4: figures, per class
+CNX = "convnext_tiny"
+
+
+def _png_bytes(color: str) -> bytes:
+    import io
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(2, 2))
+    fig.add_subplot(1, 1, 1).imshow(np.full((4, 4, 3), 0.5), cmap=None)
+    fig.suptitle(color)
+    FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def paper_evidence(tmp):
+    """Six seeds of the per-frame, channel, transplant arms (B0) and the channel arms of
+    ConvNeXt-Tiny; one FINISHED Grad-CAM run with its two example images."""
+    import pandas as pd
+
+    arms = {c: SEEDS for c in ("a", "pi", "distill", "pblood_only", "phi_only", "pi@zero_both",
+                               "a@transplant_D", "a@transplant_bn")}
+    runs, dirs = make_runs(tmp / "b0", arms)
+    cnx, cdirs = make_runs(tmp / "cnx", {c: SEEDS for c in ("a", "pi", "pblood_only")}, start=7)
+    cnx["backbone"] = CNX
+    cnx["recipe"] = cnx["recipe"].str.replace(B0, CNX)
+    runs = pd.concat([runs, cnx], ignore_index=True)
+    dirs |= cdirs
+    a_runs = runs[(runs["cell"] == "a") & (runs["backbone"] == B0)].set_index("seed")["run_id"]
+    pi_runs = runs[(runs["cell"] == "pi") & (runs["backbone"] == B0)].set_index("seed")["run_id"]
+    for cell, study, base in (("a@transplant_D", "transplant", a_runs),
+                              ("a@transplant_bn", "transplant", a_runs),
+                              ("pi@zero_both", "channel_infer", pi_runs)):
+        sel = runs["cell"] == cell
+        runs.loc[sel, "study"] = study
+        runs.loc[sel, "variant"] = cell.split("@")[1]
+        runs.loc[sel, "base_run_id"] = runs.loc[sel, "seed"].map(base)
+    runs["seed"] = runs["seed"].astype("Int64")
+    gc = runs.iloc[[0]].copy()
+    gc["run_id"], gc["study"], gc["variant"] = "g" * 32, "gradcam", "gradcam"
+    gc["entry_point"], gc["cell"] = "transplant", "a@gradcam"
+    all_runs = pd.concat([runs, gc], ignore_index=True)
+    kept, excluded = analysis.select_runs(runs)
+    ev = analysis.build_evidence(kept, {r: dirs[r] for r in kept["run_id"]}, excluded=excluded,
+                                 all_runs=all_runs, experiment="exp", experiment_id="1")
+    images = {"g" * 32: {"gradcam/overlay.png": _png_bytes("overlay"),
+                         "gradcam/prior.png": _png_bytes("prior")}}
+    from dataclasses import replace
+    return replace(ev, images=images)
+
+
+@pytest.fixture(scope="module")
+def paper(tmp_path_factory):
+    ev = paper_evidence(tmp_path_factory.mktemp("paper"))
+    return ev, build_report(ev, analysis.AggregateOptions(n_resamples=100))
+
+
+def test_focal_pr_curves_are_the_papers_four_with_erosion(paper):
+    _, rep = paper
+    assert list(rep.curves["focal_pr"]) == ["Lymphangiectasia", "Blood - fresh", "Angiectasia",
+                                            "Erosion"]
+    assert "pr_focal" in rep.figures
+
+
+def test_channel_ablation_for_every_backbone_with_runs(paper):
+    ev, rep = paper
+    keys = [t.key for t in rep.tables]
+    assert {"channel_train", "channel_infer", f"channel_train_{CNX}"} <= set(keys)
+    assert f"channel_infer_{CNX}" not in keys  # no pi@zero_* runs of ConvNeXt-Tiny
+    t = rep.table(f"channel_train_{CNX}").data.set_index("arm")
+    a, pb = ev.arm(CNX, "pi"), ev.arm(CNX, "pblood_only")
+    assert t.loc["pblood_only", "delta"] == pytest.approx(np.mean(pb.macro - a.macro), abs=1e-12)
+
+
+def _ece_brute(y, p, bins=15):
+    """ECE by looping over frames and bins (independent of pipi.stats)."""
+    total = 0.0
+    for b in range(bins):
+        lo, hi = b / bins, (b + 1) / bins
+        idx = [i for i in range(len(p)) if lo <= p[i] < hi or (b == bins - 1 and p[i] == 1.0)]
+        if idx:
+            total += len(idx) / len(p) * abs(np.mean(y[idx]) - np.mean(p[idx]))
+    return total
+
+
+def test_per_class_ece_and_brier_a_vs_pi_match_brute_force_and_sklearn(paper):
+    from sklearn.metrics import brier_score_loss
+
+    from pipi.classes import CLASSES
+    ev, rep = paper
+    t = rep.table("calibration_per_class")
+    assert len(t.data) == len(ev.classes)
+    row = t.data.iloc[2]
+    k = CLASSES.index(row["class"])
+    y = (ev.labels == k).astype(float)
+    for cell, col in (("a", "a"), ("pi", "pi")):
+        arm = ev.arm(B0, cell)
+        ece = [_ece_brute(y, p[:, k].astype(float)) for p in arm.probs]
+        brier = [brier_score_loss(y, p[:, k].astype(float)) for p in arm.probs]
+        assert row[f"ece_{col}_mean"] == pytest.approx(np.mean(ece), abs=1e-9)
+        assert row[f"ece_{col}_sd"] == pytest.approx(np.std(ece, ddof=1), abs=1e-9)
+        assert row[f"brier_{col}_mean"] == pytest.approx(np.mean(brier), abs=1e-9)
+
+
+def test_mechanism_transplant_and_example_figures(paper):
+    ev, rep = paper
+    assert {"mechanism_localization", "transplant_reconstruction", "prior_examples",
+            "gradcam_examples"} <= set(rep.figures)
+    assert rep.figures["prior_examples"] == ev.images["g" * 32]["gradcam/prior.png"]
+    assert "g" * 32 in rep.captions["gradcam_examples"]
+    for name in ("mechanism_localization", "transplant_reconstruction"):
+        assert rep.figures[name][:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# --------------------------------------------------------------------------- 2: deployment
+def test_deployment_options_table(paper):
+    ev, rep = paper
+    t = rep.table("deployment_options")
+    d = t.data.set_index("arm")
+    assert list(d.index) == ["a", "pi", "distill", "pi@zero_both"]
+    a, pi, zb = (ev.arm(B0, c) for c in ("a", "pi", "pi@zero_both"))
+    for arm, cell in (("pi", pi), ("distill", ev.arm(B0, "distill"))):
+        assert d.loc[arm, "mean"] == pytest.approx(cell.macro.mean(), abs=1e-12)
+    want = np.mean(zb.macro - a.macro) / np.mean(pi.macro - a.macro)
+    row = d.loc["pi@zero_both"]
+    assert row["retention"] == pytest.approx(want, abs=1e-12)
+    assert row["retention_ci_videos_low"] <= want <= row["retention_ci_videos_high"]
+    assert row["retention_ci_unit"] == "videos"
+    # the seed-level retention interval equals scipy's BCa from the same bootstrap distribution
+    num, den = zb.macro - a.macro, pi.macro - a.macro
+    from pipi.report.deployment import _seed_retention
+    ours = _seed_retention(rep_an(ev), num, den, [])
+    prev = stats._resampling.BootstrapResult(
+        confidence_interval=None, bootstrap_distribution=ours.bootstrap_distribution,
+        standard_error=None)
+    ref = stats.bootstrap((num, den), lambda x, y: np.mean(x) / np.mean(y), paired=True,
+                          vectorized=False, n_resamples=0, bootstrap_result=prev, method="BCa")
+    assert abs(ours.bca_interval.low - ref.confidence_interval.low) < 1e-9
+    assert abs(ours.bca_interval.high - ref.confidence_interval.high) < 1e-9
+    assert row["retention_ci_seeds_low"] == pytest.approx(ours.bca_interval.low, abs=1e-12)
+    # costs from the cell table; the served recipe is named
+    assert (d.loc["pi", "infer_channels"], d.loc["pi", "infer_prior"]) == (5, True)
+    assert (d.loc["pi@zero_both", "infer_channels"], d.loc["pi@zero_both", "infer_prior"]) == \
+        (3, False)
+    assert d.loc["distill", "train_prior"] and d.loc["distill", "infer_channels"] == 3
+    assert '"strip_prior": true' in row["served_as"]
+    assert any('"strip_prior": true' in r for r in t.display["recipe"])
+
+
+def rep_an(ev):
+    return analysis.Analysis(ev, analysis.AggregateOptions(n_resamples=100))
+
+
+def test_strip_and_serve_never_computes_the_prior(monkeypatch):
+    import torch
+
+    from pipi.training import frames as training
+    from pipi.config import make_config
+
+    fi = training.FrameInputs(make_config(cell="pi", profile="smoke"))
+    x01 = torch.rand(2, 3, 32, 32)
+    full, _ = fi(x01, train=False)
+
+    def boom(*a, **k):
+        raise AssertionError("prior computed under strip_prior")
+
+    monkeypatch.setattr(training, "prior_channels", boom)
+    stripped, _ = fi(x01, train=False, strip_prior=True)
+    assert stripped.shape == full.shape == (2, 5, 32, 32)
+    assert torch.equal(stripped[:, :3], full[:, :3])
+    assert not stripped[:, 3:].any()
+
+
+# --------------------------------------------------------------------------- the HTML report
