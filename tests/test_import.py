@@ -343,6 +343,14 @@ def test_imported_and_trained_runs_are_separate_arms_in_aggregate(tiny_staged, s
     assert arms == {"a": trained, "a (released)": ckpt, "pi (released)": preds}
     runs = res.report.table("runs").data.set_index("run_id")
     assert runs.loc[ckpt, "cell"] == "a (released)" and runs.loc[trained, "cell"] == "a"
+    # the released arms get their own per-frame table, paired with the released a
+    released = res.report.table("per_frame_released")
+    assert released.data["cell"].tolist() == ["a (released)", "pi (released)",
+                                              "distill (released)"]
+    pi_row = released.data.set_index("cell").loc["pi (released)"]
+    assert pi_row["n_paired"] == 1
+    assert released.run_ids[1] == {"pi (released)": {42: preds}, "a (released)": {42: ckpt}}
+    assert res.report.table("per_frame").data.set_index("cell").loc["pi", "n_paired"] == 0
     # the paper's a-vs-pi test never pairs the trained a with the released pi
     for t in res.report.tables:
         for ids in t.run_ids:
