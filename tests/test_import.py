@@ -514,3 +514,19 @@ def test_an_evaluation_child_of_an_imported_run_is_imported_too(tiny_staged, sql
     assert t["pipi.source_sha256"] == hashlib.sha256(ckpt.read_bytes()).hexdigest()
     runs = mark_imported(load_runs("import-child")).set_index("run_id")["cell"]
     assert runs[res.run_id] == "pi (released)" and runs[child] == "pi (released)@zero_phi"
+
+
+def test_cli_refuses_a_bad_file_in_one_line(tiny_staged, sqlite_tracking, tmp_path):
+    from click.testing import CliRunner
+
+    from pipi.cli import main
+
+    bad = tmp_path / "preds.csv"
+    pd.DataFrame({"filename": ["x.jpg"], "Tumour": [1.0]}).to_csv(bad, index=False)
+    for args in (["import", "predictions"], ["import", "--kind", "predictions"]):
+        r = CliRunner().invoke(main, [*args, "--file", str(bad), "--cell", "a",
+                                      "--data", str(tiny_staged), "--experiment", "import-cli"])
+        assert r.exit_code == 2
+        assert r.output.strip() == f"error: {bad}: unknown class columns ['Tumour']; " \
+            f"probability columns are named by class: {list(CLASSES)}"
+    assert _experiment_runs("import-cli") == []
