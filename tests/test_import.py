@@ -530,3 +530,17 @@ def test_cli_refuses_a_bad_file_in_one_line(tiny_staged, sqlite_tracking, tmp_pa
         assert r.output.strip() == f"error: {bad}: unknown class columns ['Tumour']; " \
             f"probability columns are named by class: {list(CLASSES)}"
     assert _experiment_runs("import-cli") == []
+
+
+def test_npz_names_as_bytes_are_read_and_pickles_are_refused(tmp_path):
+    from pipi.data.prediction_file import read_prediction_file
+
+    probs = np.full((2, 14), 1 / 14)
+    as_bytes = tmp_path / "bytes.npz"
+    np.savez(as_bytes, filenames=np.array([b"v1_7.jpg", b"v2_3.jpg"]), probs=probs)
+    keys, _ = read_prediction_file(as_bytes)
+    assert keys["filename"].tolist() == ["v1_7.jpg", "v2_3.jpg"]
+    pickled = tmp_path / "objects.npz"
+    np.savez(pickled, filenames=np.array(["v1_7.jpg", "v2_3.jpg"], dtype=object), probs=probs)
+    with pytest.raises(DataError, match="object \\(pickled\\) array"):
+        read_prediction_file(pickled)
