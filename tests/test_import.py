@@ -492,6 +492,9 @@ def test_mark_imported_names_arms_by_source_children_included():
                                        "a (released)@perturb_jpeg25", ""]
     assert marked["source"].tolist() == ["", "external", "external", "external", "external"]
     assert mark_imported(runs, pair=True)["cell"].tolist() == runs["cell"].tolist()
+    trained = runs.iloc[[0]]
+    assert mark_imported(trained)["cell"].tolist() == ["a"]          # nothing imported
+    assert mark_imported(runs.iloc[:0])["cell"].tolist() == []       # no runs
     assert imported_arm("pi (yang2026)") == ("pi", "yang2026")
     assert imported_arm("pi") == ("pi", "")
     assert cell_label("a (released)") == "(a) RGB-only per-frame baseline [released: imported]"
