@@ -35,6 +35,8 @@ def mark_imported(runs: pd.DataFrame, *, pair: bool = False) -> pd.DataFrame:
     if pair:
         return out
     ext = (source == IMPORTED_SOURCE) & (out["cell"].fillna("") != "")
+    if not ext.any():
+        return out
     label = tags.map(lambda t: t.get("pipi.source_label", "") or "released")
     cell = out.loc[ext, "cell"].astype(str)
     # an evaluation child of an imported run: a@perturb_jpeg25 -> a (released)@perturb_jpeg25

@@ -139,6 +139,13 @@ def _read_npz(path: Path) -> tuple[pd.DataFrame, np.ndarray]:
     try:
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
+    except ValueError as exc:
+        if "allow_pickle" not in str(exc):
+            raise _fail(path, f"cannot read it as NPZ (ValueError: {exc})") from None
+        # an object array is a pickle, which could run code: never loaded from a file
+        raise _fail(path, "holds an object (pickled) array, which pipi does not load; save "
+                    "the names as strings: np.savez(path, filenames=np.asarray(names, "
+                    "dtype=str), probs=probs)") from None
     except Exception as exc:  # noqa: BLE001 - zipfile/numpy raise many types
         raise _fail(path, f"cannot read it as NPZ ({type(exc).__name__}: {exc})") from None
     lack = [k for k in ("filenames", "probs") if k not in arrays]
@@ -168,6 +175,8 @@ def _read_npz(path: Path) -> tuple[pd.DataFrame, np.ndarray]:
     if not np.isfinite(probs).all():
         raise _fail(path, f"'probs' row {int(np.argwhere(~np.isfinite(probs))[0][0]) + 1} "
                     "holds a value that is not a finite number")
+    if names.dtype.kind == "S":  # bytes, as Python 2 era code saved names
+        names = np.char.decode(names, "utf-8")
     return pd.DataFrame({"filename": [str(n).strip() for n in names]}), probs
 
 

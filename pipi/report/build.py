@@ -59,6 +59,7 @@ def build_report(evidence: Evidence, options: AggregateOptions | None = None) ->
     options = options or AggregateOptions()
     an = Analysis(evidence, options)
     tables: list[Table] = [run_tables.coverage_table(an), headline.per_frame_table(an),
+                           *headline.imported_per_frame_tables(an),
                            headline.eight_cell_table(an), *headline.paired_tests_tables(an),
                            *per_class.per_class_tables(an), breakdown.per_patient_table(an),
                            breakdown.operating_points_table(an), breakdown.calibration_table(an),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
 from pipi.analysis import (
@@ -15,6 +17,7 @@ from pipi.analysis import (
     cell_label,
     compare_cells,
     compare_pairs,
+    imported_arm,
     missing_notes,
     seeds_text,
 )
@@ -42,20 +45,41 @@ from pipi.report.tables import (
     fmt_z,
 )
 
-__all__ = ["cross_backbone_table", "eight_cell_table", "paired_tests_tables", "per_frame_table"]
+__all__ = ["cross_backbone_table", "eight_cell_table", "imported_per_frame_tables",
+           "paired_tests_tables", "per_frame_table"]
 
 
 def per_frame_table(an: Analysis) -> Table:
     """Paper Table per-frame: cross-seed macro-AUC of a, pi, distill; paired delta vs a."""
+    return _per_frame(an, "")
+
+
+def imported_per_frame_tables(an: Analysis) -> list[Table]:
+    """The per-frame table of each source of imported runs (``a (released)``, ...): its
+    arms paired with its own ``a``, never with trained runs."""
     ev, b = an.evidence, an.headline
-    title = f"Per-frame test macro-AUC, mean ± sd over seeds ({b})"
-    if not any(ev.arm(b, c) for c in PER_FRAME_CELLS):
-        return no_runs("per_frame", title, "tab:per-frame", f"no runs of cells {PER_FRAME_CELLS}")
-    notes = missing_notes(ev, b, PER_FRAME_CELLS)
-    comps = {c.new: c for c in compare_cells(an, baseline="a", cells=PER_FRAME_CELLS,
-                                             family="per_frame_vs_a", backbone=b, notes=notes)}
+    labels = sorted({imported_arm(c)[1] for c in ev.cells(b) if "@" not in c} - {""})
+    return [_per_frame(an, label) for label in labels]
+
+
+def _per_frame(an: Analysis, label: str) -> Table:
+    ev, b = an.evidence, an.headline
+
+    def arm_of(cell: str) -> str:
+        return f"{cell} ({label})" if label else cell
+
+    key = "per_frame" + (f"_{re.sub(r'[^0-9A-Za-z]+', '_', label)}" if label else "")
+    title = f"Per-frame test macro-AUC, mean ± sd over seeds ({b})" + (
+        f": imported runs ({label})" if label else "")
+    cells = [arm_of(c) for c in PER_FRAME_CELLS]
+    base = arm_of("a")
+    if not any(ev.arm(b, c) for c in cells):
+        return no_runs(key, title, "tab:per-frame", f"no runs of cells {tuple(cells)}")
+    notes = missing_notes(ev, b, cells)
+    comps = {c.new: c for c in compare_cells(an, baseline=base, cells=cells,
+                                             family=f"{key}_vs_a", backbone=b, notes=notes)}
     rows, disp, ids = [], [], []
-    for cell in PER_FRAME_CELLS:
+    for cell in cells:
         arm, comp = ev.arm(b, cell), comps.get(cell)
         s = arm_summary(arm)
         ok = comp is not None and comp.available
@@ -69,17 +93,21 @@ def per_frame_table(an: Analysis) -> Table:
                      "seeds": s["seeds"] or "no runs",
                      "Macro-AUC": fmt_mean_sd(s["mean"], s["sd"]) if arm else "no runs",
                      "paired Δ vs (a)": (f"{fmt_delta(comp.mean_delta)} ({comp.sign_text} +)"
-                                         if ok else ("—" if cell == "a" else "n/a")),
+                                         if ok else ("—" if cell == base else "n/a")),
                      "sign-flip p": fmt_p(comp.sign_flip_p) if ok else "",
                      **delta_cis(an, comp if ok else None)})
-        ids.append({cell: run_map(arm)} | ({"a": dict(comp.ref_runs)} if ok else {}))
+        ids.append({cell: run_map(arm)} | ({base: dict(comp.ref_runs)} if ok else {}))
+    if label:
+        notes.append(f"Runs imported from outside files (source {label!r}, `import` entry "
+                     f"point); (a) here is {base}, never a trained run.")
     notes.append("sd: sample standard deviation over seeds (ddof = 1). Δ = cell - (a), paired "
                  "by seed; 'k/n +': seeds with a positive delta. Sign-flip p: exact "
                  "permutation of the per-seed delta signs.")
     notes += [bootstrap_note(an), seed_ci_note(an, comps.values())]
-    prows, pdisp, pids, pnotes = probe_rows(an)
-    rows, disp, ids, notes = rows + prows, disp + pdisp, ids + pids, notes + pnotes
-    return Table("per_frame", title, pd.DataFrame(rows), pd.DataFrame(disp).fillna(""),
+    if not label:  # the foundation-model probes sit in the trained table
+        prows, pdisp, pids, pnotes = probe_rows(an)
+        rows, disp, ids, notes = rows + prows, disp + pdisp, ids + pids, notes + pnotes
+    return Table(key, title, pd.DataFrame(rows), pd.DataFrame(disp).fillna(""),
                  tuple(ids), tuple(notes), paper="tab:per-frame")
 
 

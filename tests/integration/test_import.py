@@ -343,6 +343,14 @@ def test_imported_and_trained_runs_are_separate_arms_in_aggregate(tiny_staged, s
     assert arms == {"a": trained, "a (released)": ckpt, "pi (released)": preds}
     runs = res.report.table("runs").data.set_index("run_id")
     assert runs.loc[ckpt, "cell"] == "a (released)" and runs.loc[trained, "cell"] == "a"
+    # the released arms get their own per-frame table, paired with the released a
+    released = res.report.table("per_frame_released")
+    assert released.data["cell"].tolist() == ["a (released)", "pi (released)",
+                                              "distill (released)"]
+    pi_row = released.data.set_index("cell").loc["pi (released)"]
+    assert pi_row["n_paired"] == 1
+    assert released.run_ids[1] == {"pi (released)": {42: preds}, "a (released)": {42: ckpt}}
+    assert res.report.table("per_frame").data.set_index("cell").loc["pi", "n_paired"] == 0
     # the paper's a-vs-pi test never pairs the trained a with the released pi
     for t in res.report.tables:
         for ids in t.run_ids:
@@ -427,3 +435,21 @@ def test_an_evaluation_child_of_an_imported_run_is_imported_too(tiny_staged, sql
     assert t["pipi.source_sha256"] == hashlib.sha256(ckpt.read_bytes()).hexdigest()
     runs = mark_imported(load_runs("import-child")).set_index("run_id")["cell"]
     assert runs[res.run_id] == "pi (released)" and runs[child] == "pi (released)@zero_phi"
+
+
+def test_cli_refuses_a_bad_file_in_one_line(tiny_staged, sqlite_tracking, tmp_path):
+    from click.testing import CliRunner
+
+    from pipi.cli import main
+
+    bad = tmp_path / "preds.csv"
+    pd.DataFrame({"filename": ["x.jpg"], "Tumour": [1.0]}).to_csv(bad, index=False)
+    for args in (["import", "predictions"], ["import", "--kind", "predictions"]):
+        r = CliRunner().invoke(main, [*args, "--file", str(bad), "--cell", "a",
+                                      "--data", str(tiny_staged), "--experiment", "import-cli"])
+        assert r.exit_code == 2
+        assert r.output.strip() == f"error: {bad}: unknown class columns ['Tumour']; " \
+            f"probability columns are named by class: {list(CLASSES)}"
+    assert _experiment_runs("import-cli") == []
+
+

@@ -93,8 +93,23 @@ def test_mark_imported_names_arms_by_source_children_included():
                                        "a (released)@perturb_jpeg25", ""]
     assert marked["source"].tolist() == ["", "external", "external", "external", "external"]
     assert mark_imported(runs, pair=True)["cell"].tolist() == runs["cell"].tolist()
+    trained = runs.iloc[[0]]
+    assert mark_imported(trained)["cell"].tolist() == ["a"]          # nothing imported
+    assert mark_imported(runs.iloc[:0])["cell"].tolist() == []       # no runs
     assert imported_arm("pi (yang2026)") == ("pi", "yang2026")
     assert imported_arm("pi") == ("pi", "")
     assert cell_label("a (released)") == "(a) RGB-only per-frame baseline [released: imported]"
 
 
+def test_npz_names_as_bytes_are_read_and_pickles_are_refused(tmp_path):
+    from pipi.data.prediction_file import read_prediction_file
+
+    probs = np.full((2, 14), 1 / 14)
+    as_bytes = tmp_path / "bytes.npz"
+    np.savez(as_bytes, filenames=np.array([b"v1_7.jpg", b"v2_3.jpg"]), probs=probs)
+    keys, _ = read_prediction_file(as_bytes)
+    assert keys["filename"].tolist() == ["v1_7.jpg", "v2_3.jpg"]
+    pickled = tmp_path / "objects.npz"
+    np.savez(pickled, filenames=np.array(["v1_7.jpg", "v2_3.jpg"], dtype=object), probs=probs)
+    with pytest.raises(DataError, match="object \\(pickled\\) array"):
+        read_prediction_file(pickled)
