@@ -262,7 +262,9 @@ class ResidentBatches:
     def __init__(self, images: np.ndarray, device: torch.device, *,
                  labels: np.ndarray | None = None):
         self.device = torch.device(device)
-        need = int(np.prod(images.shape)) * np.dtype(images.dtype).itemsize
+        if images.dtype != np.uint8:
+            raise ConfigError(f"data_path=device keeps uint8 frames; got {images.dtype}")
+        need = int(np.prod(images.shape))
         if self.device.type == "cuda":
             free, _ = torch.cuda.mem_get_info(self.device)
             if need > 0.8 * free:
@@ -270,7 +272,10 @@ class ResidentBatches:
                     f"data_path=device: the training set needs {need / 1e9:.2f} GB and "
                     f"{torch.cuda.get_device_name(self.device)} has {free / 1e9:.2f} GB free "
                     "(80% usable for it); use data_path=host")
-        self.images = torch.from_numpy(np.ascontiguousarray(images)).to(self.device)
+        # copied in chunks: a read-only memmap is never held in host memory whole
+        self.images = torch.empty(images.shape, dtype=torch.uint8, device=self.device)
+        for i in range(0, len(images), 1024):
+            self.images[i:i + 1024].copy_(torch.from_numpy(np.array(images[i:i + 1024])))
         self.labels = (None if labels is None else
                        torch.from_numpy(np.ascontiguousarray(labels, dtype=np.int64))
                        .to(self.device))

@@ -117,3 +117,25 @@ class GraphedStep:
             self.static_loss = self._body(self.static_x, self.static_y, self.static_draws)
         self.graph.replay()  # the capture ran nothing: this replay is the step itself
         return self.static_loss.clone()
+
+
+def graph_callable(fn, *, device: torch.device, warmup: int = 3):
+    """``replay() -> fn's output tensor``: ``fn()`` (reading only tensors that stay put,
+    e.g. a model-only step on fixed device tensors with a capturable optimizer) run
+    ``warmup`` times on a side stream, then captured once; each ``replay()`` runs it again."""
+    side, main = torch.cuda.Stream(device), torch.cuda.current_stream(device)
+    side.wait_stream(main)
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            fn()
+    main.wait_stream(side)
+    torch.cuda.synchronize(device)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+
+    def replay() -> torch.Tensor:
+        graph.replay()
+        return out
+
+    return replay

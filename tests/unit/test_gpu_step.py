@@ -179,3 +179,30 @@ def test_graphed_step_matches_eager_on_cuda(cell):
     eager, graphed = run(False), run(True)
     assert len(eager) == 20
     np.testing.assert_allclose(graphed, eager, rtol=0, atol=1e-5)
+
+
+# --------------------------------------------------------------------------- benchmark
+def _bench_train():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_train.py"
+    spec = importlib.util.spec_from_file_location("bench_train", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_benchmark_refuses_graph_on_a_cpu(capsys):
+    with pytest.raises(SystemExit) as exc:
+        _bench_train().main(["--device", "cpu", "--graph", "on"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: graph=on needs a CUDA device")
+
+
+def test_benchmark_spread_is_the_paired_median():
+    ratios = [0.5, 0.9, 0.7, 0.8, 0.6]
+    text = _bench_train().spread(ratios)
+    assert text.startswith(f"median {np.median(ratios):.3f}")
+    assert "range 0.500-0.900" in text and "5 rounds" in text
