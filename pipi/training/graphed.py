@@ -113,7 +113,9 @@ class GraphedStep:
         torch.cuda.synchronize(self.dev)
         self.opt.zero_grad(set_to_none=True)  # backward allocates .grad from the graph's pool
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
+        # thread_local: the host data path's prefetch thread may pin host memory meanwhile
+        # (it launches no CUDA work; "global" would fail the capture on its allocation)
+        with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
             self.static_loss = self._body(self.static_x, self.static_y, self.static_draws)
         self.graph.replay()  # the capture ran nothing: this replay is the step itself
         return self.static_loss.clone()
