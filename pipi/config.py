@@ -66,6 +66,8 @@ class TrainConfig:
     channels_last: str = "auto"      # auto (on for CUDA) | true | false
     compile: bool = False            # torch.compile the model
     deterministic: bool = True       # deterministic algorithms, no cuDNN autotuning
+    graph: str = "off"               # off | on: the training step as one CUDA graph (CUDA only)
+    data_path: str = "host"          # host (memmap -> device per batch) | device (set resident)
 
     def __post_init__(self):
         get_cell(self.cell)
@@ -97,7 +99,17 @@ class TrainConfig:
             raise ConfigError(f"prior must be a PriorConfig, got {type(self.prior).__name__}")
         check_runtime(device=self.device, precision=self.precision,
                       channels_last=self.channels_last, compile=self.compile,
-                      deterministic=self.deterministic)
+                      deterministic=self.deterministic, graph=self.graph,
+                      data_path=self.data_path)
+        seq = get_cell(self.cell).is_sequence
+        for name, value, default in (("graph", self.graph, "off"),
+                                     ("data_path", self.data_path, "host")):
+            if seq and value != default:
+                raise ConfigError(f"{name}={value}: only per-frame cells have it; cell "
+                                  f"{self.cell} is a sequence cell (use {name}={default})")
+        if self.graph == "on" and self.prior.mask == "fov":
+            raise ConfigError("graph=on with prior_mask=fov: the field-of-view quantiles are "
+                              "not captured; use prior_mask=none (or graph=off)")
         if self.image_size % 32 and get_cell(self.cell).c3:
             raise ConfigError(f"image_size={self.image_size}: C3 needs a multiple of 32")
 
@@ -144,6 +156,8 @@ PROFILES: dict[str, dict] = {
 #: ``profile=auto``: paper on real staged data, demo on a synthetic release (resolve_profile).
 PROFILE_CHOICES = ("auto", *PROFILES)
 
+#: Options of the per-frame training step that a sequence cell does not have.
+PER_FRAME_ONLY = ("graph", "data_path")
 #: The cross-backbone recipe (paper "Cross-backbone replication"): default for these archs.
 CROSS_BACKBONE = {"resnet18": {"lr": 1e-4, "epochs": 15}, "convnext_tiny": {"lr": 1e-4, "epochs": 15}}
 #: The temporal head's recipe (paper "Temporal Transformer").
@@ -168,6 +182,7 @@ def make_config(*, cell: str, backbone: str = "efficientnet_b0", seed: int = 42,
                 profile: str = "paper", **overrides) -> TrainConfig:
     """Compose recipe defaults: paper -> backbone recipe -> sequence recipe -> profile -> overrides.
 
+    ``graph`` and ``data_path`` apply to per-frame cells only; a sequence cell drops them.
     Overrides use the flat names of the run params (``alpha``, ``lambda_eff``, ``hb_index``,
     ``second_channel``, ``prior_mask`` go into the ``PriorConfig``); ``None`` means "not set".
     """
@@ -177,6 +192,9 @@ def make_config(*, cell: str, backbone: str = "efficientnet_b0", seed: int = 42,
     values.update(CROSS_BACKBONE.get(backbone, {}))
     if get_cell(cell).is_sequence:
         values.update(SEQUENCE_RECIPE)
+        # the per-frame step's options: a sweep passes them to every child, and a sequence
+        # head trains eagerly from its streams (its resolved_graph/_data_path say off/host)
+        overrides = {k: v for k, v in overrides.items() if k not in PER_FRAME_ONLY}
     prof = dict(PROFILES[profile])
     if "epochs" in prof and "epochs" in values:
         values.pop("epochs")
@@ -207,7 +225,7 @@ def run_params(cfg: TrainConfig) -> dict:
 TRAIN_OVERRIDES = ("epochs", "image_size", "lr", "batch_size", "patience", "alpha",
                    "lambda_eff", "hb_index", "second_channel", "prior_mask", "prior_init",
                    "distill_lambda", "select_metric", "device", "precision", "channels_last",
-                   "compile", "deterministic")
+                   "compile", "deterministic", "graph", "data_path")
 
 
 def overrides_of(cfg: TrainConfig) -> dict:

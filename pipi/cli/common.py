@@ -17,7 +17,7 @@ from pipi.models.backbones import ARCHS, PRIOR_INITS
 from pipi.models.timm_backbones import FOUNDATION
 from pipi.prior import DEFAULT_ALPHA, HB_INDICES, PRIOR_MASKS, SECOND_CHANNELS
 from pipi.runs.prior_params import load_prior_params
-from pipi.runtime import PRECISIONS, SWITCHES
+from pipi.runtime import DATA_PATHS, GRAPHS, PRECISIONS, SWITCHES
 
 
 def _fail(message: str) -> None:
@@ -165,6 +165,12 @@ train_override_options = [
                  help="torch.compile the model."),
     click.option("--deterministic", type=click.BOOL, default=True, show_default=True,
                  help="Deterministic algorithms (false: cuDNN autotuning, faster on a GPU)."),
+    click.option("--graph", type=choice(GRAPHS), default="off", show_default=True,
+                 help="on: capture the per-frame training step as one CUDA graph and replay "
+                      "it (CUDA only; refused on a CPU)."),
+    click.option("--data-path", type=choice(DATA_PATHS), default="host", show_default=True,
+                 help="host: batches from the on-disk cache each step; device: the uint8 "
+                      "training set kept on the training device, batches gathered there."),
 ]
 
 #: Options of the `pipi` commands that are deliberately not MLproject parameters (under

@@ -15,6 +15,7 @@ import os
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -117,8 +118,21 @@ def _to_device(t: torch.Tensor, dev: torch.device) -> torch.Tensor:
     return t
 
 
-def augment(x: torch.Tensor, cfg: AugmentConfig, gen: torch.Generator, *,
-            scale: float = 1.0, normalized: bool = False, return_valid: bool = False):
+@lru_cache(maxsize=64)
+def _const(values: tuple, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A small constant tensor, made once per device (no host copy per call: a CUDA graph
+    can capture the kernels that read it). Never written to."""
+    return torch.tensor(values, dtype=dtype, device=device)
+
+
+def augment_draws(gen: torch.Generator, b: int) -> torch.Tensor:
+    """The random numbers ``augment`` draws for ``b`` images: float64 ``(b, 5)`` on the CPU."""
+    return torch.rand(b, 5, generator=gen, dtype=torch.float64)
+
+
+def augment(x: torch.Tensor, cfg: AugmentConfig, gen: torch.Generator | None, *,
+            scale: float = 1.0, normalized: bool = False, return_valid: bool = False,
+            draws: torch.Tensor | None = None):
     """Batched train augmentation of float ``[B, 3, H, W]`` images with values in [0, scale].
 
     Per sample: a horizontal flip and a rotation about the centre (uniform in
@@ -140,7 +154,7 @@ def augment(x: torch.Tensor, cfg: AugmentConfig, gen: torch.Generator, *,
     valid = torch.ones((b, h, w), dtype=torch.bool, device=dev)
     # the random numbers come from the CPU generator (the same augmentation on any device);
     # everything derived from them is computed on the device, so a GPU step never waits
-    u = _to_device(torch.rand(b, 5, generator=gen, dtype=f64), dev)
+    u = draws if draws is not None else _to_device(augment_draws(gen, b), dev)
     # ---- geometry: flip folded into the rotation's sampling matrix (one grid_sample)
     if cfg.hflip > 0 or cfg.rotation_deg > 0:
         ang = (u[:, 1] * 2 - 1) * math.radians(cfg.rotation_deg)
@@ -162,7 +176,7 @@ def augment(x: torch.Tensor, cfg: AugmentConfig, gen: torch.Generator, *,
         return 1 + (u[:, col] * 2 - 1) * amount
 
     fb, fc, fs = factor(2, cfg.brightness), factor(3, cfg.contrast), factor(4, cfg.saturation)
-    luma = torch.tensor(_LUMA, dtype=f64, device=dev)
+    luma = _const(_LUMA, f64, dev)
     eye = torch.eye(3, dtype=f64, device=dev)
     # saturation matrix M_s = s I + (1 - s) 1 w^T; rows of M_s sum to 1 (w sums to 1)
     ms = fs.view(b, 1, 1) * eye + (1 - fs).view(b, 1, 1) * luma.view(1, 1, 3).expand(b, 3, 3)
@@ -171,8 +185,8 @@ def augment(x: torch.Tensor, cfg: AugmentConfig, gen: torch.Generator, *,
     t = ((1 - fc) * fb * (chan_mean @ luma)).view(b, 1).expand(b, 3).clone()  # (B, 3)
     lo, hi = torch.zeros(3, dtype=f64, device=dev), torch.ones(3, dtype=f64, device=dev)
     if normalized:
-        mean = torch.tensor(IMAGENET_MEAN, dtype=f64, device=dev)
-        std = torch.tensor(IMAGENET_STD, dtype=f64, device=dev)
+        mean = _const(IMAGENET_MEAN, f64, dev)
+        std = _const(IMAGENET_STD, f64, dev)
         a = a / std.view(1, 3, 1)
         t = (t - mean) / std
         lo, hi = (lo - mean) / std, (hi - mean) / std
@@ -182,8 +196,8 @@ def augment(x: torch.Tensor, cfg: AugmentConfig, gen: torch.Generator, *,
 
 
 def normalize(x01: torch.Tensor) -> torch.Tensor:
-    mean = torch.tensor(IMAGENET_MEAN, device=x01.device, dtype=x01.dtype).view(1, 3, 1, 1)
-    std = torch.tensor(IMAGENET_STD, device=x01.device, dtype=x01.dtype).view(1, 3, 1, 1)
+    mean = _const(IMAGENET_MEAN, x01.dtype, x01.device).view(1, 3, 1, 1)
+    std = _const(IMAGENET_STD, x01.dtype, x01.device).view(1, 3, 1, 1)
     return (x01 - mean) / std
 
 

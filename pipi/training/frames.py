@@ -44,6 +44,7 @@ from pipi.predictions import (  # noqa: F401  (re-exported: the format's home is
 from pipi.prior import prior_channels
 from pipi.runtime import (
     DeviceBatches,
+    ResidentBatches,
     Runtime,
     apply_determinism,
     prepare_model,
@@ -51,6 +52,7 @@ from pipi.runtime import (
     weighted_cross_entropy,
 )
 from pipi.stats.auc import macro_auc, per_class_auc
+from pipi.training.graphed import GraphedStep, capturable_adamw, make_capturable
 
 log = logging.getLogger(__name__)
 
@@ -116,9 +118,10 @@ class FrameInputs:
     check: bool = True
 
     def __call__(self, x01: torch.Tensor, *, train: bool, gen: torch.Generator | None = None,
-                 strip_prior: bool = False, scale: float = 1.0
-                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``x01``: float ``[B, 3, H, W]`` with values in [0, scale] (scale 255: raw uint8 values)."""
+                 strip_prior: bool = False, scale: float = 1.0,
+                 draws: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``x01``: float ``[B, 3, H, W]`` with values in [0, scale] (scale 255: raw uint8 values).
+        ``draws``: the augmentation's random numbers already drawn (``augment_draws``)."""
         cfg, cell = self.cfg, self.cfg.cell_config
         need_prior = cell.input_channels == 5 or cell.distill
         # strip-and-serve: the prior channels are zeros, so the prior is never computed
@@ -127,12 +130,12 @@ class FrameInputs:
         valid = None
         if train and not need_prior:
             # RGB-only: augmentation and normalisation in one fused pass
-            return augment(x01, aug, gen, scale=scale, normalized=True), None
+            return augment(x01, aug, gen, scale=scale, normalized=True, draws=draws), None
         if train and cfg.prior.mask == "fov":
             # the field of view: pixels the zero-filled rotation did not create
-            x01, valid = augment(x01, aug, gen, scale=scale, return_valid=True)
+            x01, valid = augment(x01, aug, gen, scale=scale, return_valid=True, draws=draws)
         elif train:
-            x01 = augment(x01, aug, gen, scale=scale)
+            x01 = augment(x01, aug, gen, scale=scale, draws=draws)
         elif scale != 1.0:
             x01 = x01 / scale
         prior = None
@@ -173,9 +176,14 @@ def _frame_loss(fwd, x, y, p_blood, weights, cfg: TrainConfig, device: torch.dev
 
 def train_one_epoch(model, images, labels, inputs: FrameInputs, optimizer, weights, *, cfg,
                     gen, device, epoch: int, progress: bool = True,
-                    runtime: Runtime | None = None, forward=None, scaler=None) -> float:
+                    runtime: Runtime | None = None, forward=None, scaler=None,
+                    graphed: GraphedStep | None = None) -> float:
     """One epoch of the full step: cache -> device (uint8) -> augmentation -> prior ->
     forward/backward/step under the runtime's precision and memory format.
+
+    ``images``: the uint8 memmap (batches streamed from the host), or a
+    :class:`ResidentBatches` already on the device (``data_path=device``; the same batches).
+    ``graphed``: the step replayed as a CUDA graph (``graph=on``) instead of the eager step.
 
     A NaN/inf loss raises ``TrainingDiverged`` naming the batch: at once on the CPU; on a GPU
     at the end of the epoch (checking every step would synchronise every step).
@@ -185,10 +193,16 @@ def train_one_epoch(model, images, labels, inputs: FrameInputs, optimizer, weigh
     fwd = model if forward is None else forward  # a compiled module has no truth value
     model.train()
     idx_batches = batches(len(labels), cfg.batch_size, gen=gen, max_batches=cfg.max_batches)
-    stream = DeviceBatches(images, idx_batches, device, labels=labels)
+    stream = (images.batches(idx_batches) if isinstance(images, ResidentBatches)
+              else DeviceBatches(images, idx_batches, device, labels=labels))
     losses, sizes = [], []
     for bi, (x8, y) in enumerate(tqdm(stream, desc=f"epoch {epoch}", unit="batch",
-                                      leave=False, disable=not progress)):
+                                      total=len(idx_batches), leave=False,
+                                      disable=not progress)):
+        if graphed is not None:
+            losses.append(graphed(x8, y, gen))
+            sizes.append(len(idx_batches[bi]))
+            continue
         x, p_blood = inputs(x8.float(), train=True, gen=gen, scale=255.0)
         with rt.autocast():
             loss = _frame_loss(fwd, rt.inputs(x), y, p_blood, weights, cfg, device)
@@ -211,6 +225,16 @@ def train_one_epoch(model, images, labels, inputs: FrameInputs, optimizer, weigh
     if len(bad):
         raise TrainingDiverged(f"loss is {vals[bad[0]]} at epoch {epoch}, batch {bad[0]}")
     return float(np.dot(vals, sizes) / sum(sizes))
+
+
+def graphed_step(fwd, optimizer, inputs: FrameInputs, weights, cfg: TrainConfig,
+                 rt: Runtime) -> GraphedStep:
+    """The run's training step as a CUDA graph (``graph=on``), with the cell's loss."""
+    def loss_fn(f, x, y, p_blood):
+        return _frame_loss(f, x, y, p_blood, weights, cfg, rt.device)
+
+    return GraphedStep(forward=fwd, optimizer=optimizer, inputs=inputs, loss_fn=loss_fn,
+                       runtime=rt, batch_size=cfg.batch_size)
 
 
 @torch.no_grad()
@@ -273,16 +297,24 @@ class TrainResult:
 
 def fit_epochs(model, *, cfg: TrainConfig, gen: torch.Generator, train_epoch, predict_val,
                val_frames: pd.DataFrame, classes: list[int], tracker=None,
-               resume_state: dict | None = None, extra_state: dict | None = None) -> dict:
+               resume_state: dict | None = None, extra_state: dict | None = None,
+               capturable: bool = False) -> dict:
     """The epoch loop shared by every trained cell: AdamW + cosine annealing, validation
     macro-AUC after each epoch, early stopping with ``cfg.patience``, best-epoch selection,
     per-epoch metrics and a resumable checkpoint through ``tracker``.
 
     ``train_epoch(epoch, optimizer) -> mean loss`` runs one epoch; ``predict_val() ->
     probs[N, 14]`` scores ``val_frames``. On return the model holds the best epoch's weights.
-    Returns ``{"best": ..., "history": [...]}``.
+    Returns ``{"best": ..., "history": [...]}``. ``capturable``: AdamW for a CUDA graph
+    (state and learning rate on the model's device; ``graph=on``).
     """
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if capturable:
+        dev = next(model.parameters()).device
+        optimizer = capturable_adamw(model.parameters(), lr=cfg.lr,
+                                     weight_decay=cfg.weight_decay, device=dev)
+    else:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr,
+                                      weight_decay=cfg.weight_decay)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg.epochs)
     best = {"score": -math.inf, "epoch": -1, "state": None, "bad_epochs": 0}
     history: list[dict] = []
@@ -290,6 +322,8 @@ def fit_epochs(model, *, cfg: TrainConfig, gen: torch.Generator, train_epoch, pr
     if resume_state is not None:
         model.load_state_dict(resume_state["model"])
         optimizer.load_state_dict(resume_state["optimizer"])
+        if capturable:
+            make_capturable(optimizer, dev)
         scheduler.load_state_dict(resume_state["scheduler"])
         best, history = resume_state["best"], resume_state["history"]
         gen.set_state(resume_state["gen_state"])
@@ -299,7 +333,7 @@ def fit_epochs(model, *, cfg: TrainConfig, gen: torch.Generator, train_epoch, pr
     for epoch in range(start, cfg.epochs):
         if best["bad_epochs"] >= cfg.patience:
             break
-        lr = optimizer.param_groups[0]["lr"]
+        lr = float(optimizer.param_groups[0]["lr"])  # a device tensor when capturable
         loss = train_epoch(epoch, optimizer)
         scheduler.step()
         vm = split_metrics(predictions_frame(val_frames, predict_val()), classes, "val")
@@ -353,11 +387,18 @@ def run_frame_cell(cfg: TrainConfig, *, data: Path, resume_state: dict | None = 
     inputs = FrameInputs(cfg, check=False)
     weights = class_weights(labels["train"]).to(dev)
     scaler = rt.scaler()
+    # data_path=device: the uint8 training set copied to the device once for the whole run
+    train_images = (ResidentBatches(images["train"], dev, labels=labels["train"])
+                    if rt.data_path == "device" else images["train"])
+    graphed: dict = {}
 
     def train_epoch(epoch, optimizer):
-        return train_one_epoch(model, images["train"], labels["train"], inputs, optimizer,
+        if rt.graph and "step" not in graphed:  # captured once, on the run's optimizer
+            graphed["step"] = graphed_step(fwd, optimizer, inputs, weights, cfg, rt)
+        return train_one_epoch(model, train_images, labels["train"], inputs, optimizer,
                                weights, cfg=cfg, gen=gen, device=dev, epoch=epoch,
-                               progress=progress, runtime=rt, forward=fwd, scaler=scaler)
+                               progress=progress, runtime=rt, forward=fwd, scaler=scaler,
+                               graphed=graphed.get("step"))
 
     def predict(split):
         return predict_probs(model, images[split], inputs, device=dev, runtime=rt, forward=fwd)
@@ -365,7 +406,7 @@ def run_frame_cell(cfg: TrainConfig, *, data: Path, resume_state: dict | None = 
     fit = fit_epochs(model, cfg=cfg, gen=gen, train_epoch=train_epoch,
                      predict_val=lambda: predict("val"),
                      val_frames=frames.iloc[split_idx["val"]], classes=val_classes, tracker=tracker,
-                     resume_state=resume_state)
+                     resume_state=resume_state, capturable=rt.graph)
     best, history = fit["best"], fit["history"]
     preds = {}
     for s in ("val", "test"):
