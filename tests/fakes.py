@@ -292,3 +292,87 @@ def evidence_of(runs, dirs):
     kept, excluded = analysis.select_runs(runs)
     return analysis.build_evidence(kept, {r: dirs[r] for r in kept["run_id"]}, excluded=excluded,
                                    experiment="exp", experiment_id="1")
+
+
+# --------------------------------------------------------------------------- paper tables
+CNX = "convnext_tiny"
+
+
+def _png_bytes(color: str) -> bytes:
+    import io
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(2, 2))
+    fig.add_subplot(1, 1, 1).imshow(np.full((4, 4, 3), 0.5), cmap=None)
+    fig.suptitle(color)
+    FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def paper_evidence(tmp, seeds=(41, 42, 43, 44, 45, 47)):
+    """Six seeds of the per-frame, channel, transplant arms (B0) and the channel arms of
+    ConvNeXt-Tiny; one FINISHED Grad-CAM run with its two example images."""
+    import pandas as pd
+
+    arms = {c: seeds for c in ("a", "pi", "distill", "pblood_only", "phi_only", "pi@zero_both",
+                               "a@transplant_D", "a@transplant_bn")}
+    runs, dirs = make_runs(tmp / "b0", arms)
+    cnx, cdirs = make_runs(tmp / "cnx", {c: seeds for c in ("a", "pi", "pblood_only")}, start=7)
+    cnx["backbone"] = CNX
+    cnx["recipe"] = cnx["recipe"].str.replace(B0, CNX)
+    runs = pd.concat([runs, cnx], ignore_index=True)
+    dirs |= cdirs
+    a_runs = runs[(runs["cell"] == "a") & (runs["backbone"] == B0)].set_index("seed")["run_id"]
+    pi_runs = runs[(runs["cell"] == "pi") & (runs["backbone"] == B0)].set_index("seed")["run_id"]
+    for cell, study, base in (("a@transplant_D", "transplant", a_runs),
+                              ("a@transplant_bn", "transplant", a_runs),
+                              ("pi@zero_both", "channel_infer", pi_runs)):
+        sel = runs["cell"] == cell
+        runs.loc[sel, "study"] = study
+        runs.loc[sel, "variant"] = cell.split("@")[1]
+        runs.loc[sel, "base_run_id"] = runs.loc[sel, "seed"].map(base)
+    runs["seed"] = runs["seed"].astype("Int64")
+    gc = runs.iloc[[0]].copy()
+    gc["run_id"], gc["study"], gc["variant"] = "g" * 32, "gradcam", "gradcam"
+    gc["entry_point"], gc["cell"] = "transplant", "a@gradcam"
+    all_runs = pd.concat([runs, gc], ignore_index=True)
+    kept, excluded = analysis.select_runs(runs)
+    ev = analysis.build_evidence(kept, {r: dirs[r] for r in kept["run_id"]}, excluded=excluded,
+                                 all_runs=all_runs, experiment="exp", experiment_id="1")
+    images = {"g" * 32: {"gradcam/overlay.png": _png_bytes("overlay"),
+                         "gradcam/prior.png": _png_bytes("prior")}}
+    from dataclasses import replace
+    return replace(ev, images=images)
+
+
+# --------------------------------------------------------------------------- retention
+KVASIR_Q = {"a": 1.0, "pi": 1.6}
+GALAR_Q = {"PillCam SB3": {"a": 0.8, "pi": 1.2}, "Olympus": {"a": 0.8, "pi": 0.9}}
+RETENTION_SEEDS = (41, 42, 43)
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    """Kvasir runs of a and pi (3 seeds) and their Galar children, as `load_runs` returns them."""
+    tmp = tmp_path_factory.mktemp("retention")
+    kv = frames(6, 50, KVASIR_CLASSES, 0, "k")
+    ga = frames(6, 50, GALAR_CLASSES, 1, "g", systems=SYSTEMS)
+    rows, dirs, probs = [], {}, {}
+    for ci, cell in enumerate(("a", "pi")):
+        for s in RETENTION_SEEDS:
+            kid, gid = f"k{cell}{s}".ljust(32, "0"), f"g{cell}{s}".ljust(32, "0")
+            p = probs_for(kv, KVASIR_Q[cell], 100 * ci + s)
+            dirs[kid] = write_predictions({"test": predictions_frame(kv, p)}, tmp / kid)
+            q = ga["capsule_system"].map(lambda x, c=cell: GALAR_Q[x][c]).to_numpy()
+            g = probs_for(ga, q, 1000 + 100 * ci + s)
+            dirs[gid] = write_predictions({"test": predictions_frame(ga, g)}, tmp / gid)
+            probs[("kvasir", cell, s)], probs[("galar", cell, s)] = p, g
+            rows.append(run_row(kid, cell, s, digest="k" * 64))
+            rows.append(run_row(gid, f"{cell}@zero_shot", s, digest="g" * 64, study="galar",
+                                base=kid, params={"galar.fold": "evaluation"}, entry="galar"))
+    runs = pd.DataFrame(rows)
+    runs["seed"] = runs["seed"].astype("Int64")
+    return {"runs": runs, "dirs": dirs, "kv": kv, "ga": ga, "probs": probs, "tmp": tmp}

@@ -5,74 +5,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
 import pytest
 from click.testing import CliRunner
+from fakes import make_prediction_dir, paper_example
 
-from pipi.classes import CLASSES, class_index
 from pipi.cli.galkva import galkva
 from pipi.galkva import (
     LEADERBOARD_HEADER,
-    SCORING_SETS,
 )
-from pipi.predictions import predictions_frame, write_predictions
-
-SCORING = SCORING_SETS["v1.0"]
-
-
-def paper_example() -> dict:
-    """The paper's EfficientNet-B0 headline numbers in the datasets.md submission format."""
-    return {
-        "submitter": {"name": "Lab X", "affiliation": "University Y", "email": "x@lab.org"},
-        "method": {"name": "EffB0 + PI input fusion", "trained_on": "Kvasir-Capsule",
-                   "description": "5-channel input fusion of RGB, P_blood and Phi",
-                   "code_url": "https://github.com/lab-x/method"},
-        "benchmark_version": "v1.0",
-        "n_seeds": 6,
-        "results": {
-            "kvasir": {"macro_auc": {"mean": 0.783, "sd": 0.024}, "n_test_frames": 6423,
-                       "per_class_auc": {"Ulcer": {"mean": 0.91, "sd": 0.02, "n_positive": 120}},
-                       "delta_vs_rgb_baseline": 0.023, "sign_positive_seeds": "5/6"},
-            "galar": {"macro_auc": {"mean": 0.638, "sd": 0.044}, "n_test_frames": 15298,
-                      "per_class_auc": {}, "delta_vs_rgb_baseline": 0.002,
-                      "sign_positive_seeds": "4/6"},
-        },
-    }
-
 
 # --------------------------------------------------------------------------- schema
-def _frames(rng, n_videos: int, per_video: int) -> pd.DataFrame:
-    labels = rng.choice([class_index(c) for c in SCORING] + [class_index("Pylorus")],
-                        size=n_videos * per_video)
-    vids = np.repeat([f"v{i:02d}" for i in range(n_videos)], per_video)
-    return pd.DataFrame({
-        "path": [f"test/{CLASSES[c]}/{v}_{i}.png" for i, (v, c) in enumerate(zip(vids, labels))],
-        "video_id": vids, "frame_number": np.arange(len(vids)), "class_index": labels,
-        "class": [CLASSES[c] for c in labels],
-    })
 
 
-def _probs(rng, frames: pd.DataFrame, signal: float) -> np.ndarray:
-    logits = rng.normal(size=(len(frames), len(CLASSES)))
-    logits[np.arange(len(frames)), frames["class_index"].to_numpy()] += signal
-    e = np.exp(logits - logits.max(axis=1, keepdims=True))
-    return e / e.sum(axis=1, keepdims=True)
 
 
-def make_prediction_dir(root: Path, *, seeds=("1", "2"), signals=None, seed: int = 0) -> Path:
-    """DIR/{kvasir,galar}/{baseline,method}/<seed>/predictions + run.json."""
-    rng = np.random.default_rng(seed)
-    signals = signals or {"kvasir": (1.0, 1.6), "galar": (0.6, 0.9)}
-    for ds, (sb, sm) in signals.items():
-        frames = _frames(rng, 8, 30)
-        for arm, sig in (("baseline", sb), ("method", sm)):
-            for s in seeds:
-                d = root / ds / arm / s
-                write_predictions({"test": predictions_frame(frames, _probs(rng, frames, sig))},
-                                  d / "predictions")
-                (d / "run.json").write_text(json.dumps({"run_id": f"{ds}-{arm}-{s}"}))
-    return root
 
 
 @pytest.fixture(scope="module")

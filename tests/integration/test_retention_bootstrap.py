@@ -4,18 +4,13 @@ GalKva input built from runs, checked against brute-force computations with scik
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
+from fakes import study  # noqa: F401  (the module fixture)
 from fakes import (
-    GALAR_CLASSES,
     GALKVA,
-    KVASIR_CLASSES,
-    SYSTEMS,
+    RETENTION_SEEDS,
     brute_macro,
     evidence,
-    frames,
-    probs_for,
-    run_row,
 )
 from scipy import stats
 
@@ -23,12 +18,9 @@ from pipi.analysis.retention import (
     ALL_SYSTEMS,
     retention_rows,
 )
-from pipi.predictions import predictions_frame, write_predictions
 
 #: Signal on the true class: Kvasir (a, pi); Galar per capsule system (a, pi).
-KVASIR_Q = {"a": 1.0, "pi": 1.6}
-GALAR_Q = {"PillCam SB3": {"a": 0.8, "pi": 1.2}, "Olympus": {"a": 0.8, "pi": 0.9}}
-SEEDS = (41, 42, 43)
+SEEDS = RETENTION_SEEDS
 
 
 
@@ -37,28 +29,6 @@ SEEDS = (41, 42, 43)
 
 
 
-@pytest.fixture(scope="module")
-def study(tmp_path_factory):
-    """Kvasir runs of a and pi (3 seeds) and their Galar children, as `load_runs` returns them."""
-    tmp = tmp_path_factory.mktemp("retention")
-    kv = frames(6, 50, KVASIR_CLASSES, 0, "k")
-    ga = frames(6, 50, GALAR_CLASSES, 1, "g", systems=SYSTEMS)
-    rows, dirs, probs = [], {}, {}
-    for ci, cell in enumerate(("a", "pi")):
-        for s in SEEDS:
-            kid, gid = f"k{cell}{s}".ljust(32, "0"), f"g{cell}{s}".ljust(32, "0")
-            p = probs_for(kv, KVASIR_Q[cell], 100 * ci + s)
-            dirs[kid] = write_predictions({"test": predictions_frame(kv, p)}, tmp / kid)
-            q = ga["capsule_system"].map(lambda x, c=cell: GALAR_Q[x][c]).to_numpy()
-            g = probs_for(ga, q, 1000 + 100 * ci + s)
-            dirs[gid] = write_predictions({"test": predictions_frame(ga, g)}, tmp / gid)
-            probs[("kvasir", cell, s)], probs[("galar", cell, s)] = p, g
-            rows.append(run_row(kid, cell, s, digest="k" * 64))
-            rows.append(run_row(gid, f"{cell}@zero_shot", s, digest="g" * 64, study="galar",
-                                base=kid, params={"galar.fold": "evaluation"}, entry="galar"))
-    runs = pd.DataFrame(rows)
-    runs["seed"] = runs["seed"].astype("Int64")
-    return {"runs": runs, "dirs": dirs, "kv": kv, "ga": ga, "probs": probs, "tmp": tmp}
 
 
 

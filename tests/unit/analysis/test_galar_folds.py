@@ -10,7 +10,7 @@ from dataclasses import replace
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-from test_retention import probs_for, run_row, study  # noqa: F401  (the module fixture)
+from fakes import probs_for, run_row, study  # noqa: F401  (study: the module fixture)
 
 from pipi import analysis
 from pipi.analysis.retention import build_cross_vendor, select_galar_runs, split_galar_runs

@@ -8,14 +8,16 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 import pytest
+from fakes import study  # noqa: F401  (the module fixture)
 from fakes import (
     GALAR_CLASSES,
+    GALAR_Q,
     GALKVA,
     KVASIR_CLASSES,
+    RETENTION_SEEDS,
     SYSTEMS,
     brute_macro,
     evidence,
-    frames,
     probs_for,
     run_row,
 )
@@ -41,9 +43,7 @@ from pipi.predictions import PROB_COLUMNS, predictions_frame, write_predictions
 from pipi.report import build_report
 
 #: Signal on the true class: Kvasir (a, pi); Galar per capsule system (a, pi).
-KVASIR_Q = {"a": 1.0, "pi": 1.6}
-GALAR_Q = {"PillCam SB3": {"a": 0.8, "pi": 1.2}, "Olympus": {"a": 0.8, "pi": 0.9}}
-SEEDS = (41, 42, 43)
+SEEDS = RETENTION_SEEDS
 
 
 
@@ -52,28 +52,6 @@ SEEDS = (41, 42, 43)
 
 
 
-@pytest.fixture(scope="module")
-def study(tmp_path_factory):
-    """Kvasir runs of a and pi (3 seeds) and their Galar children, as `load_runs` returns them."""
-    tmp = tmp_path_factory.mktemp("retention")
-    kv = frames(6, 50, KVASIR_CLASSES, 0, "k")
-    ga = frames(6, 50, GALAR_CLASSES, 1, "g", systems=SYSTEMS)
-    rows, dirs, probs = [], {}, {}
-    for ci, cell in enumerate(("a", "pi")):
-        for s in SEEDS:
-            kid, gid = f"k{cell}{s}".ljust(32, "0"), f"g{cell}{s}".ljust(32, "0")
-            p = probs_for(kv, KVASIR_Q[cell], 100 * ci + s)
-            dirs[kid] = write_predictions({"test": predictions_frame(kv, p)}, tmp / kid)
-            q = ga["capsule_system"].map(lambda x, c=cell: GALAR_Q[x][c]).to_numpy()
-            g = probs_for(ga, q, 1000 + 100 * ci + s)
-            dirs[gid] = write_predictions({"test": predictions_frame(ga, g)}, tmp / gid)
-            probs[("kvasir", cell, s)], probs[("galar", cell, s)] = p, g
-            rows.append(run_row(kid, cell, s, digest="k" * 64))
-            rows.append(run_row(gid, f"{cell}@zero_shot", s, digest="g" * 64, study="galar",
-                                base=kid, params={"galar.fold": "evaluation"}, entry="galar"))
-    runs = pd.DataFrame(rows)
-    runs["seed"] = runs["seed"].astype("Int64")
-    return {"runs": runs, "dirs": dirs, "kv": kv, "ga": ga, "probs": probs, "tmp": tmp}
 
 
 

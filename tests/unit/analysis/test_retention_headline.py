@@ -9,9 +9,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from fakes import make_prediction_dir
+from fakes import GALKVA, KVASIR_CLASSES, evidence, make_prediction_dir, study  # noqa: F401  (study: the module fixture)
 from sklearn.metrics import roc_auc_score
-from test_retention import GALKVA, KVASIR_CLASSES, brute_deltas, evidence, study  # noqa: F401
+from test_retention import brute_deltas
 
 from pipi import analysis
 from pipi.analysis.retention import ALL_SYSTEMS
