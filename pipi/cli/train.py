@@ -46,10 +46,14 @@ def train(cell, seed, backbone, data, profile, weights, prior_params, resume, ex
     check_weights(weights)
     tracking.configure()
     calibrated = prior_params_from(prior_params, overrides)
-    cfg, _ = workflow.prepare(cell=cell, backbone=backbone, seed=seed, profile=profile,
-                              data=data, weights=weights, **overrides)
-    if calibrated is not None:  # lambda_eff scales to the resolved image size
-        cfg = calibrated.apply(cfg)
+    if resume:  # the run's own data and recipe (checked against what was passed)
+        workflow.resume_data(resume, data)
+        cfg = workflow.resume_config(resume)
+    else:
+        cfg, _ = workflow.prepare(cell=cell, backbone=backbone, seed=seed, profile=profile,
+                                  data=data, weights=weights, **overrides)
+        if calibrated is not None:  # lambda_eff scales to the resolved image size
+            cfg = calibrated.apply(cfg)
     s = workflow.train(cfg, data=data, resume=resume or None, experiment=experiment or None)
     click.echo(f"run {s['run_id']}: test macro-AUC {s['test_macro_auc']:.4f} "
                f"(val {s['val_macro_auc']:.4f}, best epoch {s['best_epoch']}; profile "
