@@ -19,6 +19,7 @@ from mlflow.data.dataset_source_registry import get_registered_sources, resolve_
 from mlflow.tracking import MlflowClient
 
 from pipi.errors import ServerGoneError, TrackingError
+from pipi.tracking.liveness import heartbeat
 from pipi.tracking.store import code_version, record_lost_run, server_gone
 from pipi.tracking.tags import *  # noqa: F403
 
@@ -153,7 +154,9 @@ def pipi_run(
 def _run_body(*, run_id, run_name, nested, tags, entry_point, env_run, side_run):
     run = mlflow.start_run(run_id=run_id, run_name=run_name, nested=nested, tags=tags)
     try:
-        yield run
+        # a training run says it is alive (resume refuses a run that another process trains)
+        with heartbeat(run.info.run_id) if entry_point == "train" else contextlib.nullcontext():
+            yield run
     except BaseException as exc:
         if server_gone():
             raise _lost_server(exc, run.info.run_id, entry_point) from None

@@ -94,6 +94,7 @@ def load_resume(resume: str) -> tuple[TrainConfig, dict]:
         raise ConfigError(
             f"resume={resume}: that run FINISHED; resume continues an interrupted (FAILED, "
             "KILLED or RUNNING) run. To train again, start a new run without resume")
+    tracking.claim_for_resume(resume)  # refuses a run that another process still trains
     ckpt = tracking.download_artifact(resume, "checkpoints/last.pt", tmpdir())
     state = torch.load(ckpt, map_location="cpu", weights_only=False)
     return TrainConfig.from_dict(state["config"]), state
