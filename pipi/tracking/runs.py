@@ -224,6 +224,23 @@ def _pythonpath() -> str:
     return os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
 
 
+def tag_project_run(tags: Mapping[str, Any], *, note: str, unless: str | None = None
+                    ) -> str | None:
+    """Tag the run that ``mlflow run`` made for this process when pipi does its work in
+    another run (a resumed one) or none (staged data reused), so it is not left empty.
+
+    Returns its id, or None outside ``mlflow run`` (or when it is ``unless``).
+    """
+    run_id = os.environ.get("MLFLOW_RUN_ID")
+    if not run_id or run_id == unless:
+        return None
+    c = MlflowClient()
+    for k, v in {TAG_ENTRY_POINT: tags.get(TAG_ENTRY_POINT, ""), TAG_CODE_VERSION: code_version(),
+                 **tags, "mlflow.note.content": note}.items():
+        c.set_tag(run_id, k, str(v))
+    return run_id
+
+
 def _clear_failure(run_id: str) -> None:
     """A resumed run keeps its earlier failure as ``pipi.previous_failure``, not as a reason."""
     c = MlflowClient()

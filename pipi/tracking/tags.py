@@ -27,3 +27,8 @@ TAG_RECIPE_HASH = "pipi.recipe_hash"
 TAG_TEST_CLASSES = "pipi.test_classes"
 TAG_VAL_CLASSES = "pipi.val_classes"
 TAG_SOURCE_RUN = "pipi.source_run_id"
+#: on `mlflow run`'s own run: the run it resumed / the staged folder it reused
+TAG_RESUMED_RUN = "pipi.resumed_run_id"
+TAG_REUSED_STAGED = "pipi.reused_staged"
+#: on a resumed run: the `mlflow run` runs that resumed it (comma-separated)
+TAG_RESUMED_BY = "pipi.resumed_by"

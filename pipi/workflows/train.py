@@ -146,6 +146,15 @@ def train(cfg: TrainConfig, *, data: str | None = None, resume: str | None = Non
     if resume:  # the recipe the run was started with, not one naming the resolved folder
         tags[tracking.TAG_RECIPE] = tracking.get_run(resume).data.tags.get(
             tracking.TAG_RECIPE, tags[tracking.TAG_RECIPE])
+    if resume:  # `mlflow run -P resume=` made a run of its own: say what it did
+        wrapper = tracking.tag_project_run(
+            {tracking.TAG_ENTRY_POINT: "train", tracking.TAG_RESUMED_RUN: resume},
+            note=f"resumed run {resume}: its metrics, predictions and model are there",
+            unless=resume)
+        if wrapper:
+            tags[tracking.TAG_RESUMED_BY] = ",".join(
+                x for x in (tracking.get_run(resume).data.tags.get(tracking.TAG_RESUMED_BY),
+                            wrapper) if x)
     work = tmpdir()
     try:
         with tracking.pipi_run(entry_point="train", experiment=experiment, run_id=resume,
