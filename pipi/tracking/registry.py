@@ -18,7 +18,7 @@ from pipi.tracking.liveness import ME
 from pipi.tracking.tags import *  # noqa: F403
 
 log = logging.getLogger(__name__)
-from pipi.tracking.runs import get_run
+from pipi.tracking.runs import get_run, usable_run
 
 #: registered-model tag held while a promotion moves the aliases: "<host>:<pid>:<nonce> <time>"
 TAG_PROMOTE_LOCK = "pipi.promote.lock"
@@ -118,6 +118,7 @@ def model_uri_run_id(uri: str) -> str:
                             f"on {mlflow.get_tracking_uri()} ({exc})") from None
     if not run_id:
         raise TrackingError(f"{uri}: the model is not linked to a run")
+    usable_run(run_id, what=uri)
     return run_id
 
 

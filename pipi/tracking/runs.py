@@ -414,6 +414,20 @@ def get_run(run_id: str):
         raise TrackingError(f"run {run_id!r} not found on {mlflow.get_tracking_uri()} ({exc})") from None
 
 
+def usable_run(run_id: str, *, what: str, finished: bool = False):
+    """The run, refused in one line when it was deleted (or, with ``finished``, when it has
+    not FINISHED: it logs its model only at the end)."""
+    run = get_run(run_id)
+    if run.info.lifecycle_stage == "deleted":
+        raise TrackingError(f"{what}: run {run_id} was deleted; restore it (`mlflow runs "
+                            f"restore --run-id {run_id}`) or choose another run or version")
+    if finished and run.info.status != "FINISHED":
+        raise TrackingError(f"{what}: run {run_id} is {run.info.status}, not FINISHED: its "
+                            "model is logged only when training ends (resume it, or choose a "
+                            "FINISHED run)")
+    return run
+
+
 # --------------------------------------------------------------------------- run lookup (sweeps)
 def _quote(value: Any) -> str:
     return "'" + str(value).replace("'", "\\'") + "'"

@@ -12,7 +12,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 from pipi.errors import ConfigError, TrackingError
-from pipi.tracking.runs import create_child_run, get_run
+from pipi.tracking.runs import create_child_run, get_run, usable_run
 
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 
@@ -43,7 +43,7 @@ def model_run_id(spec: str) -> str:
     """The run behind a run id or a ``models:/`` URI (``name/version``, ``name@alias``, ``m-<id>``)."""
     spec = (spec or "").strip()
     if _RUN_ID.match(spec):
-        get_run(spec)
+        usable_run(spec, what=f"run={spec}")
         return spec
     if not spec.startswith("models:/"):
         raise ConfigError(f"run={spec!r}: pass a run id (32 hex characters) or a models:/ URI "
@@ -69,6 +69,7 @@ def model_run_id(spec: str) -> str:
                             f"{mlflow.get_tracking_uri()} ({str(exc).splitlines()[0]})") from None
     if not run_id:
         raise TrackingError(f"run={spec}: the model version is linked to no run")
+    usable_run(run_id, what=f"run={spec}")
     return run_id
 
 

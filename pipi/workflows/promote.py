@@ -107,7 +107,7 @@ class PromoteResult:
 
 # --------------------------------------------------------------------------- evidence
 def _runs_of_version(mv) -> dict:
-    run = tracking.get_run(mv.run_id)
+    run = tracking.usable_run(mv.run_id, what=f"version {mv.version}")
     t = run.data.tags
     need = [tracking.TAG_CELL, tracking.TAG_BACKBONE, tracking.TAG_DATA_DIGEST]
     missing = [k for k in need if not t.get(k)]
