@@ -54,9 +54,18 @@ def prepare(*, cell: str, backbone: str, seed: int, profile: str, data: str | No
     """Resolve the data and ``profile=auto``, then build the config (every option checked)."""
     root = resolve_data(data, preset="tiny" if profile == "smoke" else "demo")
     _, manifest = load_staged(root)
+    check_trainable(root, manifest, data)
     profile = resolve_profile(profile, manifest.get("dataset", ""))
     return make_config(cell=cell, backbone=backbone, seed=seed, profile=profile,
                        **overrides), root
+
+
+def check_trainable(root: Path, manifest: dict, data: str | None) -> None:
+    """A staged Galar folder is test data only (zero-shot, every frame in ``test``)."""
+    if manifest.get("dataset") == "galar":
+        raise ConfigError(f"data={data or root}: {root} is a staged Galar folder, test data "
+                          "only (zero-shot); train on a staged Kvasir-Capsule release and "
+                          "score Galar with `galar`")
 
 
 def resume_data(resume: str, data: str | None) -> Path:
@@ -139,6 +148,7 @@ def train(cfg: TrainConfig, *, data: str | None = None, resume: str | None = Non
     else:
         root = resolve_data(data, preset="tiny" if cfg.profile == "smoke" else "demo")
     frames, manifest = load_staged(root)
+    check_trainable(root, manifest, data)
     seq = cfg.cell_config.is_sequence
     runtime = runtime_of(cfg)  # a device that is not there fails before the run starts
     tags = tracking.train_tags(cfg, manifest, data=None if data in (None, "", "synthetic")
