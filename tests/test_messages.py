@@ -22,9 +22,9 @@ def test_aggregate_does_not_list_its_own_run_as_excluded(sqlite_tracking, tmp_pa
     """Under `mlflow run -e aggregate`, MLflow's run for it (MLFLOW_RUN_ID, RUNNING) is in
     the experiment being aggregated; it is not one of the study's excluded runs."""
     import mlflow
+    from test_aggregate import log_fake_run, make_frames, write_run
 
     from pipi.workflows.aggregate import load_evidence
-    from test_aggregate import log_fake_run, make_frames, write_run
 
     client = mlflow.tracking.MlflowClient()
     exp_id = client.create_experiment(f"own-{tmp_path.name}")

@@ -11,9 +11,9 @@ from pathlib import Path
 import mlflow
 import pytest
 from click.testing import CliRunner
+from test_aggregate import log_fake_run, make_frames, write_run
 
 from pipi.cli import main
-from test_aggregate import log_fake_run, make_frames, write_run
 
 ROOT = Path(__file__).resolve().parent.parent
 NAME = "pipi-efficientnet_b0-b_plus"

@@ -95,3 +95,45 @@ def test_signal_to_mlflow_run_ends_its_run_killed(tiny_staged, tmp_path, sig):
     reason = run.data.tags[tracking.TAG_FAILURE]
     assert ("SIGINT" if sig == signal.SIGINT else "SIGTERM") in reason, reason
     assert f"resume={rid}" in reason
+
+
+@pytest.mark.slow
+def test_sigterm_ends_calibrate_killed_in_one_line_with_no_child_left_running(tiny_staged,
+                                                                             tmp_path):
+    from pipi.config import make_config
+    from pipi.workflows import train as runner
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    import mlflow
+
+    mlflow.set_tracking_uri(uri)
+    os.environ["MLFLOW_TRACKING_URI"] = uri
+    try:
+        src = runner.train(make_config(cell="pi", backbone="resnet18", profile="smoke",
+                                       weights="none", seed=5), data=str(tiny_staged),
+                           experiment="cal-src", progress=False, register=False)["run_id"]
+    finally:
+        del os.environ["MLFLOW_TRACKING_URI"]
+    client = MlflowClient(uri)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from pipi.cli import main; main()", "calibrate", "--run", src,
+         "--trials", "500", "--storage", f"sqlite:///{tmp_path / 'optuna.db'}", "--data",
+         str(tiny_staged), "--experiment", "cal"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=_env(uri))
+    deadline = time.time() + 600
+    runs = []
+    while len(runs) < 3 and time.time() < deadline:
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        exp = client.get_experiment_by_name("cal")
+        runs = client.search_runs([exp.experiment_id]) if exp else []
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-3000:]
+    assert "Traceback" not in err
+    last = [ln for ln in err.splitlines() if ln.strip()][-1]
+    assert last.startswith("calibrate run ") and "KILLED: terminated by SIGTERM" in last, last
+    exp = client.get_experiment_by_name("cal")
+    statuses = [r.info.status for r in client.search_runs([exp.experiment_id])]
+    assert "RUNNING" not in statuses, statuses
+    assert statuses.count("KILLED") >= 1

@@ -24,7 +24,7 @@ def _mlflow_run(uri: str, cwd: Path, entry: str, *params: str) -> subprocess.Com
         [str(Path(sys.executable).parent / "mlflow"), "run", str(ROOT), "-e", entry,
          "--env-manager", "local", "--experiment-name", "wrap",
          *[x for p in params for x in ("-P", p)]],
-        capture_output=True, text=True, cwd=cwd, timeout=900,
+        check=False, capture_output=True, text=True, cwd=cwd, timeout=900,
         env={**{k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_EXPERIMENT")},
              "MLFLOW_TRACKING_URI": uri, "PYTHONPATH": str(ROOT)})
 
