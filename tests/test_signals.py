@@ -137,3 +137,37 @@ def test_sigterm_ends_calibrate_killed_in_one_line_with_no_child_left_running(ti
     statuses = [r.info.status for r in client.search_runs([exp.experiment_id])]
     assert "RUNNING" not in statuses, statuses
     assert statuses.count("KILLED") >= 1
+
+
+@pytest.mark.slow
+def test_scancel_of_an_ablate_sweep_ends_the_parent_and_its_children_killed(tiny_staged,
+                                                                            tmp_path):
+    """SIGTERM to the job's process group (what scancel does): the sweep's parent run and
+    the children its process pool trains all end KILLED with the reason."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from pipi.cli import main; main()", "ablate", "--study",
+         "eight_cell", "--cells", "a", "--seeds", "1,2", *LONG[2:], "--data", str(tiny_staged),
+         "--parallel", "2", "--experiment", "abl"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=_env(uri),
+        start_new_session=True)
+    try:
+        deadline, training = time.time() + 600, []
+        while len(training) < 2 and time.time() < deadline:
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            exp = client.get_experiment_by_name("abl")
+            training = client.search_runs([exp.experiment_id],
+                                          "metrics.`train/loss` > 0") if exp else []
+            time.sleep(1)
+        os.killpg(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 143, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    runs = client.search_runs([client.get_experiment_by_name("abl").experiment_id])
+    by_entry = sorted((r.data.tags.get(tracking.TAG_ENTRY_POINT), r.info.status) for r in runs)
+    assert by_entry == [("ablate", "KILLED"), ("train", "KILLED"), ("train", "KILLED")], by_entry
+    assert all("SIGTERM" in r.data.tags[tracking.TAG_FAILURE] for r in runs)
