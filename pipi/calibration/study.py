@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -63,8 +64,12 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
     else:
         kw = {"pool_pre_ping": True}
     try:
-        return optuna.storages.RDBStorage(url, engine_kwargs=kw, heartbeat_interval=30,
-                                          grace_period=120)
+        with warnings.catch_warnings():
+            # The heartbeat (a killed worker's trial is failed, not left RUNNING) is the point
+            # of this storage; Optuna's "experimental feature" notice on every call is not news.
+            warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+            return optuna.storages.RDBStorage(url, engine_kwargs=kw, heartbeat_interval=30,
+                                              grace_period=120)
     except Exception as exc:
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
         raise ConfigError(f"storage={redact(url)}: cannot open the Optuna storage "

@@ -34,6 +34,28 @@ def _fail(message: str) -> None:
     sys.exit(2)
 
 
+def _main(super_main, *args, standalone_mode: bool = True, **kw):
+    """click's ``main`` with one line (not a traceback) for an error, Ctrl-C or SIGTERM."""
+    if not standalone_mode:
+        return super_main(*args, standalone_mode=False, **kw)
+    tracking.install_signal_handlers()  # SIGTERM is handled like Ctrl-C (docs/faults.md)
+    try:
+        return super_main(*args, standalone_mode=False, **kw)
+    except click.exceptions.Abort as exc:
+        cause = exc.__cause__
+        if isinstance(cause, KeyboardInterrupt):
+            if not tracking.reported(cause):  # a run that ended KILLED already said so
+                click.echo(f"aborted: {tracking.interrupt_reason(cause)}", err=True)
+            # the shell's convention: 128 + the signal's number
+            sys.exit(143 if isinstance(cause, tracking.Terminated) else 130)
+        click.echo("Aborted!", err=True)
+        sys.exit(1)
+    except click.ClickException as exc:  # a bad option: same path as any other error
+        _fail(exc.format_message())
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+
+
 class PipiCommand(click.Command):
     """Turns PipiError (and a bad option) into one clear line and a non-zero exit."""
 
@@ -43,18 +65,8 @@ class PipiCommand(click.Command):
         except PipiError as exc:
             _fail(str(exc))
 
-    def main(self, *args, standalone_mode: bool = True, **kw):
-        if not standalone_mode:
-            return super().main(*args, standalone_mode=False, **kw)
-        try:
-            return super().main(*args, standalone_mode=False, **kw)
-        except click.exceptions.Abort:
-            click.echo("Aborted!", err=True)
-            sys.exit(1)
-        except click.ClickException as exc:  # a bad option: same path as any other error
-            _fail(exc.format_message())
-        except click.exceptions.Exit as exc:
-            sys.exit(exc.exit_code)
+    def main(self, *args, **kw):
+        return _main(super().main, *args, **kw)
 
 
 class PipiGroup(click.Group):
@@ -65,6 +77,9 @@ class PipiGroup(click.Group):
             return super().invoke(ctx)
         except PipiError as exc:
             _fail(str(exc))
+
+    def main(self, *args, **kw):
+        return _main(super().main, *args, **kw)
 
 
 def setup_logging(verbose: bool = False) -> None:

@@ -20,7 +20,9 @@ from pipi.cli.common import (
     weights_option,
     with_options,
 )
+from pipi.cells import CELLS
 from pipi.config import make_config
+from pipi.errors import ConfigError
 from pipi.models.backbones import check_weights
 from pipi.runtime import runtime_of
 from pipi.workflows import train as workflow
@@ -53,10 +55,19 @@ def train(cell, seed, backbone, data, profile, weights, prior_params, resume, sy
     system_metrics = tracking.system_metrics_enabled(system_metrics)
     tracking.configure()
     calibrated = prior_params_from(prior_params, overrides)
-    cfg, _ = workflow.prepare(cell=cell, backbone=backbone, seed=seed, profile=profile,
-                              data=data, weights=weights, **overrides)
-    if calibrated is not None:  # lambda_eff scales to the resolved image size
-        cfg = calibrated.apply(cfg)
+    cc = CELLS[cell]
+    if calibrated is not None and not (cc.is_sequence or cc.input_channels == 5 or cc.distill):
+        raise ConfigError(f"prior_params={prior_params}: cell {cell} uses no optical prior "
+                          "(RGB only); prior_params applies to pi, pblood_only, phi_only, "
+                          "distill and the sequence cells built on them")
+    if resume:  # the run's own data and recipe (checked against what was passed)
+        workflow.resume_data(resume, data)
+        cfg = workflow.resume_config(resume)
+    else:
+        cfg, _ = workflow.prepare(cell=cell, backbone=backbone, seed=seed, profile=profile,
+                                  data=data, weights=weights, **overrides)
+        if calibrated is not None:  # lambda_eff scales to the resolved image size
+            cfg = calibrated.apply(cfg)
     s = workflow.train(cfg, data=data, resume=resume or None, experiment=experiment or None,
                        system_metrics=system_metrics)
     click.echo(f"run {s['run_id']}: test macro-AUC {s['test_macro_auc']:.4f} "

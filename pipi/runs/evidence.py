@@ -6,6 +6,7 @@ Kvasir runs they scored. Shared by ``aggregate``, ``promote`` and ``galkva``.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -85,6 +86,10 @@ def load_evidence(experiment: str, filter_string: str = "", cache_dir: Path | No
     on their own and paired with the Kvasir runs they scored (``evidence.cross_vendor``).
     """
     all_runs = tracking.load_runs(experiment, filter_string)
+    # under `mlflow run -e aggregate` this aggregate's own run (RUNNING) is in the experiment
+    own = os.environ.get("MLFLOW_RUN_ID")
+    if own and len(all_runs):
+        all_runs = all_runs[all_runs["run_id"] != own].reset_index(drop=True)
     runs, galar = split_galar_runs(mark_imported(all_runs, pair=pair_imported))
     kept, excluded = select_runs(runs)
     if kept.empty:

@@ -12,7 +12,8 @@ Accepted forms of one image:
 * a float array with every value in [0, 1], converted explicitly as ``round(255 * x)``
   (the documented float form; values above 1, NaN or inf are refused, never wrapped);
 * a base64 string (or bytes) of a JPEG or PNG file, optionally as a ``data:image/...;base64,``
-  URI.
+  URI. A 16-bit PNG is scaled to 8 bits (``round(255 * v / 65535)``; grayscale becomes three
+  equal channels), never clipped.
 
 Refused: another rank or channel count, bool or complex arrays, a side under
 :data:`MIN_SIDE` pixels (a 1 x 1 "image" would get a confident prediction), more pixels than
@@ -30,6 +31,7 @@ import base64
 import binascii
 import io
 import os
+import re
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -77,11 +79,35 @@ def decode_image(data: str | bytes, *, where: str, limits: Limits) -> np.ndarray
                 raise InputError(f"{where}: a {im.format} image; send JPEG or PNG")
             w, h = im.size
             _check_size(h, w, where=where, limits=limits)
-            arr = np.asarray(im.convert("RGB"))
-    except (UnidentifiedImageError, OSError, Image.DecompressionBombError, SyntaxError):
+            arr = _to_rgb8(im, where=where)
+    except Image.DecompressionBombError as exc:
+        # PIL refuses to even open it: its header declares more pixels than PIL's own guard
+        m = re.search(r"\((\d+) pixels\)", str(exc))
+        size = f"{int(m[1])} pixels" if m else "more pixels than PIL opens"
+        raise InputError(f"{where}: an image of {size}, over the limit of {limits.max_pixels} "
+                         "pixels per image (PIPI_SERVE_MAX_PIXELS)") from None
+    except (UnidentifiedImageError, OSError, SyntaxError):
         raise InputError(f"{where}: not a JPEG or PNG image ({len(raw)} bytes after base64 "
                          "decoding)") from None
     return arr
+
+
+#: PIL modes of 16-bit (and 32-bit integer) grayscale PNGs
+_WIDE_GRAY = ("I;16", "I;16B", "I;16L", "I;16N", "I")
+
+
+def _to_rgb8(im: Image.Image, *, where: str) -> np.ndarray:
+    """8-bit RGB. A 16-bit grayscale PNG is scaled (``round(255 * v / 65535)``), not clipped
+    as ``convert("RGB")`` would (everything above 255 white); 16-bit RGB PNGs PIL already
+    reads as 8-bit RGB (their high bytes)."""
+    if im.mode in _WIDE_GRAY:
+        a = np.asarray(im).astype(np.float64)
+        if a.size and (a.min() < 0 or a.max() > 65535):
+            raise InputError(f"{where}: a {im.mode} image with values outside 0..65535; send "
+                             "8-bit or 16-bit JPEG or PNG")
+        g = np.rint(a * (255.0 / 65535.0)).astype(np.uint8)
+        return np.repeat(g[..., None], 3, axis=2)
+    return np.asarray(im.convert("RGB"))
 
 
 def encode_image(image: np.ndarray, *, fmt: str = "JPEG", quality: int = 95) -> str:

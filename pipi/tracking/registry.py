@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +14,14 @@ from mlflow.tracking import MlflowClient
 
 from pipi.errors import TrackingError
 from pipi.paths import PACKAGE_DIR
+from pipi.tracking.liveness import ME
 from pipi.tracking.tags import *  # noqa: F403
 
 log = logging.getLogger(__name__)
-from pipi.tracking.runs import get_run
+from pipi.tracking.runs import get_run, usable_run
+
+#: registered-model tag held while a promotion moves the aliases: "<host>:<pid>:<nonce> <time>"
+TAG_PROMOTE_LOCK = "pipi.promote.lock"
 
 
 def log_pyfunc_model(*, python_model, artifacts: dict[str, str], input_example,
@@ -112,6 +118,7 @@ def model_uri_run_id(uri: str) -> str:
                             f"on {mlflow.get_tracking_uri()} ({exc})") from None
     if not run_id:
         raise TrackingError(f"{uri}: the model is not linked to a run")
+    usable_run(run_id, what=uri)
     return run_id
 
 
@@ -157,3 +164,54 @@ def record_on_version(name: str, version: str, tags: Mapping[str, Any],
         c.set_model_version_tag(name, str(version), k, str(v)[:5000])
     if description is not None:
         c.update_model_version(name, str(version), description=description)
+
+
+@contextlib.contextmanager
+def model_lock(name: str, *, wait_s: float = 120.0, stale_s: float = 600.0,
+               settle_s: float = 0.5) -> Iterator[None]:
+    """Hold the registered model's promotion lock while the block runs.
+
+    MLflow's registry has no compare-and-set, so the lock is a registered-model tag that a
+    process writes and reads back after ``settle_s`` (longer than a tag write takes): of two
+    writers the last one holds it and the other waits. A lock older than ``stale_s`` (its
+    process was killed) is taken over; one held longer than ``wait_s`` is an error.
+    """
+    c = MlflowClient()
+    token = f"{ME} {time.time():.3f}"
+    deadline = time.time() + wait_s
+    while True:
+        held = c.get_registered_model(name).tags.get(TAG_PROMOTE_LOCK, "")
+        who, _, since = held.rpartition(" ")
+        try:
+            age = time.time() - float(since)
+        except ValueError:
+            age = float("inf")
+        if held and who != ME and age < stale_s:
+            if time.time() > deadline:
+                raise TrackingError(
+                    f"model={name}: another promotion ({who}) has held the registry lock for "
+                    f"{age:.0f} s; try again when it is done (a lock older than {stale_s:.0f} s "
+                    "is taken over)")
+            time.sleep(0.25)
+            continue
+        c.set_registered_model_tag(name, TAG_PROMOTE_LOCK, token)
+        time.sleep(settle_s)
+        if c.get_registered_model(name).tags.get(TAG_PROMOTE_LOCK) == token:
+            break
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            if c.get_registered_model(name).tags.get(TAG_PROMOTE_LOCK) == token:
+                c.delete_registered_model_tag(name, TAG_PROMOTE_LOCK)
+
+
+def check_aliases(name: str, expected: Mapping[str, str | None]) -> None:
+    """Re-read the aliases after a move; TrackingError naming what differs."""
+    wrong = {a: (v, alias_version(name, a)) for a, v in expected.items()
+             if alias_version(name, a) != (str(v) if v is not None else None)}
+    if wrong:
+        raise TrackingError(f"model={name}: after the move " + "; ".join(
+            f"@{a} is version {got}, not {want}" for a, (want, got) in wrong.items())
+            + ": another process changed the aliases at the same time; check them with "
+            "the MLflow UI and promote again")

@@ -5,6 +5,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
+import sys
+import threading
 import traceback
 import warnings
 from collections.abc import Iterator, Mapping
@@ -16,11 +19,80 @@ from mlflow.data.dataset_source_registry import get_registered_sources, resolve_
 from mlflow.tracking import MlflowClient
 
 from pipi.errors import ServerGoneError, TrackingError
+from pipi.tracking.liveness import heartbeat
 from pipi.tracking.store import code_version, record_lost_run, server_gone
 from pipi.tracking.tags import *  # noqa: F403
 from pipi.tracking.ui import mark_experiment
 
 log = logging.getLogger(__name__)
+
+
+# --------------------------------------------------------------------------- signals
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a SLURM time limit or ``scancel``, ``docker stop``, systemd, ``mlflow run``
+    cancelling its child): handled like Ctrl-C, so the run ends KILLED with a reason."""
+
+
+_stopping = False  # a first SIGINT/SIGTERM is being handled: the runs are being ended
+_depth = 0  # pipi runs open in this process
+
+
+def _on_signal(signum, frame) -> None:
+    global _stopping
+    if _stopping:
+        # Already ending the run(s) (e.g. `mlflow run` sends SIGTERM right after Ctrl-C):
+        # let that finish instead of dying half-way with the run RUNNING or FAILED.
+        return
+    _stopping = True
+    if signum == signal.SIGTERM:
+        raise Terminated("SIGTERM")
+    raise KeyboardInterrupt
+
+
+def install_signal_handlers() -> None:
+    """SIGTERM and SIGINT end the active run(s) KILLED (main thread only; a signal that the
+    parent set to be ignored, e.g. SIGINT of a background job, stays ignored)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        current = signal.getsignal(sig)
+        if current is not _on_signal and current is not signal.SIG_IGN:
+            signal.signal(sig, _on_signal)
+
+
+@contextlib.contextmanager
+def _signals_end_runs() -> Iterator[None]:
+    """While pipi runs are open, SIGTERM and SIGINT end them KILLED; the handlers a library
+    caller had (e.g. a notebook's) are back once the outermost run is over."""
+    global _depth, _stopping
+    saved = None
+    if _depth == 0 and threading.current_thread() is threading.main_thread():
+        saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        install_signal_handlers()
+    _depth += 1
+    try:
+        yield
+    finally:
+        _depth -= 1
+        if _depth == 0 and saved and _on_signal not in saved.values():
+            # a library caller's own handlers (the CLI keeps pipi's until the process exits,
+            # so a late SIGTERM from `mlflow run` cannot interrupt its last line)
+            _stopping = False
+            for sig, handler in saved.items():
+                if handler is not None:
+                    signal.signal(sig, handler)
+
+
+def interrupt_reason(exc: BaseException) -> str:
+    """What stopped a run, in words (the ``pipi.failure_reason`` of a KILLED run)."""
+    if isinstance(exc, Terminated):
+        return "terminated by SIGTERM (a time limit, scancel, docker stop, systemd or kill)"
+    return "interrupted by SIGINT (Ctrl-C)"
+
+
+def resume_hint(run_id: str) -> str:
+    return (f"continue it with: mlflow run . -e train -P resume={run_id} (or pipi train "
+            f"--resume {run_id})")
 
 
 # --------------------------------------------------------------------------- runs
@@ -80,26 +152,103 @@ def pipi_run(
         _set_experiment(experiment)
     if run_id is not None:
         _clear_failure(run_id)
-    run = mlflow.start_run(run_id=run_id, run_name=run_name, nested=nested, tags=all_tags,
+    with _signals_end_runs():
+        yield from _run_body(run_id=run_id, run_name=run_name, nested=nested, tags=all_tags,
+                             entry_point=entry_point, env_run=env_run, side_run=side_run,
+                             log_system_metrics=log_system_metrics)
+
+
+def _run_body(*, run_id, run_name, nested, tags, entry_point, env_run, side_run,
+              log_system_metrics=False):
+    run = mlflow.start_run(run_id=run_id, run_name=run_name, nested=nested, tags=tags,
                            log_system_metrics=log_system_metrics or None)
     try:
         mark_experiment(run.info.experiment_id)
-        yield run
+        # a training run says it is alive (resume refuses a run that another process trains)
+        with heartbeat(run.info.run_id) if entry_point == "train" else contextlib.nullcontext():
+            yield run
     except BaseException as exc:
         if server_gone():
             raise _lost_server(exc, run.info.run_id, entry_point) from None
+        if isinstance(exc, KeyboardInterrupt):
+            _end_interrupted(exc, run.info.run_id, entry_point,
+                             project_run=run.info.run_id == env_run)
+            raise
         reason = f"{type(exc).__name__}: {exc}"[:4900]
         with contextlib.suppress(Exception):
             mlflow.set_tag(TAG_FAILURE, reason)
             mlflow.log_text("".join(traceback.format_exception(exc)), "failure/traceback.txt")
-        status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
-        mlflow.end_run(status)
+        mlflow.end_run("FAILED")
         raise
     else:
         mlflow.end_run("FINISHED")
     finally:
         if side_run and env_run:
             os.environ["MLFLOW_RUN_ID"] = env_run
+
+
+def _end_interrupted(exc: KeyboardInterrupt, run_id: str, entry_point: str, *,
+                     project_run: bool) -> None:
+    """Ctrl-C or SIGTERM: the run ends KILLED with the reason (and, for a training run, how
+    to continue it) in ``pipi.failure_reason``, and one line on stderr says the same."""
+    reason = interrupt_reason(exc)
+    how = resume_hint(run_id) if entry_point == "train" else f"run `{entry_point}` again"
+    with contextlib.suppress(Exception):
+        mlflow.set_tag(TAG_FAILURE, f"{reason}; {how}")
+    with contextlib.suppress(Exception):
+        mlflow.end_run("KILLED")
+    if project_run:
+        keep_killed_after_parent(run_id)
+    if not reported(exc):  # the innermost run says it; the runs around it end the same way
+        print(f"{entry_point} run {run_id} KILLED: {reason}; {how}", file=sys.stderr, flush=True)
+        exc.pipi_reported = True
+
+
+def reported(exc: BaseException) -> bool:
+    """Whether a pipi run already told the user that ``exc`` (Ctrl-C, SIGTERM) ended it."""
+    return getattr(exc, "pipi_reported", False)
+
+
+def keep_killed_after_parent(run_id: str) -> None:
+    """Under ``mlflow run``, keep the run KILLED after MLflow's own process has exited.
+
+    On Ctrl-C, ``mlflow run`` waits for this process and then marks the run FAILED:
+    ``mlflow.projects._maybe_set_run_terminated`` compares the run's status string with
+    ``RunStatus``'s integer constants, so it never sees that the run already ended. A small
+    detached process (``pipi.tracking.finalise``) waits for that parent to exit and puts the
+    status back to KILLED when the parent changed it.
+    """
+    import subprocess
+
+    with contextlib.suppress(OSError):
+        subprocess.Popen(
+            [sys.executable, "-m", "pipi.tracking.finalise", str(os.getppid()), run_id,
+             mlflow.get_tracking_uri()],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True, env={**os.environ, "PYTHONPATH": _pythonpath()})
+
+
+def _pythonpath() -> str:
+    """This checkout's root first, so the finaliser runs the same pipi."""
+    here = str(Path(__file__).resolve().parents[2])
+    return os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
+
+
+def tag_project_run(tags: Mapping[str, Any], *, note: str, unless: str | None = None
+                    ) -> str | None:
+    """Tag the run that ``mlflow run`` made for this process when pipi does its work in
+    another run (a resumed one) or none (staged data reused), so it is not left empty.
+
+    Returns its id, or None outside ``mlflow run`` (or when it is ``unless``).
+    """
+    run_id = os.environ.get("MLFLOW_RUN_ID")
+    if not run_id or run_id == unless:
+        return None
+    c = MlflowClient()
+    for k, v in {TAG_ENTRY_POINT: tags.get(TAG_ENTRY_POINT, ""), TAG_CODE_VERSION: code_version(),
+                 **tags, "mlflow.note.content": note}.items():
+        c.set_tag(run_id, k, str(v))
+    return run_id
 
 
 def _clear_failure(run_id: str) -> None:
@@ -131,8 +280,7 @@ def _lost_server(exc: BaseException, run_id: str, entry_point: str) -> ServerGon
     record_lost_run(run_id, uri, reason)
     _drop_active_run()
     if entry_point == "train":
-        how = (f"continue it with: mlflow run . -e train -P resume={run_id} (or pipi train "
-               f"--resume {run_id})")
+        how = resume_hint(run_id)
     else:
         how = f"run `{entry_point}` again"
     return ServerGoneError(
@@ -274,6 +422,20 @@ def get_run(run_id: str):
         return mlflow.get_run(run_id)
     except Exception as exc:
         raise TrackingError(f"run {run_id!r} not found on {mlflow.get_tracking_uri()} ({exc})") from None
+
+
+def usable_run(run_id: str, *, what: str, finished: bool = False):
+    """The run, refused in one line when it was deleted (or, with ``finished``, when it has
+    not FINISHED: it logs its model only at the end)."""
+    run = get_run(run_id)
+    if run.info.lifecycle_stage == "deleted":
+        raise TrackingError(f"{what}: run {run_id} was deleted; restore it (`mlflow runs "
+                            f"restore --run-id {run_id}`) or choose another run or version")
+    if finished and run.info.status != "FINISHED":
+        raise TrackingError(f"{what}: run {run_id} is {run.info.status}, not FINISHED: its "
+                            "model is logged only when training ends (resume it, or choose a "
+                            "FINISHED run)")
+    return run
 
 
 # --------------------------------------------------------------------------- run lookup (sweeps)

@@ -12,6 +12,7 @@ calls for every request) once per process, when a pipi model is loaded:
 
 * a body over ``PIPI_SERVE_MAX_BYTES`` (default 64 MiB) -> 413 before it is parsed;
 * a JSON content type whose body is not JSON -> 400 "request body is not JSON (...)";
+* JSON nested too deeply for Python's parser (a ``RecursionError``) -> 400 in one line;
 * any ``MlflowException`` -> the same status with a one-line message without the request
   data and without a stack trace.
 
@@ -62,6 +63,10 @@ def guarded(invocations, response_cls):
         if (content_type or "").split(";")[0].strip() == "application/json":
             try:
                 json.loads(data)
+            except RecursionError:
+                return _answer(response_cls, 400, "BAD_REQUEST",
+                               "request body is JSON nested too deeply to read; send e.g. "
+                               '{"dataframe_records": [{"image": "<base64 JPEG>"}]}')
             except (ValueError, UnicodeDecodeError) as exc:
                 where = f" at line {exc.lineno} column {exc.colno}" if hasattr(exc, "lineno") \
                     else ""
@@ -73,6 +78,9 @@ def guarded(invocations, response_cls):
         except MlflowException as exc:
             return _answer(response_cls, exc.get_http_status_code(), exc.error_code,
                            _one_line(exc.message))
+        except RecursionError:  # nested too deeply for the server's own parsing
+            return _answer(response_cls, 400, "BAD_REQUEST",
+                           "request is nested too deeply to read; send one level of images")
         except (ValueError, TypeError, KeyError) as exc:  # the server's own parsing
             return _answer(response_cls, 400, "BAD_REQUEST",
                            _one_line(f"cannot read the request ({type(exc).__name__}: {exc})"))

@@ -36,3 +36,8 @@ TAG_SOURCE_FILE = "pipi.source_file"
 TAG_SOURCE_LABEL = "pipi.source_label"      # aggregate's arm: "<cell> (<label>)"
 #: What an evaluation child inherits from its source run (``evaluate_run``).
 INHERITED_SOURCE_TAGS = (TAG_SOURCE, TAG_SOURCE_KIND, TAG_SOURCE_SHA, TAG_SOURCE_LABEL)
+#: on `mlflow run`'s own run: the run it resumed / the staged folder it reused
+TAG_RESUMED_RUN = "pipi.resumed_run_id"
+TAG_REUSED_STAGED = "pipi.reused_staged"
+#: on a resumed run: the `mlflow run` runs that resumed it (comma-separated)
+TAG_RESUMED_BY = "pipi.resumed_by"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -12,7 +13,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 from pipi.errors import ConfigError, TrackingError
-from pipi.tracking.runs import create_child_run, get_run
+from pipi.tracking.runs import create_child_run, usable_run
 
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 
@@ -32,9 +33,15 @@ def log_finished_child(parent_run_id: str, *, run_name: str, params: Mapping[str
     for key, points in (series or {}).items():
         ms += [Metric(key, float(v), now, int(step)) for step, v in points]
     c = MlflowClient()
-    c.log_batch(run_id, metrics=ms[:1000],
-                params=[Param(k, str(v)) for k, v in list(params.items())[:100]],
-                tags=[RunTag(k, str(v)) for k, v in list(tags.items())[:100]])
+    try:
+        c.log_batch(run_id, metrics=ms[:1000],
+                    params=[Param(k, str(v)) for k, v in list(params.items())[:100]],
+                    tags=[RunTag(k, str(v)) for k, v in list(tags.items())[:100]])
+    except BaseException as exc:  # Ctrl-C / SIGTERM mid-way: not a child left RUNNING
+        with contextlib.suppress(Exception):
+            c.set_terminated(run_id, "KILLED" if isinstance(exc, KeyboardInterrupt)
+                             else "FAILED")
+        raise
     c.set_terminated(run_id, status)
     return run_id
 
@@ -43,7 +50,7 @@ def model_run_id(spec: str) -> str:
     """The run behind a run id or a ``models:/`` URI (``name/version``, ``name@alias``, ``m-<id>``)."""
     spec = (spec or "").strip()
     if _RUN_ID.match(spec):
-        get_run(spec)
+        usable_run(spec, what=f"run={spec}")
         return spec
     if not spec.startswith("models:/"):
         raise ConfigError(f"run={spec!r}: pass a run id (32 hex characters) or a models:/ URI "
@@ -69,6 +76,7 @@ def model_run_id(spec: str) -> str:
                             f"{mlflow.get_tracking_uri()} ({str(exc).splitlines()[0]})") from None
     if not run_id:
         raise TrackingError(f"run={spec}: the model version is linked to no run")
+    usable_run(run_id, what=f"run={spec}")
     return run_id
 
 

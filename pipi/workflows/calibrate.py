@@ -71,6 +71,24 @@ from pipi.training.frames import tmpdir
 
 log = logging.getLogger(__name__)
 
+def _bind_study(st: optuna.Study, name: str, binding: dict) -> None:
+    """A study belongs to one (source run, target, data digest): its first call records them
+    as study user attributes, and a later call with another binding is refused."""
+    have = {k: st.user_attrs[k] for k in binding if k in st.user_attrs}
+    if not have:
+        if st.trials:  # made before studies were bound: keep it open, bind it now
+            log.warning("study %s has trials but no recorded source run; binding it to %s",
+                        name, binding)
+        for k, v in binding.items():
+            st.set_user_attr(k, v)
+        return
+    diff = [f"{k.removeprefix('pipi.')} {have[k]} (this call: {binding[k]})"
+            for k in binding if k in have and have[k] != binding[k]]
+    if diff:
+        raise ConfigError(f"study={name}: belongs to another calibration: " + "; ".join(diff)
+                          + "; choose another study name, or leave study empty for the default")
+
+
 def default_study_name(run_id: str, target: str, data_digest: str) -> str:
     """Hash of (run, target, data digest): re-running continues the same study."""
     key = tracking.config_hash({"run": run_id, "target": target, "data_digest": data_digest})
@@ -338,6 +356,7 @@ def run_calibration(*, run: str, target: str, trials: int = 40, sampler: str = "
     storage_url = check_storage_url(storage)
     rdb = open_storage(storage_url)                       # unreachable storage: fail first
     run_id = tracking.model_run_id(run)
+    tracking.usable_run(run_id, what=f"run={run}", finished=True)
     model, cfg = load_run_model(run_id)
     root = resolve_calibration_data(data, target=target, run=tracking.get_run(run_id))
     frames, manifest = load_staged(root)
@@ -350,6 +369,8 @@ def run_calibration(*, run: str, target: str, trials: int = 40, sampler: str = "
                              load_if_exists=True)
     if st.direction != optuna.study.StudyDirection.MAXIMIZE:
         raise ConfigError(f"study={name}: exists in {redact(storage_url)} but minimises")
+    _bind_study(st, name, {"pipi.source_run_id": run_id, "pipi.target": target,
+                           "pipi.data_digest": manifest["data_digest"]})
     existing = len(st.trials)
     base = _baseline(cfg) if sampler != "grid" else None
     if existing == 0 and base is not None:

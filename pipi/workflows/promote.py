@@ -52,6 +52,7 @@ from pipi.analysis import (
     select_runs,
 )
 from pipi.analysis.recipes import recipe_signatures
+from pipi.cells import CELLS
 from pipi.classes import CLASSES
 from pipi.errors import ConfigError, DataError, PipiError
 from pipi.report.descriptions import training_evidence
@@ -125,7 +126,7 @@ class PromoteResult:
 
 # --------------------------------------------------------------------------- evidence
 def _runs_of_version(mv) -> dict:
-    run = tracking.get_run(mv.run_id)
+    run = tracking.usable_run(mv.run_id, what=f"version {mv.version}")
     t = run.data.tags
     need = [tracking.TAG_CELL, tracking.TAG_BACKBONE, tracking.TAG_DATA_DIGEST]
     missing = [k for k in need if not t.get(k)]
@@ -281,11 +282,13 @@ def _record(model: str, version: str, ev: Evidence | None, decision: str, *,
 def rollback(model: str) -> PromoteResult:
     """Point ``champion`` back at ``previous-champion`` (which then names the demoted one)."""
     _check_name(model)
-    prev = tracking.alias_version(model, PREVIOUS)
-    if prev is None:
-        raise ConfigError(f"rollback=true: {model} has no @{PREVIOUS} to restore")
-    cur = tracking.alias_version(model, CHAMPION)
-    tracking.set_aliases(model, {CHAMPION: prev, PREVIOUS: cur})
+    with tracking.model_lock(model):
+        prev = tracking.alias_version(model, PREVIOUS)
+        if prev is None:
+            raise ConfigError(f"rollback=true: {model} has no @{PREVIOUS} to restore")
+        cur = tracking.alias_version(model, CHAMPION)
+        tracking.set_aliases(model, {CHAMPION: prev, PREVIOUS: cur})
+        tracking.check_aliases(model, {CHAMPION: prev, PREVIOUS: cur})
     now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     tracking.record_on_version(model, prev, {"pipi.promote.restored": f"{now} (rollback from "
                                                                        f"version {cur})"})
@@ -302,6 +305,13 @@ def promote(*, model: str, version: str = "", baseline: str = "a", min_sign_posi
     ``evidence``: which interval gates, ``videos`` (test videos resampled) or ``seeds`` (the
     paper's BCa over per-seed deltas)."""
     _check_name(model)
+    if force_reason and not force_reason.strip():
+        raise ConfigError("force_reason is blank: give the reason for promoting without "
+                          "passing the gate (it is recorded on the version)")
+    force_reason = force_reason.strip()
+    if baseline not in CELLS:
+        raise ConfigError(f"baseline={baseline!r}: unknown cell; known: "
+                          f"{', '.join(sorted(CELLS))}")
     _check_evidence(evidence)
     if min_sign_positive < 1:
         raise ConfigError(f"min_sign_positive={min_sign_positive}: must be >= 1")
@@ -325,10 +335,14 @@ def promote(*, model: str, version: str = "", baseline: str = "a", min_sign_posi
     decision = ("promoted" if passed else "promoted (forced)" if forced else "refused")
     text = _record(model, ver, ev, decision, force_reason=force_reason if forced else "",
                    error=error)
-    prev = tracking.alias_version(model, CHAMPION)
+    prev = None
     if go:
-        aliases = {PREVIOUS: prev} if prev and prev != ver else {}
-        tracking.set_aliases(model, {**aliases, CHAMPION: ver})
+        # one promotion at a time per model: read the champion, move, check, under a lock
+        with tracking.model_lock(model):
+            prev = tracking.alias_version(model, CHAMPION)
+            aliases = {PREVIOUS: prev} if prev and prev != ver else {}
+            tracking.set_aliases(model, {**aliases, CHAMPION: ver})
+            tracking.check_aliases(model, {**aliases, CHAMPION: ver})
         text += f"\n@{CHAMPION} -> {model} version {ver}" + (
             f" (@{PREVIOUS} -> version {prev})" if aliases else "")
         if forced:
@@ -338,4 +352,5 @@ def promote(*, model: str, version: str = "", baseline: str = "a", min_sign_posi
                   if not ok]
         text += f"\nrefused: {model} version {ver} is not promoted; failed: " + \
             "; ".join(failed)
+        prev = tracking.alias_version(model, CHAMPION)
     return PromoteResult(go, model, ver, prev, text)

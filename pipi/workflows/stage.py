@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pipi import tracking
 from pipi.data.kvasir import StageResult, load_staged
 from pipi.errors import DataError
 from pipi.runs.data import (
@@ -36,6 +37,10 @@ def stage_source(source: str, *, metadata: str | None, out: str | None, **kw) ->
             _, manifest = load_staged(target)
             print(f"reusing the staged synthetic-{preset} release at {target} "
                   f"(data digest {manifest['data_digest'][:12]}); nothing to do", flush=True)
+            tracking.tag_project_run(
+                {tracking.TAG_ENTRY_POINT: "stage", tracking.TAG_REUSED_STAGED: str(target),
+                 **tracking.data_tags(manifest)},
+                note=f"reused the staged synthetic-{preset} release at {target}; nothing staged")
             return target
         release = synthetic_release(preset, 0)
         return run_stage(

@@ -57,24 +57,65 @@ def prepare(*, cell: str, backbone: str, seed: int, profile: str, data: str | No
     """Resolve the data and ``profile=auto``, then build the config (every option checked)."""
     root = resolve_data(data, preset=synthetic_preset(profile))
     _, manifest = load_staged(root)
+    check_trainable(root, manifest, data)
     profile = resolve_profile(profile, manifest.get("dataset", ""))
     return make_config(cell=cell, backbone=backbone, seed=seed, profile=profile,
                        **overrides), root
 
 
-def load_resume(resume: str, cfg: TrainConfig) -> tuple[TrainConfig, dict]:
-    """The checkpoint of an interrupted run and the configuration it was started with."""
+def check_trainable(root: Path, manifest: dict, data: str | None) -> None:
+    """A staged Galar folder is test data only (zero-shot, every frame in ``test``)."""
+    if manifest.get("dataset") == "galar":
+        raise ConfigError(f"data={data or root}: {root} is a staged Galar folder, test data "
+                          "only (zero-shot); train on a staged Kvasir-Capsule release and "
+                          "score Galar with `galar`")
+
+
+def resume_data(resume: str, data: str | None) -> Path:
+    """The staged folder a resumed run continues on: its own (``data_dir``), checked against
+    the run's data digest. A ``data`` that is given must hold the same data."""
+    run = tracking.get_run(resume)
+    digest = run.data.tags.get(tracking.TAG_DATA_DIGEST, "")
+    own = run.data.params.get("data_dir", "")
+    if data in (None, "", "synthetic") and own:
+        path = Path(own)
+        if not (path / "manifest.json").is_file():
+            raise ConfigError(
+                f"resume={resume}: the run was trained on {own}, which is no longer a staged "
+                f"folder (no manifest.json); stage the same data again (data digest "
+                f"{digest[:12]}) and pass it as data=<folder>")
+        root = resolve_data(str(path))
+        given = f"its own data folder {own}"
+    else:
+        root = resolve_data(data, preset="demo")
+        given = f"data={data}"
+    _, manifest = load_staged(root)
+    if digest and manifest["data_digest"] != digest:
+        raise ConfigError(
+            f"resume={resume}: {given} has data digest {manifest['data_digest'][:12]} but the "
+            f"run was trained on data digest {digest[:12]} ({own or 'unknown folder'}); leave "
+            "data out to continue on the run's own data, or start a new run")
+    return root
+
+
+def load_resume(resume: str) -> tuple[TrainConfig, dict]:
+    """The checkpoint of an interrupted run and the configuration it was started with (the
+    run's own: every recipe option passed with ``resume`` is ignored)."""
     run = tracking.get_run(resume)
     if run.info.status == "FINISHED":
         raise ConfigError(
             f"resume={resume}: that run FINISHED; resume continues an interrupted (FAILED, "
             "KILLED or RUNNING) run. To train again, start a new run without resume")
+    tracking.claim_for_resume(resume)  # refuses a run that another process still trains
     ckpt = tracking.download_artifact(resume, "checkpoints/last.pt", tmpdir())
     state = torch.load(ckpt, map_location="cpu", weights_only=False)
-    saved = TrainConfig.from_dict(state["config"])
-    if saved != cfg:
-        log.warning("resuming run %s with its own configuration, not the one passed", resume)
-    return saved, state
+    return TrainConfig.from_dict(state["config"]), state
+
+
+def resume_config(resume: str) -> TrainConfig:
+    """The configuration a run was started with (its ``config.json``), without its checkpoint."""
+    path = tracking.download_artifact(resume, "config.json", tmpdir())
+    return TrainConfig.from_dict(json.loads(path.read_text()))
 
 
 def log_results(out: dict, work: Path) -> dict:
@@ -103,16 +144,35 @@ def train(cfg: TrainConfig, *, data: str | None = None, resume: str | None = Non
     The run ends with what the MLflow UI shows (``_show_in_ui``): figures, the run's
     description, the registered model's card and the version's evidence.
     ``system_metrics`` turns on MLflow's system-metrics logging for the run."""
-    root = resolve_data(data, preset=synthetic_preset(cfg.profile))
-    frames, manifest = load_staged(root)
     resume_state, base_id = None, None
     if resume:
-        cfg, resume_state = load_resume(resume, cfg)
+        # the run's own data and recipe: a resumed run never changes what it trains on
+        root = resume_data(resume, data)
+        saved, resume_state = load_resume(resume)
+        if saved != cfg:
+            log.warning("resuming run %s with its own configuration, not the one passed", resume)
+        cfg = saved
         base_id = tracking.get_run(resume).data.tags.get(tracking.TAG_BASE_RUN)
+    else:
+        root = resolve_data(data, preset=synthetic_preset(cfg.profile))
+    frames, manifest = load_staged(root)
+    check_trainable(root, manifest, data)
     seq = cfg.cell_config.is_sequence
     runtime = runtime_of(cfg)  # a device that is not there fails before the run starts
     tags = tracking.train_tags(cfg, manifest, data=None if data in (None, "", "synthetic")
                                else str(root), precision=runtime.precision)
+    if resume:  # the recipe the run was started with, not one naming the resolved folder
+        tags[tracking.TAG_RECIPE] = tracking.get_run(resume).data.tags.get(
+            tracking.TAG_RECIPE, tags[tracking.TAG_RECIPE])
+    if resume:  # `mlflow run -P resume=` made a run of its own: say what it did
+        wrapper = tracking.tag_project_run(
+            {tracking.TAG_ENTRY_POINT: "train", tracking.TAG_RESUMED_RUN: resume},
+            note=f"resumed run {resume}: its metrics, predictions and model are there",
+            unless=resume)
+        if wrapper:
+            tags[tracking.TAG_RESUMED_BY] = ",".join(
+                x for x in (tracking.get_run(resume).data.tags.get(tracking.TAG_RESUMED_BY),
+                            wrapper) if x)
     work = tmpdir()
     try:
         with tracking.pipi_run(entry_point="train", experiment=experiment, run_id=resume,

@@ -1,0 +1,104 @@
+"""Is a RUNNING run still being trained? A heartbeat tag, and a claim before resuming.
+
+MLflow keeps no lease on a run: a run whose process was killed with SIGKILL, or lost its
+server, stays RUNNING, exactly like one that is training right now. The process that trains
+a run therefore refreshes ``pipi.heartbeat`` (``<host>:<pid>:<nonce> <unix time>``) every
+``PIPI_HEARTBEAT_S`` seconds (default 30) from a daemon thread; ``resume`` refuses a RUNNING
+run whose heartbeat is younger than four intervals, and claims the run (writes its own
+heartbeat, waits, reads it back) so that of two resumes started together only one goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+from mlflow.tracking import MlflowClient
+
+from pipi.errors import ConfigError
+
+TAG_HEARTBEAT = "pipi.heartbeat"
+#: who this process is, in a heartbeat: host, pid and a nonce (pids are reused)
+ME = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def heartbeat_interval() -> float:
+    try:
+        return max(0.5, float(os.environ.get("PIPI_HEARTBEAT_S", "30")))
+    except ValueError:
+        return 30.0
+
+
+def _beat() -> str:
+    return f"{ME} {time.time():.0f}"
+
+
+def _parse(value: str) -> tuple[str, float]:
+    who, _, t = value.rpartition(" ")
+    try:
+        return who, float(t)
+    except ValueError:
+        return "", 0.0
+
+
+def live_holder(run) -> tuple[str, float] | None:
+    """(who, seconds since its heartbeat) when another process is training ``run``."""
+    if run.info.status != "RUNNING":
+        return None
+    who, t = _parse(run.data.tags.get(TAG_HEARTBEAT, ""))
+    age = time.time() - t
+    if not who or who == ME or age > 4 * heartbeat_interval():
+        return None
+    return who, max(age, 0.0)
+
+
+def claim_for_resume(run_id: str) -> None:
+    """Refuse a run that another process is training; else make it this process's run.
+
+    The claim is a tag write read back after a pause longer than a tag write takes: MLflow
+    has no compare-and-set, so of two processes claiming together the last writer wins and
+    the other one sees a heartbeat that is not its own and stops.
+    """
+    c = MlflowClient()
+    holder = live_holder(c.get_run(run_id))
+    if holder:
+        raise ConfigError(
+            f"resume={run_id}: the run is still being trained by process {holder[0]} "
+            f"(heartbeat {holder[1]:.0f} s ago); wait for it to end, or stop it (Ctrl-C or "
+            "kill -TERM) and resume then")
+    c.set_tag(run_id, TAG_HEARTBEAT, _beat())
+    time.sleep(min(2.0, heartbeat_interval()))
+    who, _ = _parse(c.get_run(run_id).data.tags.get(TAG_HEARTBEAT, ""))
+    if who != ME:
+        raise ConfigError(f"resume={run_id}: process {who} resumed the run at the same time; "
+                          "it goes on, this one stops")
+
+
+@contextlib.contextmanager
+def heartbeat(run_id: str) -> Iterator[None]:
+    """Refresh the run's heartbeat tag from a daemon thread while the block runs."""
+    stop = threading.Event()
+    c = MlflowClient()
+
+    def beat() -> None:
+        while True:
+            with contextlib.suppress(Exception):  # a lost server is the run's business
+                c.set_tag(run_id, TAG_HEARTBEAT, _beat())
+            if stop.wait(heartbeat_interval()):
+                return
+
+    thread = threading.Thread(target=beat, name=f"pipi-heartbeat-{run_id[:8]}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+
+
+__all__ = ["TAG_HEARTBEAT", "claim_for_resume", "heartbeat", "heartbeat_interval",
+           "live_holder"]
