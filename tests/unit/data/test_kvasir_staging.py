@@ -148,7 +148,7 @@ def test_zip_with_per_class_targz(release, tmp_path):
     a = stage_kvasir(zpath, meta, tmp_path / "from_zip", seed=1, progress=False)
     b = stage_kvasir(images, meta, tmp_path / "from_dir", seed=1, progress=False)
     assert a.data_digest == b.data_digest
-    assert not list(tmp_path.glob(".from_zip.staging-*"))
+    assert not list(tmp_path.glob(".from_zip.*.staging"))  # the temporary folder is gone
 
 
 def test_comma_delimited_and_duplicate_rows(release, tmp_path):
@@ -166,7 +166,7 @@ def _expect_error(images, meta, out, match, **kw):
     with pytest.raises(DataError, match=match):
         stage_kvasir(images, meta, out, progress=False, **kw)
     assert not out.exists(), "nothing half-written"
-    assert not list(out.parent.glob(f".{out.name}.staging-*"))
+    assert not list(out.parent.glob(f".{out.name}.*.staging"))
 
 
 def test_bad_inputs_are_refused_cleanly(release, tmp_path):
