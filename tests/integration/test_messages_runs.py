@@ -10,7 +10,7 @@ def test_aggregate_does_not_list_its_own_run_as_excluded(sqlite_tracking, tmp_pa
     import mlflow
     from fakes import log_fake_run, make_frames, write_run
 
-    from pipi.workflows.aggregate import load_evidence
+    from pipi.runs.evidence import load_evidence
 
     client = mlflow.tracking.MlflowClient()
     exp_id = client.create_experiment(f"own-{tmp_path.name}")

@@ -14,7 +14,7 @@ from mlflow.tracking import MlflowClient
 
 from pipi import tracking
 from pipi.cli.train import train as train_cmd
-from pipi.workflows.stage import ensure_synthetic_staged
+from pipi.runs.data import ensure_synthetic_staged
 
 ROOT = Path(__file__).resolve().parents[2]
 
