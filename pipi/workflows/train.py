@@ -71,10 +71,19 @@ def check_trainable(root: Path, manifest: dict, data: str | None) -> None:
                           "score Galar with `galar`")
 
 
+def refuse_finished(run, resume: str) -> None:
+    """Resume continues an interrupted run; a FINISHED one is refused before anything else."""
+    if run.info.status == "FINISHED":
+        raise ConfigError(
+            f"resume={resume}: that run FINISHED; resume continues an interrupted (FAILED, "
+            "KILLED or RUNNING) run. To train again, start a new run without resume")
+
+
 def resume_data(resume: str, data: str | None) -> Path:
     """The staged folder a resumed run continues on: its own (``data_dir``), checked against
     the run's data digest. A ``data`` that is given must hold the same data."""
     run = tracking.get_run(resume)
+    refuse_finished(run, resume)
     digest = run.data.tags.get(tracking.TAG_DATA_DIGEST, "")
     own = run.data.params.get("data_dir", "")
     if data in (None, "", "synthetic") and own:
@@ -101,11 +110,7 @@ def resume_data(resume: str, data: str | None) -> Path:
 def load_resume(resume: str) -> tuple[TrainConfig, dict]:
     """The checkpoint of an interrupted run and the configuration it was started with (the
     run's own: every recipe option passed with ``resume`` is ignored)."""
-    run = tracking.get_run(resume)
-    if run.info.status == "FINISHED":
-        raise ConfigError(
-            f"resume={resume}: that run FINISHED; resume continues an interrupted (FAILED, "
-            "KILLED or RUNNING) run. To train again, start a new run without resume")
+    refuse_finished(tracking.get_run(resume), resume)
     tracking.claim_for_resume(resume)  # refuses a run that another process still trains
     ckpt = tracking.download_artifact(resume, "checkpoints/last.pt", tmpdir())
     state = torch.load(ckpt, map_location="cpu", weights_only=False)
