@@ -17,6 +17,7 @@ def _png_of(nbytes: int) -> bytes:
 def test_log_figures_logs_pngs_and_leaves_out_what_exceeds_the_budget(sqlite_tracking, caplog):
     import mlflow
 
+    mlflow.set_experiment("figure-budget")  # not an experiment id another test's store left
     with mlflow.start_run() as run:
         logged = tracking_ui.log_figures({"a": _png_of(1000), "big": _png_of(MAX_FIGURE_BYTES),
                                           "b": _png_of(2000)})

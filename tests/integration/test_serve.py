@@ -28,14 +28,24 @@ from pipi.training.sequence import build_windows
 
 pytestmark = pytest.mark.slow
 SEQ = "pipi-resnet18-b_plus"
-FRAME = "pipi-resnet18-pi"
 
 
 @pytest.fixture(scope="module")
 def b_plus(smoke_study):
-    """The smoke study's newest b_plus run (seed 42: the `candidate` of its family, with its pi
-    base run); the study's distill runs are registered beside it."""
+    """The smoke study's b_plus run of seed 42 (with its pi base run). The tests load the exact
+    versions the smoke study registered (``models:/<name>/<version>``), not ``@candidate``:
+    other tests on the session's server may register newer versions of the same families."""
     return smoke_study.summaries[("b_plus", 42)]
+
+
+@pytest.fixture(scope="module")
+def frame_uri(smoke_study):
+    return smoke_study.summaries[("pi", 42)]["registered"]
+
+
+@pytest.fixture(scope="module")
+def distill_uri(smoke_study):
+    return smoke_study.summaries[("distill", 42)]["registered"]
 
 
 def _fresh(code: str, uri: str) -> str:
@@ -48,7 +58,9 @@ def _fresh(code: str, uri: str) -> str:
 def test_b_plus_is_registered_and_reproduces_its_run_in_a_fresh_process(b_plus, tracking,
                                                                          tiny_staged, tmp_path):
     c = mlflow.tracking.MlflowClient()
-    mv = c.get_model_version_by_alias(SEQ, "candidate")
+    name, version = b_plus["registered"].removeprefix("models:/").split("/")
+    assert name == SEQ
+    mv = c.get_model_version(name, version)
     assert mv.tags["run_id"] == b_plus["run_id"] and mv.tags["cell"] == "b_plus"
     assert mv.tags["base_run_id"] == b_plus["base_run_id"] and mv.tags["window"] == "4"
     # the clip: the training window of a test row (smoke window: 4 frames), as the uint8
@@ -67,7 +79,7 @@ def test_b_plus_is_registered_and_reproduces_its_run_in_a_fresh_process(b_plus, 
     np.save(tmp_path / "clip.npy", clip)
     out = _fresh(
         "import mlflow, numpy as np\n"
-        f"m = mlflow.pyfunc.load_model('models:/{SEQ}@candidate')\n"
+        f"m = mlflow.pyfunc.load_model('{b_plus['registered']}')\n"
         f"clip = np.load('{tmp_path / 'clip.npy'}')\n"
         "df = m.predict(clip)\n"
         "short = m.predict([clip[:2], clip])\n"
@@ -88,8 +100,8 @@ def test_b_plus_is_registered_and_reproduces_its_run_in_a_fresh_process(b_plus, 
                                ref[list(PROB_COLUMNS)].to_numpy(float)[0], atol=2e-4)
 
 
-def test_in_process_predict_refuses_malformed_images(b_plus, tracking):
-    m = mlflow.pyfunc.load_model(f"models:/{FRAME}@candidate")
+def test_in_process_predict_refuses_malformed_images(frame_uri, tracking):
+    m = mlflow.pyfunc.load_model(frame_uri)
     img = np.random.default_rng(1).integers(0, 256, (40, 48, 3), dtype=np.uint8)
     ok = m.predict(pd.DataFrame({"image": [encode_image(img), encode_png(img)]}))
     assert list(ok.columns) == [*CLASSES, "predicted_class"] and len(ok) == 2
@@ -115,11 +127,11 @@ def test_in_process_predict_refuses_malformed_images(b_plus, tracking):
         m.predict(img[None], params={"heatmap": True})
 
 
-def test_distill_heatmap_is_the_auxiliary_head_and_leaves_the_probabilities(b_plus,
+def test_distill_heatmap_is_the_auxiliary_head_and_leaves_the_probabilities(distill_uri,
                                                                             tracking):
     import torch
 
-    m = mlflow.pyfunc.load_model("models:/pipi-resnet18-distill@candidate")
+    m = mlflow.pyfunc.load_model(distill_uri)
     # at the training size (32 px) the resize is the identity, so x01 = imgs / 255 exactly
     imgs = np.random.default_rng(3).integers(0, 256, (2, 32, 32, 3), dtype=np.uint8)
     plain = m.predict(imgs)
@@ -169,8 +181,8 @@ class _Served:
         self.log.close()
 
 
-def test_served_model_answers_base64_jpeg_and_refuses_malformed(b_plus, tracking, tmp_path):
-    served = _Served(f"models:/{FRAME}@candidate", tracking, tmp_path,
+def test_served_model_answers_base64_jpeg_and_refuses_malformed(frame_uri, tracking, tmp_path):
+    served = _Served(frame_uri, tracking, tmp_path,
                      env={"PIPI_SERVE_MAX_BYTES": "200000"})
     try:
         img = np.random.default_rng(2).integers(0, 256, (336, 336, 3), dtype=np.uint8)
