@@ -32,6 +32,19 @@ _COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#d
            "#8c8c8c", "#ccb974", "#64b5cd", "#1b9e77", "#d95f02", "#7570b3", "#e7298a"]
 
 
+
+def curve_axes(ax, kind: str, *, pr_ylabel: str = "precision") -> None:
+    """Axes of a ROC (with the chance diagonal) or precision-recall plot on [0, 1]."""
+    if kind == "roc":
+        ax.plot([0, 1], [0, 1], color="grey", lw=0.8, ls="--")
+        ax.set_xlabel("false-positive rate")
+        ax.set_ylabel("true-positive rate")
+    else:
+        ax.set_xlabel("recall")
+        ax.set_ylabel(pr_ylabel)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1.02)
+
 def _png(fig: Figure, dpi: int = 110) -> bytes:
     FigureCanvasAgg(fig)
     buf = io.BytesIO()
@@ -83,15 +96,7 @@ def curves(grid: np.ndarray, arms: dict, *, kind: str, title: str) -> bytes:
             label = f"{cell} (micro AP {a['micro_ap']:.3f}, n={len(a['seeds'])})"
         ax.plot(grid, y, color=col, lw=1.5, label=label)
         ax.fill_between(grid, np.clip(y - sd, 0, 1), np.clip(y + sd, 0, 1), color=col, alpha=0.12)
-    if kind == "roc":
-        ax.plot([0, 1], [0, 1], color="grey", lw=0.8, ls="--")
-        ax.set_xlabel("false-positive rate")
-        ax.set_ylabel("true-positive rate")
-    else:
-        ax.set_xlabel("recall")
-        ax.set_ylabel("precision (interpolated)")
-    ax.set_xlim(0, 1)
-    ax.set_ylim(0, 1.02)
+    curve_axes(ax, kind, pr_ylabel="precision (interpolated)")
     ax.legend(fontsize=7, loc="lower right" if kind == "roc" else "upper right")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)

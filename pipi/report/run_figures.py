@@ -29,7 +29,7 @@ from pipi.classes import CLASSES
 from pipi.config import TrainConfig
 from pipi.prior import prior_channels
 from pipi.predictions import PROB_COLUMNS
-from pipi.report.figures import _COLORS, _png, confusion
+from pipi.report.figures import _COLORS, _png, confusion, curve_axes
 from pipi.stats import confusion_matrix, per_class_auc, row_normalise
 from pipi.stats.curves import pr_points
 from pipi.stats.operating import average_precision, roc_points
@@ -75,15 +75,7 @@ def _class_curves(labels: np.ndarray, probs: np.ndarray, classes: Sequence[int],
             rec, prec = pr_points(y, s)
             ax.plot(rec, prec, color=col, lw=1.2, drawstyle="steps-post",
                     label=f"{CLASSES[k]} (AP {average_precision(y, s):.3f}, n={int(y.sum())})")
-    if kind == "roc":
-        ax.plot([0, 1], [0, 1], color="grey", lw=0.8, ls="--")
-        ax.set_xlabel("false-positive rate")
-        ax.set_ylabel("true-positive rate")
-    else:
-        ax.set_xlabel("recall")
-        ax.set_ylabel("precision")
-    ax.set_xlim(0, 1)
-    ax.set_ylim(0, 1.02)
+    curve_axes(ax, kind)
     ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
