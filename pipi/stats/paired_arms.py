@@ -56,16 +56,11 @@ PVALUE_KINDS = {
 }
 
 
-class PairedDeltas:
-    """Seed-paired macro-AUC deltas of a method over its baseline (``method_macro`` and
-    ``baseline_macro``, one value per seed, are fields of the class that mixes this in)."""
+class SeedDeltas:
+    """The cross-seed summary of per-seed deltas (``deltas``, one value per seed, is given by
+    the class that mixes this in)."""
 
-    method_macro: np.ndarray
-    baseline_macro: np.ndarray
-
-    @property
-    def deltas(self) -> np.ndarray:
-        return self.method_macro - self.baseline_macro
+    deltas: np.ndarray
 
     @property
     def delta(self) -> float:
@@ -77,8 +72,20 @@ class PairedDeltas:
         return f"{int((self.deltas > 0).sum())}/{len(self.deltas)}"
 
 
+class PairedDeltas(SeedDeltas):
+    """Seed-paired macro-AUC deltas of a method over its baseline (``method_macro`` and
+    ``baseline_macro``, one value per seed, are fields of the class that mixes this in)."""
+
+    method_macro: np.ndarray
+    baseline_macro: np.ndarray
+
+    @property
+    def deltas(self) -> np.ndarray:
+        return self.method_macro - self.baseline_macro
+
+
 @dataclass(frozen=True)
-class ClassDelta:
+class ClassDelta(SeedDeltas):
     """One class's paired delta (method - baseline) across seeds and its tests.
 
     ``pvalues`` maps each key of :data:`PVALUE_KINDS` to its raw p-value; ``adjusted`` maps
@@ -95,14 +102,6 @@ class ClassDelta:
     bootstrap: DeltaCI                    # percentile and BCa intervals, bootstrap p
     pvalues: dict[str, float]
     adjusted: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def delta(self) -> float:
-        return float(self.deltas.mean())
-
-    @property
-    def sign_positive(self) -> str:
-        return f"{int((self.deltas > 0).sum())}/{len(self.deltas)}"
 
 
 @dataclass(frozen=True)
