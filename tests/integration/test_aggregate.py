@@ -11,11 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from fakes import QUALITY, local_runs, log_fake_run, make_frames, write_run
+from fakes import QUALITY, log_fake_run, make_frames, write_run
 
 from pipi import analysis
 from pipi.errors import DataError
-from pipi.report import build_report
 from pipi.workflows import aggregate as workflow
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,30 +23,6 @@ ROOT = Path(__file__).resolve().parents[2]
 # --------------------------------------------------------------------------- generated data
 
 
-
-
-
-
-
-
-
-
-@pytest.fixture(scope="module")
-def evidence(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("agg")
-    runs, dirs = local_runs(tmp, {"a": [41, 42, 43], "pi": [41, 42, 43], "distill": [41, 42],
-                                  "b": [41, 42, 43], "e_plus": [41, 42, 43]})
-    kept, excluded = analysis.select_runs(runs)
-    return analysis.build_evidence(kept, dirs, excluded=excluded, experiment="exp", experiment_id="1",
-                              tracking_uri="http://127.0.0.1:5000")
-
-
-@pytest.fixture(scope="module")
-def report(evidence):
-    return build_report(evidence, analysis.AggregateOptions(n_resamples=200))
-
-
-# --------------------------------------------------------------------------- the fast bootstrap
 @pytest.fixture(scope="module")
 def server_runs(mlflow_server, tmp_path_factory):
     """An experiment with 2 arms x 3 seeds, a FAILED run, a run without predictions, a stage run."""

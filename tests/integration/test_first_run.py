@@ -15,8 +15,6 @@ from fakes import _invoke
 BIN = Path(sys.executable).parent
 
 
-
-
 def test_early_failure_under_mlflow_run_marks_the_run_failed_with_the_reason(tracking, capsys,
                                                                            monkeypatch):
     client = mlflow.tracking.MlflowClient()

@@ -22,8 +22,6 @@ from pipi.workflows import galar as workflow
 GALKVA = [class_index(c) for c in SCORING_SETS["v1.0"]]
 
 
-
-
 def test_bad_runs_and_data_are_refused_before_anything_is_staged(tracking, tmp_path):
     with pytest.raises(ConfigError, match="runs: give comma-separated run ids"):
         workflow.run_galar(runs="", data=str(tmp_path))

@@ -17,10 +17,6 @@ from pipi.galkva import (
 # --------------------------------------------------------------------------- schema
 
 
-
-
-
-
 @pytest.fixture(scope="module")
 def pred_dir(tmp_path_factory) -> Path:
     return make_prediction_dir(tmp_path_factory.mktemp("preds"))

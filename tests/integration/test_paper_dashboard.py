@@ -12,12 +12,6 @@ from pipi.report import build_report
 SEEDS = [41, 42, 43, 44, 45, 47]
 
 
-
-
-
-
-
-
 @pytest.fixture(scope="module")
 def paper(tmp_path_factory):
     ev = paper_evidence(tmp_path_factory.mktemp("paper"))

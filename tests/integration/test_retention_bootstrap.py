@@ -23,18 +23,6 @@ from pipi.analysis.retention import (
 SEEDS = RETENTION_SEEDS
 
 
-
-
-
-
-
-
-
-
-
-
-
-
 def mann_whitney_auc(pos, scores):
     """AUC as the Mann-Whitney U of positives over negatives (scipy), faster than sklearn."""
     u = stats.mannwhitneyu(scores[pos], scores[~pos], use_continuity=False).statistic

@@ -27,8 +27,6 @@ from pipi.workflows import train as train_workflow
 ROOT = Path(__file__).resolve().parents[2]
 
 
-
-
 @pytest.mark.parametrize("backbone", ARCHS)
 @pytest.mark.parametrize("cell", PER_FRAME_CELLS)
 def test_every_per_frame_cell_trains_on_every_backbone(cell, backbone, tiny_staged, tmp_path):

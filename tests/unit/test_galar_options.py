@@ -21,8 +21,6 @@ from pipi.workflows import galar as workflow
 GALKVA = [class_index(c) for c in SCORING_SETS["v1.0"]]
 
 
-
-
 def test_galar_metrics_match_scikit_learn_overall_and_per_capsule_system():
     rng = np.random.default_rng(0)
     classes = [*GALKVA, 3, 7]  # two mapped classes outside the GalKva intersection

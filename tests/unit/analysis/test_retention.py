@@ -46,18 +46,6 @@ from pipi.report import build_report
 SEEDS = RETENTION_SEEDS
 
 
-
-
-
-
-
-
-
-
-
-
-
-
 def brute_deltas(study, dataset, classes, restrict, subset=None):
     df = study["kv"] if dataset == "kvasir" else study["ga"]
     m = np.ones(len(df), bool) if subset is None else (df["capsule_system"] == subset).to_numpy()

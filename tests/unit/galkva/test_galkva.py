@@ -39,8 +39,6 @@ from pipi.stats import ConfidenceInterval, macro_auc
 SCORING = SCORING_SETS["v1.0"]
 
 
-
-
 # --------------------------------------------------------------------------- schema
 def test_schema_is_draft07_package_data():
     schema = submission_schema()
@@ -149,10 +147,6 @@ def test_score_rejects_invalid():
 
 
 # --------------------------------------------------------------------------- predictions
-
-
-
-
 
 
 @pytest.fixture(scope="module")

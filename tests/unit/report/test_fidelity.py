@@ -21,12 +21,6 @@ TEST_CLASSES = list(range(1, 12))
 NO_VAL = CLASSES.index("Blood - fresh")     # paper: 0 val frames, 424 test frames
 
 
-
-
-
-
-
-
 def no_val_frames():
     """Test frames with every class of TEST_CLASSES; val frames without Blood - fresh."""
     test = make_frames(7, 60, 0)

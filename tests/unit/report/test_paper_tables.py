@@ -51,10 +51,6 @@ def test_every_cross_seed_delta_table_has_both_labelled_intervals(six, key):
 # --------------------------------------------------------------------------- 4: figures, per class
 
 
-
-
-
-
 @pytest.fixture(scope="module")
 def paper(tmp_path_factory):
     ev = paper_evidence(tmp_path_factory.mktemp("paper"))
