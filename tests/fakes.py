@@ -15,7 +15,6 @@ from sklearn.metrics import roc_auc_score
 from pipi import analysis
 from pipi.analysis.retention import build_cross_vendor, split_galar_runs
 from pipi.classes import CLASSES, class_index
-from pipi.cli import ENTRY_POINTS
 from pipi.galkva import SCORING_SETS
 from pipi.training.frames import predictions_frame, write_predictions
 
@@ -226,6 +225,8 @@ class FakeTracker:
 
 def _invoke(name: str, args: list[str], capsys) -> tuple[int, str]:
     """Run an entry point the way `entrypoints/<name>.py` does; (exit code, stderr)."""
+    from pipi.cli import ENTRY_POINTS  # the whole cli (mlflow): only for the tests that run it
+
     with pytest.raises(SystemExit) as exc:
         ENTRY_POINTS[name].main(args, prog_name=f"entrypoints/{name}.py")
     return exc.value.code, capsys.readouterr().err
