@@ -35,18 +35,43 @@ class Terminated(KeyboardInterrupt):
 
 _stopping = False  # a first SIGINT/SIGTERM is being handled: the runs are being ended
 _depth = 0  # pipi runs open in this process
+_deferring = 0  # inside signals_deferred(): a signal waits until the write is complete
+_pending: int | None = None
 
 
 def _on_signal(signum, frame) -> None:
-    global _stopping
+    global _stopping, _pending
     if _stopping:
         # Already ending the run(s) (e.g. `mlflow run` sends SIGTERM right after Ctrl-C):
         # let that finish instead of dying half-way with the run RUNNING or FAILED.
         return
+    if _deferring and _pending is None:
+        _pending = signum  # raised when the write is over; a second signal acts at once
+        return
+    _pending = None
     _stopping = True
     if signum == signal.SIGTERM:
         raise Terminated("SIGTERM")
     raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """A short write that must not be cut half-way (a child run created, filled and ended):
+    a SIGINT/SIGTERM arriving inside is acted on when the block is over, so the run is never
+    left RUNNING with nobody to end it. A second signal inside acts at once."""
+    global _deferring, _pending
+    _deferring += 1
+    try:
+        yield
+    finally:
+        _deferring -= 1
+        if not _deferring and _pending is not None:
+            signum = _pending
+            if signal.getsignal(signum) is _on_signal:
+                _on_signal(signum, None)
+            else:
+                _pending = None
 
 
 def install_signal_handlers() -> None:

@@ -13,7 +13,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 from pipi.errors import ConfigError, TrackingError
-from pipi.tracking.runs import create_child_run, usable_run
+from pipi.tracking.runs import create_child_run, signals_deferred, usable_run
 
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 
@@ -25,8 +25,15 @@ def log_finished_child(parent_run_id: str, *, run_name: str, params: Mapping[str
     """Create a run nested under ``parent_run_id``, log everything in one batch, end it.
 
     For processes that do not hold the parent as their active run (Optuna workers); returns
-    the child's run id.
+    the child's run id. A Ctrl-C or SIGTERM arriving meanwhile acts once the child is ended.
     """
+    with signals_deferred():
+        return _log_finished_child(parent_run_id, run_name=run_name, params=params,
+                                   metrics=metrics, tags=tags, series=series, status=status)
+
+
+def _log_finished_child(parent_run_id, *, run_name, params, metrics, tags, series,
+                        status) -> str:
     run_id = create_child_run(parent_run_id, run_name=run_name, tags=tags)
     now = int(time.time() * 1000)
     ms = [Metric(k, float(v), now, 0) for k, v in metrics.items()]
@@ -37,7 +44,7 @@ def log_finished_child(parent_run_id: str, *, run_name: str, params: Mapping[str
         c.log_batch(run_id, metrics=ms[:1000],
                     params=[Param(k, str(v)) for k, v in list(params.items())[:100]],
                     tags=[RunTag(k, str(v)) for k, v in list(tags.items())[:100]])
-    except BaseException as exc:  # Ctrl-C / SIGTERM mid-way: not a child left RUNNING
+    except BaseException as exc:  # a second Ctrl-C / SIGTERM mid-way: not left RUNNING
         with contextlib.suppress(Exception):
             c.set_terminated(run_id, "KILLED" if isinstance(exc, KeyboardInterrupt)
                              else "FAILED")

@@ -212,6 +212,7 @@ def _load_objective(spec: WorkerSpec) -> CalibrationObjective:
 
 def _worker_main(spec: WorkerSpec, out: mp.Queue) -> None:
     """Entry of a spawned worker process: report ``("ok", result)`` or ``("error", line)``."""
+    tracking.install_signal_handlers()  # SIGTERM/Ctrl-C: the trial FAILs, no child RUNNING
     try:
         if spec.threads:
             torch.set_num_threads(spec.threads)
@@ -256,9 +257,9 @@ def run_workers(specs: list[WorkerSpec], *, storage) -> list[WorkerResult]:
                 results[index] = payload
             else:
                 error = f"worker {index}: {payload}"
-    finally:
-        for p in procs.values():
-            if p.is_alive() and (error is not None or p.pid is None):
+    finally:  # an error, Ctrl-C or SIGTERM here: stop the workers (each ends its trial)
+        for i, p in procs.items():
+            if p.is_alive() and i not in results:
                 p.terminate()
         for p in procs.values():
             p.join(timeout=30)
