@@ -91,3 +91,16 @@ def tiny_staged(tiny_release, tmp_path_factory, pipi_home) -> Path:
     stage_kvasir(tiny_release / "labelled_images", tiny_release / "metadata.csv", out, seed=42,
                  progress=False)
     return out
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """``make test`` runs the tiers on two pytest-xdist workers (``--dist loadgroup``). Each
+    integration module stays on one worker (its module fixtures train once), and every test of
+    the session's smoke study shares one worker, so the study is trained once per run."""
+    for item in items:
+        path = Path(str(item.fspath))
+        if "integration" not in path.parts or item.get_closest_marker("xdist_group"):
+            continue
+        group = "smoke-study" if "smoke_study" in item.fixturenames else path.stem
+        item.add_marker(pytest.mark.xdist_group(group))

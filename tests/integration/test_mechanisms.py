@@ -196,23 +196,3 @@ def test_transplant_gradcam_and_aggregate_tables(tracking, smoke_runs, tiny_stag
     assert "robustness_lift" in rep.figures
     print("\n\n".join(__import__("pipi.report.tables", fromlist=["x"]).table_markdown(
         rep.table(k)) for k in ("robustness", "transplant_conv", "transplant", "gradcam")))
-
-
-@pytest.mark.slow
-def test_transplant_on_efficientnet_b0_and_convnext_tiny(tracking, tiny_staged, tmp_path):
-    from pipi.config import make_config
-    from pipi.workflows.train import train
-    from pipi.workflows.transplant import run_transplant
-
-    exp = f"transplant-backbones-{tmp_path.name}"
-    for backbone, kind in (("efficientnet_b0", "batchnorm"), ("convnext_tiny", "layernorm")):
-        ids = {cell: train(make_config(cell=cell, seed=3, backbone=backbone, **SMOKE),
-                           data=str(tiny_staged), experiment=exp, register=False,
-                           progress=False)["run_id"] for cell in ("a", "pi")}
-        res = run_transplant(rgb=ids["a"], pi=ids["pi"], experiment=exp, progress=False)
-        assert sorted(c.variant for c in res.children) == sorted(
-            ["first_conv", *(f"transplant_{w}" for w in ("bn", "B", "C", "D", "E", "F"))])
-        by = {c.variant: c for c in res.children}
-        assert mlflow.get_run(by["transplant_bn"].run_id).data.tags[
-            "pipi.transplant_kind"] == kind
-        assert all(np.isfinite(c.test_macro_auc) for c in res.children)
