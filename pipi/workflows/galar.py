@@ -67,10 +67,10 @@ VARIANT_CALIBRATED = "calibrated"
 GALAR_FOLDS = ("all", "evaluation")
 #: The ``fold`` parameter: ``auto`` is ``all``, or ``evaluation`` with ``prior_params``.
 FOLD_CHOICES = ("auto", *GALAR_FOLDS)
-TAG_FOLD = "pipi.galar_fold"
+TAG_FOLD = tracking.TAG_GALAR_FOLD
 #: What the fold scored, in words (``fold_scope``): "every staged video (...)" or "the
 #: evaluation fold only (12 of 24 staged videos; ...)".
-TAG_SCOPE = "pipi.galar_scope"
+TAG_SCOPE = tracking.TAG_GALAR_SCOPE
 SYNTHETIC_PRESETS = ("tiny", "demo")
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 
@@ -244,7 +244,7 @@ def galar_evaluation(fold: str = "auto", prior: PriorParams | None = None) -> Ev
                           scorer=_calibrated_scorer(prior), splits=("test",),
                           options={"fold": fold, "alpha": prior.alpha,
                                    "lambda_eff_fraction": prior.lambda_eff_fraction},
-                          tags={TAG_FOLD: fold, "pipi.prior_params": prior.source},
+                          tags={TAG_FOLD: fold, tracking.TAG_PRIOR_PARAMS: prior.source},
                           check=_five_channel, select=functools.partial(_fold_rows, fold=fold))
     return Evaluation(study=STUDY, variant=VARIANT, scorer=galar_scorer, splits=("test",),
                       options={"fold": fold}, tags={TAG_FOLD: fold},

@@ -130,7 +130,7 @@ def log_results(out: dict, work: Path) -> dict:
     m["val/best_macro_auc"] = m.pop("val/macro_auc", float("nan"))
     tracking.log_metrics(m)
     tracking.set_tags({**tracking.class_tags(test=out["classes"], val=out["val_classes"]),
-                       "pipi.best_epoch": out["metrics"]["best_epoch"]})
+                       tracking.TAG_BEST_EPOCH: out["metrics"]["best_epoch"]})
     tracking.log_artifacts(write_predictions(out["predictions"], work / "predictions"),
                            "predictions")
     tracking.log_dict(out["history"], "history.json")
@@ -281,7 +281,7 @@ def _fit_sequence(cfg: TrainConfig, *, root: Path, frames: pd.DataFrame, manifes
         base_id, _ = ensure_base_run(cfg, data=root, digest=digest, register=register,
                                      progress=progress)
     base_code = tracking.get_run(base_id).data.tags.get(tracking.TAG_CODE_VERSION, "")
-    tracking.set_tags({tracking.TAG_BASE_RUN: base_id, "pipi.base_code_version": base_code})
+    tracking.set_tags({tracking.TAG_BASE_RUN: base_id, tracking.TAG_BASE_CODE_VERSION: base_code})
     dev = device
     cache_dir = pipi_home() / "cache"
     images = build_cache(root, frames, size=cfg.image_size, digest=digest, cache_dir=cache_dir,
