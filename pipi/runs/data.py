@@ -155,8 +155,8 @@ class StagedData:
     """A staged folder and its index, loaded once: what a workflow trains or scores on."""
 
     root: Path
-    frames: pd.DataFrame = field(repr=False)
-    manifest: dict = field(repr=False)
+    frames: pd.DataFrame = field(repr=False, compare=False)
+    manifest: dict = field(repr=False, compare=False)
 
     @property
     def digest(self) -> str:
