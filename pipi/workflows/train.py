@@ -267,7 +267,8 @@ def run(req: TrainRequest, *, experiment: str | None = None, register: bool = Tr
                                         progress=progress, tags=tags, device=runtime.device)
             else:
                 out = run_frame_cell(cfg, data=root, resume_state=resume_state, tracker=tracker,
-                                     progress=progress, runtime=runtime)
+                                     progress=progress, runtime=runtime,
+                                     staged=(frames, manifest))
                 summary = log_results(out, work)
                 summary["test_predictions"] = out["predictions"]["test"]
                 summary.update(log_frame_model(cfg, out["model"], work,
@@ -322,10 +323,11 @@ def _prior_figure(cfg: TrainConfig, *, root: Path, frames: pd.DataFrame, manifes
 
 
 # --------------------------------------------------------------------------- sequence cells
-def ensure_base_run(cfg: TrainConfig, *, data: Path, digest: str, register: bool,
+def ensure_base_run(cfg: TrainConfig, *, staged: StagedData, register: bool,
                     progress: bool) -> tuple[str, bool]:
-    """(run id, trained now): the base per-frame run, trained nested when none exists."""
-    rid = find_base_run(cfg, digest)
+    """(run id, trained now): the base per-frame run, trained nested when none exists (on the
+    staged data already loaded, its index not read again)."""
+    rid = find_base_run(cfg, staged.digest)
     if rid is not None:
         log.info("cell %s builds on the FINISHED %s run %s", cfg.cell,
                  cfg.cell_config.base_cell, rid)
@@ -333,8 +335,9 @@ def ensure_base_run(cfg: TrainConfig, *, data: Path, digest: str, register: bool
     bcfg = base_config(cfg)
     log.info("no FINISHED %s run for backbone %s, seed %d: training it first",
              bcfg.cell, bcfg.backbone, bcfg.seed)
-    summary = train(bcfg, data=str(data), register=register, progress=progress,
-                    nested=tracking.active_experiment_id() is not None)
+    req = TrainRequest(bcfg, staged, runtime_of(bcfg), data=str(staged.root))
+    summary = run(req, register=register, progress=progress,
+                  nested=tracking.active_experiment_id() is not None)
     return summary["run_id"], True
 
 
@@ -345,8 +348,8 @@ def _fit_sequence(cfg: TrainConfig, *, root: Path, frames: pd.DataFrame, manifes
     registered pyfunc (base backbone + head + C3 autoencoder)."""
     digest = manifest["data_digest"]
     if base_id is None:
-        base_id, _ = ensure_base_run(cfg, data=root, digest=digest, register=register,
-                                     progress=progress)
+        base_id, _ = ensure_base_run(cfg, staged=StagedData(root, frames, manifest),
+                                     register=register, progress=progress)
     base_code = tracking.get_run(base_id).data.tags.get(tracking.TAG_CODE_VERSION, "")
     tracking.set_tags({tracking.TAG_BASE_RUN: base_id, tracking.TAG_BASE_CODE_VERSION: base_code})
     dev = device
