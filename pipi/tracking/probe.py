@@ -11,7 +11,10 @@ first request to an HTTP tracking URI, in ``mlflow run``'s own process as in pip
 points, and ends the process with one line when:
 
 * nothing answers ``/health`` within :data:`PROBE_TIMEOUT` seconds (refused or silent alike);
-* a basic-auth server refuses the request for want of (valid) credentials.
+* a basic-auth server refuses the request for want of (valid) credentials;
+* in ``mlflow run``'s process, the user may not create runs in the experiment it is about
+  to create its run in (``Default`` unless ``--experiment-name``/``--experiment-id`` or
+  ``MLFLOW_EXPERIMENT_NAME``/``_ID`` say otherwise): a member's own experiment is the fix.
 
 Later requests of the same process are not probed: their outages are MLflow's retries'
 business.
@@ -19,6 +22,7 @@ business.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import mlflow
@@ -27,6 +31,7 @@ from mlflow.tracking.request_header.abstract_request_header_provider import (
 )
 
 from pipi.errors import TrackingError
+from pipi.tracking.permissions import check_can_create_runs
 from pipi.tracking.store import check_credentials, check_reachable
 
 #: Seconds the first request may take before the server counts as absent.
@@ -46,6 +51,9 @@ class ServerProbe(RequestHeaderProvider):
         try:
             check_reachable(uri, timeout=PROBE_TIMEOUT)
             check_credentials(uri, timeout=PROBE_TIMEOUT)
+            experiment = _mlflow_run_experiment(sys.argv)
+            if experiment is not None:
+                check_can_create_runs(experiment, uri)
         except TrackingError as exc:
             # MLflow swallows an Exception raised here; SystemExit ends the process cleanly
             print(f"error: {exc}", file=sys.stderr, flush=True)
@@ -54,3 +62,19 @@ class ServerProbe(RequestHeaderProvider):
 
     def request_headers(self) -> dict:
         return {}
+
+
+def _mlflow_run_experiment(argv: list[str]) -> str | None:
+    """The experiment (name or id) ``mlflow run`` will create its run in; None elsewhere."""
+    prog = (argv[0] if argv else "").replace(os.sep, "/")
+    if not (prog.rsplit("/", 1)[-1] == "mlflow" or prog.endswith("mlflow/__main__.py")) \
+            or argv[1:2] != ["run"]:
+        return None
+    for flag in ("--experiment-name", "--experiment-id"):
+        for i, arg in enumerate(argv):
+            if arg == flag and i + 1 < len(argv):
+                return argv[i + 1]
+            if arg.startswith(flag + "="):
+                return arg.split("=", 1)[1]
+    return (os.environ.get("MLFLOW_EXPERIMENT_NAME") or os.environ.get("MLFLOW_EXPERIMENT_ID")
+            or "0")
