@@ -15,17 +15,39 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import urllib.error
 import urllib.parse
 import urllib.request
 
 import mlflow
 
-from pipi.errors import TrackingError
+from pipi.errors import ConfigError, TrackingError
 
-__all__ = ["check_can_create_runs"]
+__all__ = ["MODEL_PREFIX_ENV", "check_can_create_runs", "check_can_register", "model_prefix",
+           "set_model_prefix"]
 
+MODEL_PREFIX_ENV = "PIPI_MODEL_PREFIX"
+DEFAULT_MODEL_PREFIX = "pipi"
+#: Letters, digits, ``_``, ``.``, ``-``: what a registered model name and a models:/ URI take.
+_PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _CAN_UPDATE = ("EDIT", "MANAGE")
+
+
+def model_prefix() -> str:
+    """The first part of registered model names: ``$PIPI_MODEL_PREFIX``, else ``pipi``."""
+    prefix = os.environ.get(MODEL_PREFIX_ENV, "").strip() or DEFAULT_MODEL_PREFIX
+    if not _PREFIX.match(prefix):
+        raise ConfigError(f"model prefix {prefix!r} ({MODEL_PREFIX_ENV} / model_prefix): use "
+                          "letters, digits, '_', '.' or '-' (at most 64), e.g. alice")
+    return prefix
+
+
+def set_model_prefix(prefix: str | None) -> str:
+    """Use ``prefix`` (if given) for this process and the processes it starts; return it."""
+    if prefix and prefix.strip():
+        os.environ[MODEL_PREFIX_ENV] = prefix.strip()
+    return model_prefix()
 
 
 def _credentials() -> tuple[str, str] | None:
@@ -91,3 +113,24 @@ def check_can_create_runs(experiment: str, uri: str | None = None) -> None:
             f"(permission {perm}): use an experiment of your own (mlflow run "
             "--experiment-name <name>, or pipi <command> --experiment <name>; it is created "
             "for you) or ask the server's admin for EDIT on it")
+
+
+def check_can_register(name: str, uri: str | None = None) -> None:
+    """One line, before training, when the user may not add versions to the registered
+    model ``name`` on an auth server (it exists and belongs to someone else)."""
+    uri = uri or mlflow.get_tracking_uri()
+    member = _member(uri)
+    if member is None or member[1]:
+        return
+    creds = member[0]
+    status, _ = _get(uri, "registered-models/get", {"name": name}, creds)
+    if status != 200:
+        return  # absent: registering it makes the user its manager
+    perm = _permission(uri, creds, "registered_model", name)
+    if perm is not None and perm not in _CAN_UPDATE:
+        raise TrackingError(
+            f"user {creds[0]} may not add versions to the registered model {name!r} on {uri} "
+            f"(permission {perm}; another member registered it first): register under your "
+            f"own names with -P model_prefix={creds[0]} (pipi train --model-prefix "
+            f"{creds[0]}, or {MODEL_PREFIX_ENV}={creds[0]}), or ask the server's admin for "
+            f"EDIT on {name}")

@@ -44,6 +44,7 @@ from pipi.tracking.logged_model import (
     example_images,
     log_and_register,
     log_frame_model,
+    registered_name,
 )
 from pipi.tracking.pyfunc import MAX_CLIP_FRAMES, PipiSequenceClassifier
 from pipi.training.frames import run_frame_cell, tmpdir, write_predictions
@@ -164,6 +165,8 @@ def train(cfg: TrainConfig, *, data: str | None = None, resume: str | None = Non
     check_trainable(root, manifest, data)
     seq = cfg.cell_config.is_sequence
     runtime = runtime_of(cfg)  # a device that is not there fails before the run starts
+    if register:  # on an auth server, a model another member registered: say so before the fit
+        tracking.check_can_register(registered_name(cfg))
     tags = tracking.train_tags(cfg, manifest, data=None if data in (None, "", "synthetic")
                                else str(root), precision=runtime.precision)
     if resume:  # the recipe the run was started with, not one naming the resolved folder
@@ -237,7 +240,8 @@ def _show_in_ui(cfg: TrainConfig, summary: dict, *, root: Path, frames: pd.DataF
         registered=summary.get("registered")))
     if summary.get("registered"):
         name, version = summary["registered_name"], summary["registered_version"]
-        tracking.set_model_description(name, model_card(cell=cfg.cell, backbone=cfg.backbone))
+        tracking.set_model_description(name, model_card(cell=cfg.cell, backbone=cfg.backbone,
+                                                        name=name))
         tracking.set_version_description(name, version, version_description(
             run_id=run_id, test_macro_auc=summary["test_macro_auc"],
             test_classes=summary["test_classes"], data_digest=digest, recipe=recipe,

@@ -12,10 +12,15 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
+import mlflow
 import pytest
+
+from pipi import tracking
+from pipi.errors import TrackingError
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,6 +68,37 @@ def _one_line_error(r: subprocess.CompletedProcess) -> str:
     assert r.returncode != 0, r.stdout[-2000:]
     assert "Traceback" not in r.stderr, r.stderr[-3000:]
     return r.stderr.strip().splitlines()[-1]
+
+
+def test_a_model_another_member_registered_is_refused_before_training(auth_lab, members,
+                                                                       tiny_staged):
+    t0 = time.time()
+    r = _train(_env(auth_lab, "bob", members["bob"]), "--cell", "a", "--data", str(tiny_staged),
+               "--experiment", "bob-work")
+    line = _one_line_error(r)
+    assert line.startswith(f"error: user bob may not add versions to the registered model "
+                           f"'pipi-{BACKBONE}-a'"), r.stderr[-2000:]
+    assert "-P model_prefix=bob" in line and "--model-prefix bob" in line
+    assert "train/loss" not in r.stdout + r.stderr and time.time() - t0 < 120
+    # nothing was started: bob's experiment holds no run
+    os.environ.update(MLFLOW_TRACKING_USERNAME="bob", MLFLOW_TRACKING_PASSWORD=members["bob"])
+    try:
+        client = mlflow.MlflowClient(auth_lab.uri)
+        exp = client.get_experiment_by_name("bob-work")
+        assert exp is None or not client.search_runs([exp.experiment_id])
+        # under bob's own prefix the same family is free; alice's own model is hers
+        tracking.check_can_register(f"bob-{BACKBONE}-a", auth_lab.uri)
+        with pytest.raises(TrackingError, match="may not add versions"):
+            tracking.check_can_register(f"pipi-{BACKBONE}-a", auth_lab.uri)
+        os.environ.update(MLFLOW_TRACKING_USERNAME="alice",
+                          MLFLOW_TRACKING_PASSWORD=members["alice"])
+        tracking.check_can_register(f"pipi-{BACKBONE}-a", auth_lab.uri)
+        os.environ.update(MLFLOW_TRACKING_USERNAME=auth_lab.admin,
+                          MLFLOW_TRACKING_PASSWORD=auth_lab.password)
+        tracking.check_can_register(f"pipi-{BACKBONE}-a", auth_lab.uri)
+    finally:
+        os.environ.pop("MLFLOW_TRACKING_USERNAME")
+        os.environ.pop("MLFLOW_TRACKING_PASSWORD")
 
 
 def test_a_member_in_the_default_experiment_gets_one_line(auth_lab, members, tiny_staged):
