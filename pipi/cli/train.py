@@ -36,12 +36,17 @@ from pipi.workflows import train as workflow
               help="true: log MLflow's system metrics (CPU, memory, disk, network; GPU with "
                    "nvidia-ml-py) as system/* metrics of the run; auto: $PIPI_SYSTEM_METRICS "
                    "(default false). Needs psutil (docs/mlflow-ui.md).")
+@click.option("--model-prefix", default="",
+              help="First part of the registered model's name, <prefix>-<backbone>-<cell> "
+                   "(default: $PIPI_MODEL_PREFIX, else pipi). On a shared lab server, a "
+                   "member registers under their own prefix (docs/lab-server.md).")
 @experiment_option
 def train(cell, seed, backbone, data, profile, weights, prior_params, resume, system_metrics,
-          experiment, **kw):
+          model_prefix, experiment, **kw):
     """Train one cell and register its model (the run contract: docs/run-contract.md)."""
     setup_logging()
     system_metrics = tracking.system_metrics_enabled(system_metrics)
+    tracking.set_model_prefix(model_prefix)
     # one request: every option checked before anything is staged, loaded or started, the
     # config built once, the data, prior and runtime resolved once; the workflow trains it
     req = workflow.request_from_options(

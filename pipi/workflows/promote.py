@@ -68,7 +68,9 @@ CHAMPION, PREVIOUS, CANDIDATE = "champion", "previous-champion", "candidate"
 ALPHA = 0.05
 #: What the gate's interval resamples: test videos (clustered) or seeds (the paper's).
 EVIDENCE = ("videos", "seeds")
-_NAME = re.compile(r"^pipi-(?P<backbone>[a-z0-9_]+)-(?P<cell>[a-z_]+)$")
+#: <prefix>-<backbone>-<cell>; the prefix is pipi unless PIPI_MODEL_PREFIX chose another
+_NAME = re.compile(r"^(?P<prefix>[A-Za-z0-9][A-Za-z0-9_.-]*)-(?P<backbone>[a-z0-9_]+)"
+                   r"-(?P<cell>[a-z_]+)$")
 
 
 @dataclass
@@ -238,7 +240,7 @@ def gather_evidence(src: dict, *, baseline: str, min_sign_positive: int,
 def _check_name(model: str) -> None:
     if not _NAME.match(model or ""):
         raise ConfigError(f"model={model!r}: expected a registered model name "
-                          "pipi-<backbone>-<cell>, e.g. pipi-efficientnet_b0-b_plus")
+                          "<prefix>-<backbone>-<cell>, e.g. pipi-efficientnet_b0-b_plus")
 
 
 def _record(model: str, version: str, ev: Evidence | None, decision: str, *,

@@ -48,6 +48,7 @@ from pipi.tracking.logged_model import (
     example_images,
     log_and_register,
     log_frame_model,
+    registered_name,
 )
 from pipi.tracking.pyfunc import MAX_CLIP_FRAMES, PipiSequenceClassifier
 from pipi.training.frames import run_frame_cell, tmpdir, write_predictions
@@ -233,6 +234,8 @@ def run(req: TrainRequest, *, experiment: str | None = None, register: bool = Tr
     seq = cfg.cell_config.is_sequence
     tags = {**tracking.train_tags(cfg, manifest, data=None if data in (None, "", "synthetic")
                                   else str(root), precision=runtime.precision), **req.tags}
+    if register:  # on an auth server, a model another member registered: say so before the fit
+        tracking.check_can_register(registered_name(cfg))
     if resume:  # the recipe the run was started with, not one naming the resolved folder
         tags[tracking.TAG_RECIPE] = tracking.get_run(resume).data.tags.get(
             tracking.TAG_RECIPE, tags[tracking.TAG_RECIPE])
@@ -305,7 +308,8 @@ def _show_in_ui(cfg: TrainConfig, summary: dict, *, root: Path, frames: pd.DataF
         registered=summary.get("registered")))
     if summary.get("registered"):
         name, version = summary["registered_name"], summary["registered_version"]
-        tracking.set_model_description(name, model_card(cell=cfg.cell, backbone=cfg.backbone))
+        tracking.set_model_description(name, model_card(cell=cfg.cell, backbone=cfg.backbone,
+                                                        name=name))
         tracking.set_version_description(name, version, version_description(
             run_id=run_id, test_macro_auc=summary["test_macro_auc"],
             test_classes=summary["test_classes"], data_digest=digest, recipe=recipe,
