@@ -9,6 +9,7 @@ the SLURM executor, sweep children and the ``pipi.recipe`` tag all use it.
 
 from __future__ import annotations
 
+import functools
 import math
 import shlex
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -228,10 +229,15 @@ TRAIN_OVERRIDES = ("epochs", "image_size", "lr", "batch_size", "patience", "alph
                    "compile", "deterministic", "graph", "data_path")
 
 
+@functools.lru_cache(maxsize=64)
+def _profile_config(cell: str, backbone: str, seed: int, profile: str) -> TrainConfig:
+    """What the recipe defaults and the profile alone give (frozen: built once per arm)."""
+    return make_config(cell=cell, backbone=backbone, seed=seed, profile=profile)
+
+
 def overrides_of(cfg: TrainConfig) -> dict:
     """The ``TRAIN_OVERRIDES`` whose value differs from what the profile alone would give."""
-    base = run_params(make_config(cell=cfg.cell, backbone=cfg.backbone, seed=cfg.seed,
-                                  profile=cfg.profile))
+    base = run_params(_profile_config(cfg.cell, cfg.backbone, cfg.seed, cfg.profile))
     mine = run_params(cfg)
     return {k: mine[k] for k in TRAIN_OVERRIDES if mine[k] != base[k]}
 

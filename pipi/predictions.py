@@ -16,6 +16,7 @@ import pandas as pd
 from pipi.classes import CLASSES, NUM_CLASSES
 from pipi.errors import PipiError
 
+PREDICTIONS_FORMAT = "pipi.predictions"
 PREDICTIONS_VERSION = 1
 PROB_COLUMNS = tuple(f"prob_{i:02d}" for i in range(NUM_CLASSES))
 #: Columns added after the probabilities when the staged frames have them (Galar's
@@ -41,7 +42,7 @@ def predictions_frame(frames: pd.DataFrame, probs: np.ndarray) -> pd.DataFrame:
 
 
 def predictions_schema(optional: tuple[str, ...] = ()) -> dict:
-    return {"format": "pipi.predictions", "version": PREDICTIONS_VERSION,
+    return {"format": PREDICTIONS_FORMAT, "version": PREDICTIONS_VERSION,
             "classes": list(CLASSES), "prob_columns": list(PROB_COLUMNS),
             "columns": ["path", "video_id", "frame_number", "label", "label_name",
                         *PROB_COLUMNS, *optional]}
@@ -59,7 +60,7 @@ def write_predictions(preds: dict[str, pd.DataFrame], folder: Path) -> Path:
 def read_predictions(folder: Path, split: str = "test") -> pd.DataFrame:
     """Read one split of a predictions artifact folder, checking its schema version."""
     schema = json.loads((Path(folder) / "schema.json").read_text())
-    if schema.get("format") != "pipi.predictions" or schema.get("version") != PREDICTIONS_VERSION:
+    if schema.get("format") != PREDICTIONS_FORMAT or schema.get("version") != PREDICTIONS_VERSION:
         raise PipiError(f"{folder}: unsupported predictions format {schema}")
     return pd.read_parquet(Path(folder) / f"{split}.parquet")
 

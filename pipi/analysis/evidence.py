@@ -15,8 +15,9 @@ from pipi.analysis.arms import BACKBONES
 from pipi.analysis.selection import check_single_dataset
 from pipi.classes import CLASSES
 from pipi.errors import DataError
-from pipi.predictions import PREDICTIONS_VERSION, PROB_COLUMNS
+from pipi.predictions import PREDICTIONS_FORMAT, PREDICTIONS_VERSION, PROB_COLUMNS
 from pipi.stats import per_class_auc
+from pipi.tracking.tags import TAG_EVALUABLE_CLASSES, TAG_TEST_CLASSES
 
 __all__ = ["Arm", "Evidence", "build_evidence"]
 
@@ -103,7 +104,7 @@ def _read_schema(folder: Path, run_id: str) -> dict:
         schema = json.loads((Path(folder) / "schema.json").read_text())
     except (OSError, ValueError) as exc:
         raise DataError(f"run {run_id}: unreadable predictions/schema.json ({exc})") from None
-    if schema.get("format") != "pipi.predictions" or schema.get("version") != PREDICTIONS_VERSION:
+    if schema.get("format") != PREDICTIONS_FORMAT or schema.get("version") != PREDICTIONS_VERSION:
         raise DataError(f"run {run_id}: unsupported predictions format "
                         f"{schema.get('format')!r} version {schema.get('version')!r} "
                         f"(aggregate reads pipi.predictions version {PREDICTIONS_VERSION})")
@@ -185,8 +186,8 @@ def build_evidence(runs: pd.DataFrame, prediction_dirs: Mapping[str, Path], *,
 
 
 #: Where the headline classes come from, in order of preference (column of load_runs, tag).
-CLASS_SOURCES = (("test_classes", "pipi.test_classes"),
-                 ("evaluable_classes", "pipi.evaluable_classes"))
+CLASS_SOURCES = (("test_classes", TAG_TEST_CLASSES),
+                 ("evaluable_classes", TAG_EVALUABLE_CLASSES))
 
 
 def _headline_classes(runs: pd.DataFrame, test: pd.DataFrame) -> tuple[tuple[int, ...], str]:

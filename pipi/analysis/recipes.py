@@ -18,6 +18,7 @@ from collections.abc import Mapping
 import pandas as pd
 
 from pipi.errors import DataError
+from pipi.tracking.tags import TAG_RECIPE_HASH
 
 __all__ = ["NOT_RECIPE", "check_recipes", "recipe_of", "recipe_signatures"]
 
@@ -152,7 +153,7 @@ def check_recipes(runs: pd.DataFrame) -> pd.Series:
             if hs[hs != ""].nunique() > 1:
                 ids = ", ".join(f"{r} ({h})" for r, h in zip(same["run_id"], hs, strict=True))
                 problems.append(f"{arm} seed {int(seed)} has runs of different "
-                                f"pipi.recipe_hash: {ids}")
+                                f"{TAG_RECIPE_HASH}: {ids}")
                 filters.append("attributes.run_id != '" + str(same["run_id"].iloc[-1]) + "'")
     if problems:
         shown = problems[:3] + ([f"... and {len(problems) - 3} more arms"]

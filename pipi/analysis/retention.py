@@ -49,7 +49,7 @@ from pipi.galkva import (
     SeedRun,
     classify_retention,
 )
-from pipi.predictions import PREDICTIONS_VERSION, PROB_COLUMNS
+from pipi.predictions import PREDICTIONS_FORMAT, PREDICTIONS_VERSION, PROB_COLUMNS
 from pipi.stats import (
     ConfidenceInterval,
     DeltaBootstrapResult,
@@ -133,7 +133,7 @@ def _read(folder: Path, run_id: str) -> pd.DataFrame:
         df = pd.read_parquet(Path(folder) / "test.parquet")
     except (OSError, ValueError) as exc:
         raise DataError(f"galar run {run_id}: unreadable predictions ({exc})") from None
-    if schema.get("format") != "pipi.predictions" or schema.get("version") != PREDICTIONS_VERSION \
+    if schema.get("format") != PREDICTIONS_FORMAT or schema.get("version") != PREDICTIONS_VERSION \
             or list(schema.get("classes", [])) != list(CLASSES):
         raise DataError(f"galar run {run_id}: unsupported predictions schema {schema}")
     return df

@@ -8,6 +8,7 @@ import pandas as pd
 
 from pipi.analysis.recipes import check_recipes
 from pipi.errors import DataError
+from pipi.tracking.tags import TAG_SOURCE, TAG_SOURCE_LABEL
 
 __all__ = ["IMPORTED_SOURCE", "check_single_dataset", "mark_imported", "mixed_profile_note",
            "reason_kind", "select_runs"]
@@ -30,14 +31,14 @@ def mark_imported(runs: pd.DataFrame, *, pair: bool = False) -> pd.DataFrame:
     """
     tags = runs["tags"].map(lambda t: json.loads(t) if isinstance(t, str) and t else {}) \
         if "tags" in runs else pd.Series([{}] * len(runs), index=runs.index)
-    source = tags.map(lambda t: t.get("pipi.source", ""))
+    source = tags.map(lambda t: t.get(TAG_SOURCE, ""))
     out = runs.assign(source=source)
     if pair:
         return out
     ext = (source == IMPORTED_SOURCE) & (out["cell"].fillna("") != "")
     if not ext.any():
         return out
-    label = tags.map(lambda t: t.get("pipi.source_label", "") or "released")
+    label = tags.map(lambda t: t.get(TAG_SOURCE_LABEL, "") or "released")
     cell = out.loc[ext, "cell"].astype(str)
     # an evaluation child of an imported run: a@perturb_jpeg25 -> a (released)@perturb_jpeg25
     parts = cell.str.partition("@")

@@ -9,14 +9,12 @@ import sys
 import click
 
 from pipi import tracking
-from pipi.calibration.objective import PriorParams
 from pipi.cells import CELLS
 from pipi.config import PROFILE_CHOICES, SELECT_METRICS, TRAIN_OVERRIDES
-from pipi.errors import ConfigError, PipiError
+from pipi.errors import PipiError
 from pipi.models.backbones import ARCHS, PRIOR_INITS
 from pipi.models.timm_backbones import FOUNDATION
 from pipi.prior import DEFAULT_ALPHA, HB_INDICES, PRIOR_MASKS, SECOND_CHANNELS
-from pipi.runs.prior_params import load_prior_params
 from pipi.runtime import DATA_PATHS, GRAPHS, PRECISIONS, SWITCHES
 
 
@@ -151,8 +149,8 @@ train_override_options = [
     click.option("--patience", type=Auto(int, minimum=1), default="auto", show_default=True,
                  help="Early-stopping patience in epochs."),
     click.option("--alpha", type=Auto(float, minimum=0, strict=True), default=str(DEFAULT_ALPHA),
-                 show_default=True, help="Prior steepness (4.0: the published default, not a "
-                 "fitted value)."),
+                 show_default=True, help=f"Prior steepness ({DEFAULT_ALPHA}: the published default, "
+                 "not a fitted value)."),
     click.option("--lambda-eff", type=Auto(float, minimum=0, strict=True), default="auto",
                  show_default=True, help="Prior attenuation length in px (auto: 0.25 x the "
                  "image diagonal)."),
@@ -209,13 +207,3 @@ prior_params_option = click.option(
          "run's id (sets alpha and lambda_eff; lambda_eff scales with the image size).")
 
 
-def prior_params_from(spec: str, overrides: dict | None = None) -> PriorParams | None:
-    """The prior of a ``--prior-params`` option (None when empty); refuses a second source."""
-    if not spec:
-        return None
-    given = {k: v for k, v in (overrides or {}).items()
-             if (k == "alpha" and v not in (None, DEFAULT_ALPHA)) or (k == "lambda_eff" and v is not None)}
-    if given:
-        raise ConfigError(f"prior_params={spec}: pass either prior_params or "
-                          f"{' and '.join(sorted(given))}, not both")
-    return load_prior_params(spec)

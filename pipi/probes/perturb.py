@@ -60,6 +60,8 @@ __all__ = [
     "parse_perturbations",
 ]
 
+#: Salt of every frame's random stream (``frame_rng``); changing it changes every perturbation.
+RNG_SALT = "pipi.perturb"
 #: Perturbation families, in the paper's table order.
 KINDS: tuple[str, ...] = ("none", "jpeg", "brightness", "noise")
 
@@ -195,7 +197,7 @@ def frame_rng(seed: int, name: str, key: str) -> np.random.Generator:
     A SHA-256 digest of the three values seeds a PCG64 generator, so the stream depends on
     nothing else (not on the batch, the order, the process or the platform).
     """
-    digest = hashlib.sha256(f"pipi.perturb\0{int(seed)}\0{name}\0{key}".encode()).digest()
+    digest = hashlib.sha256(f"{RNG_SALT}\0{int(seed)}\0{name}\0{key}".encode()).digest()
     return np.random.Generator(np.random.PCG64(int.from_bytes(digest[:16], "little")))
 
 

@@ -32,7 +32,10 @@ from pipi.report.curves import curve_data
 from pipi.report.retention import retention_tables
 from pipi.report.tables import Table, fmt_mean_sd
 
-__all__ = ["Report", "build_report"]
+__all__ = ["AGGREGATE_FORMAT", "Report", "build_report"]
+
+#: the format of aggregate's summary document and of its output folder's marker
+AGGREGATE_FORMAT = "pipi.aggregate"
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,7 @@ def _meta(an: Analysis) -> dict:
             arms[f"{b}/{c}"] = {"backbone": b, "cell": c, "seeds": arm.runs(),
                                 "missing_seeds": sorted(set(uni) - set(arm.seeds))}
     return {
-        "format": "pipi.aggregate", "version": 1, "experiment": ev.experiment,
+        "format": AGGREGATE_FORMAT, "version": 1, "experiment": ev.experiment,
         "experiment_id": ev.experiment_id, "filter": ev.filter_string,
         "tracking_uri": ev.tracking_uri, "data_digest": ev.data_digest,
         "headline_backbone": an.headline, "classes": list(CLASSES),

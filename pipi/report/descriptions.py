@@ -50,11 +50,12 @@ def run_description(*, cell: str, backbone: str, seed: int, recipe: str, test_ma
     return "\n".join(lines)
 
 
-def model_card(*, cell: str, backbone: str) -> str:
+def model_card(*, cell: str, backbone: str, name: str | None = None) -> str:
     """The registered model's description: what the family is, what it accepts, how to serve
-    it, and the strip-and-serve switch where it applies."""
+    it (as ``name``, default ``pipi-<backbone>-<cell>``), and the strip-and-serve switch where
+    it applies."""
     c = get_cell(cell)
-    name = f"pipi-{backbone}-{cell}"
+    name = name or f"pipi-{backbone}-{cell}"
     lines = [f"pipi cell **`{cell}`** ({c.description}) on the **{backbone}** backbone, one "
              "version per trained run (seed, data, code); the version's description holds "
              "its evidence, aliases `candidate` (newest) and `champion` (promoted by "

@@ -26,6 +26,7 @@ from pipi.analysis import Analysis, compare_pairs
 from pipi.models.surgery import SUBSETS
 from pipi.report.rows import base_run_notes, ci_cols, delta_cis, no_runs, run_map, seed_ci_note
 from pipi.report.tables import Table, fmt_auc, fmt_delta, fmt_mean_sd
+from pipi.tracking.tags import TAG_DONOR_RUN, TAG_SOURCE_RUN, TAG_TRANSPLANT_KIND
 
 __all__ = ["gradcam_table", "study_runs", "transplant_conv_table", "transplant_table"]
 
@@ -53,8 +54,8 @@ def study_runs(an: Analysis, study: str, variants) -> pd.DataFrame:
         return df
     df["m"] = [_json(v) for v in df.get("metrics", pd.Series("", index=df.index))]
     df["t"] = [_json(v) for v in df.get("tags", pd.Series("", index=df.index))]
-    df["source"] = [t.get("pipi.source_run_id", "") for t in df["t"]]
-    df["donor"] = [t.get("pipi.donor_run_id", "") for t in df["t"]]
+    df["source"] = [t.get(TAG_SOURCE_RUN, "") for t in df["t"]]
+    df["donor"] = [t.get(TAG_DONOR_RUN, "") for t in df["t"]]
     df = df.sort_values("start_time").drop_duplicates(["variant", "source", "donor"], keep="last")
     return df.reset_index(drop=True)
 
@@ -116,7 +117,7 @@ def transplant_table(an: Analysis) -> Table:
         return no_runs("transplant", title, "tab:subset-transplant",
                        "no transplant runs; run `mlflow run . -e transplant -P rgb=... -P pi=...`")
     kinds = study_runs(an, "transplant", [f"transplant_{w}" for w in WHATS])
-    kind_of = {(r.backbone, r.variant): r.t.get("pipi.transplant_kind", "")
+    kind_of = {(r.backbone, r.variant): r.t.get(TAG_TRANSPLANT_KIND, "")
                for r in kinds.itertuples()} if not kinds.empty else {}
     rows, disp, ids, notes = [], [], [], []
     for b in backbones:

@@ -7,12 +7,15 @@ complete is reused (the data digest in its manifest identifies it), whoever asks
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
+
+import pandas as pd
 
 from pipi import tracking
 from pipi.data.galar import stage_galar
 from pipi.data.kvasir import StageResult, format_count_table, load_staged, stage_kvasir
-from pipi.data.synthetic import synthesize_kvasir
+from pipi.data.synthetic import KVASIR_PRESETS, synthesize_kvasir
 from pipi.errors import ConfigError
 from pipi.paths import pipi_home
 
@@ -20,7 +23,7 @@ log = logging.getLogger(__name__)
 
 #: Split seed of the embedded default data (the paper's headline seed).
 DEFAULT_SPLIT_SEED = 42
-SYNTHETIC_PRESETS = ("tiny", "demo")
+SYNTHETIC_PRESETS = tuple(KVASIR_PRESETS)
 
 
 def synthetic_release(preset: str, seed: int) -> Path:
@@ -116,8 +119,13 @@ def run_stage_galar(*, root: Path, out: Path, mapping: Path | None = None,
     return result
 
 
-def resolve_data(data: str | None, *, preset: str = "demo") -> Path:
-    """A staged folder from a user's ``data`` parameter ('synthetic' or empty: the default)."""
+def is_synthetic(data: str | None) -> bool:
+    """Whether a ``data`` option names the embedded synthetic data (empty, ``synthetic[-preset]``)."""
+    return not data or data == "synthetic" or data.startswith("synthetic-")
+
+
+def _locate(data: str | None, preset: str) -> Path:
+    """The staged folder of a ``data`` option; the synthetic release is staged when missing."""
     if not data or data in ("synthetic", f"synthetic-{preset}"):
         return ensure_synthetic_staged(preset)
     if data.startswith("synthetic-"):
@@ -131,5 +139,33 @@ def resolve_data(data: str | None, *, preset: str = "demo") -> Path:
         raise ConfigError(f"data={data!r}: {path} is not a staged folder (no manifest.json); "
                           "stage a release first (`pipi stage kvasir ...` or "
                           "`mlflow run . -e stage`), or pass data=synthetic")
-    load_staged(path)  # clear error if the staged folder is damaged
     return path
+
+
+def resolve_data(data: str | None, *, preset: str = "demo") -> Path:
+    """A staged folder from a user's ``data`` parameter ('synthetic' or empty: the default)."""
+    root = _locate(data, preset)
+    if not is_synthetic(data):
+        load_staged(root)  # clear error if the staged folder is damaged
+    return root
+
+
+@dataclass(frozen=True)
+class StagedData:
+    """A staged folder and its index, loaded once: what a workflow trains or scores on."""
+
+    root: Path
+    frames: pd.DataFrame = field(repr=False, compare=False)
+    manifest: dict = field(repr=False, compare=False)
+
+    @property
+    def digest(self) -> str:
+        return self.manifest["data_digest"]
+
+
+def load_data(data: str | None, *, preset: str = "demo") -> StagedData:
+    """:func:`resolve_data` and its staged index (frames, manifest), read once; a damaged
+    staged folder is a clear error."""
+    root = _locate(data, preset)
+    frames, manifest = load_staged(root)
+    return StagedData(root, frames, manifest)

@@ -43,6 +43,8 @@ from pipi.training.sequence import (
 )
 
 log = logging.getLogger(__name__)
+#: format of the cached per-frame embeddings' metadata
+EMBEDDINGS_FORMAT = "pipi.embeddings"
 
 
 def ensure_autoencoder(cfg: TrainConfig, *, frames: pd.DataFrame, images: np.ndarray,
@@ -75,7 +77,7 @@ def ensure_autoencoder(cfg: TrainConfig, *, frames: pd.DataFrame, images: np.nda
                             & (frames["class_index"].to_numpy() == class_index(NORMAL_CLASS)))
     tags = {tracking.TAG_CONFIG_HASH: key, tracking.TAG_SEED: str(cfg.seed),
             tracking.TAG_DATA_DIGEST: digest, tracking.TAG_DATASET: manifest.get("dataset", ""),
-            "pipi.image_size": cfg.image_size}
+            tracking.TAG_IMAGE_SIZE: cfg.image_size}
     nested = tracking.active_experiment_id() is not None
     work = tmpdir()
     try:
@@ -128,7 +130,7 @@ def base_embeddings(run_id: str, *, frames: pd.DataFrame, images: np.ndarray, di
     """
     local = Path(cache_dir) / "embeddings" / f"{run_id}.npy"
     meta = {"data_digest": digest, "rows": len(frames), "image_size": image_size,
-            "format": "pipi.embeddings", "version": 1}
+            "format": EMBEDDINGS_FORMAT, "version": 1}
     if local.is_file():
         emb = np.load(local)
         if len(emb) == len(frames):

@@ -69,7 +69,7 @@ def _in_process(procs: ProcessPoolExecutor, spawn_child, child: Child, parent_ru
                 kwargs: dict) -> str:
     """Create the child's run, fill it in a worker process; a crash marks it FAILED."""
     run_id = tracking.create_child_run(parent_run_id, run_name=child.label,
-                                       tags={"pipi.sweep_role": child.role,
+                                       tags={tracking.TAG_SWEEP_ROLE: child.role,
                                              tracking.TAG_PARENT_RUN: parent_run_id})
     try:
         return procs.submit(spawn_child, child, run_id=run_id, **kwargs).result()

@@ -197,8 +197,8 @@ def run_slurm(children, *, data: Path, parent_run_id: str, retries: int = 1,
                 rid = tracking.create_child_run(parent_run_id, run_name=c.cfg.cell + "-"
                                                 + f"{c.cfg.backbone}-s{c.cfg.seed}",
                                                 tags={tracking.TAG_PARENT_RUN: parent_run_id,
-                                                      "pipi.sweep_role": c.role,
-                                                      "pipi.slurm_attempt": attempt})
+                                                      tracking.TAG_SWEEP_ROLE: c.role,
+                                                      tracking.TAG_SLURM_ATTEMPT: attempt})
                 runs[i] = rid
                 tasks.append(Task(rid, c.label, train_command(
                     c.cfg, run_id=rid, experiment_id=experiment_id, data=data)))
@@ -212,7 +212,7 @@ def run_slurm(children, *, data: Path, parent_run_id: str, retries: int = 1,
         for job, name, idx in jobs:
             states = task_states(job)
             for k, i in enumerate(idx):
-                tracking.set_run_tags(runs[i], {"pipi.slurm_job": f"{job}_{k}"})
+                tracking.set_run_tags(runs[i], {tracking.TAG_SLURM_JOB: f"{job}_{k}"})
                 run = tracking.get_run(runs[i])
                 if run.info.status in TERMINAL_OK:
                     status = "trained" if attempt == 1 else "retried"

@@ -22,6 +22,7 @@ from pipi.tracking.tags import (
     TAG_CONFIG_HASH,
     TAG_DATA_DIGEST,
     TAG_DATASET,
+    TAG_EVALUABLE_CLASSES,
     TAG_PARENT_RUN,
     TAG_RECIPE,
     TAG_RECIPE_HASH,
@@ -80,4 +81,4 @@ def class_tags(*, test: Sequence[int], val: Sequence[int]) -> dict:
     """Headline classes (test positives) and selection classes (val positives), by name."""
     names = json.dumps([CLASSES[k] for k in test])
     return {TAG_TEST_CLASSES: names, TAG_VAL_CLASSES: json.dumps([CLASSES[k] for k in val]),
-            "pipi.evaluable_classes": names}
+            TAG_EVALUABLE_CLASSES: names}

@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from mlflow.tracking import MlflowClient
 
 from pipi.errors import ConfigError
+from pipi.tracking.tags import TAG_HEARTBEAT
 
-TAG_HEARTBEAT = "pipi.heartbeat"
 #: who this process is, in a heartbeat: host, pid and a nonce (pids are reused)
 ME = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
@@ -100,5 +100,5 @@ def heartbeat(run_id: str) -> Iterator[None]:
         stop.set()
 
 
-__all__ = ["TAG_HEARTBEAT", "claim_for_resume", "heartbeat", "heartbeat_interval",
+__all__ = ["claim_for_resume", "heartbeat", "heartbeat_interval",
            "live_holder"]

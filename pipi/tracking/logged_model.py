@@ -18,6 +18,7 @@ import torch
 from pipi.classes import CLASSES
 from pipi.config import TrainConfig, recipe_command
 from pipi.serving.model_input import encode_png
+from pipi.tracking.permissions import model_prefix
 from pipi.tracking.pyfunc import PARAMS, PipiImageClassifier, preprocess
 from pipi.tracking.registry import log_pyfunc_model, registered_version_of, tag_model_version
 from pipi.tracking.runs import active_run_id
@@ -29,8 +30,9 @@ __all__ = ["example_images", "log_and_register", "log_frame_model", "registered_
 
 
 def registered_name(cfg: TrainConfig) -> str:
-    """The registered model of a (backbone, cell) family: ``pipi-<backbone>-<cell>``."""
-    return f"pipi-{cfg.backbone}-{cfg.cell}"
+    """The registered model of a (backbone, cell) family: ``<prefix>-<backbone>-<cell>``,
+    the prefix ``pipi`` unless ``PIPI_MODEL_PREFIX`` (``--model-prefix``) says otherwise."""
+    return f"{model_prefix()}-{cfg.backbone}-{cfg.cell}"
 
 
 def example_images(cfg: TrainConfig, *, n: int) -> list[np.ndarray]:
@@ -67,7 +69,7 @@ def log_frame_model(cfg: TrainConfig, model, work: Path, *, test_auc: float, reg
 def log_and_register(cfg: TrainConfig, python_model, artifacts: dict, example, out_example,
                      test_auc: float, register: bool, tags: Mapping[str, str], *, params,
                      extra: dict) -> dict:
-    """Log the pyfunc; register it as ``pipi-<backbone>-<cell>`` with version tags and the
+    """Log the pyfunc; register it as :func:`registered_name` with version tags and the
     ``candidate`` alias."""
     run_id = active_run_id()
     name = registered_name(cfg) if register else None

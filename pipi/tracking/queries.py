@@ -73,14 +73,13 @@ def load_runs(experiment: str, filter_string: str = "", *, page_size: int = 1000
                 "study": t.get(TAG_STUDY, ""), "variant": t.get(TAG_VARIANT, ""),
                 "base_run_id": t.get(TAG_BASE_RUN, ""),
                 "parent_run_id": t.get("mlflow.parentRunId", ""),
-                "evaluable_classes": t.get("pipi.evaluable_classes", ""),
+                "evaluable_classes": t.get(TAG_EVALUABLE_CLASSES, ""),
                 "code_version": t.get(TAG_CODE_VERSION, ""),
                 "profile": r.data.params.get("profile", ""),
                 "test_macro_auc": r.data.metrics.get("test/macro_auc", float("nan")),
-                # literal names: the tags of the run contract (docs/run-contract.md)
-                "test_classes": t.get("pipi.test_classes", ""),
-                "val_classes": t.get("pipi.val_classes", ""),
-                "recipe": t.get("pipi.recipe", ""), "recipe_hash": t.get("pipi.recipe_hash", ""),
+                "test_classes": t.get(TAG_TEST_CLASSES, ""),
+                "val_classes": t.get(TAG_VAL_CLASSES, ""),
+                "recipe": t.get(TAG_RECIPE, ""), "recipe_hash": t.get(TAG_RECIPE_HASH, ""),
                 "failure_reason": t.get(TAG_FAILURE, ""),
                 "params": json.dumps(dict(r.data.params), sort_keys=True),
                 "tta_loss_before": r.data.metrics.get("tta/loss_before", float("nan")),
@@ -88,7 +87,7 @@ def load_runs(experiment: str, filter_string: str = "", *, page_size: int = 1000
                 # every metric and pipi tag, for studies whose numbers are not predictions
                 # (transplant first-conv cosines, Grad-CAM Dice)
                 "metrics": json.dumps(dict(r.data.metrics), sort_keys=True),
-                "tags": json.dumps({k: v for k, v in t.items() if k.startswith("pipi.")},
+                "tags": json.dumps({k: v for k, v in t.items() if k.startswith(TAG_PREFIX)},
                                    sort_keys=True),
             })
         token = page.token

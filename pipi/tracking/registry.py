@@ -20,9 +20,6 @@ from pipi.tracking.tags import *  # noqa: F403
 log = logging.getLogger(__name__)
 from pipi.tracking.runs import get_run, usable_run
 
-#: registered-model tag held while a promotion moves the aliases: "<host>:<pid>:<nonce> <time>"
-TAG_PROMOTE_LOCK = "pipi.promote.lock"
-
 
 def log_pyfunc_model(*, python_model, artifacts: dict[str, str], input_example,
                      registered_model_name: str | None, signature_output,

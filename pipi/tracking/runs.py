@@ -20,6 +20,7 @@ from mlflow.tracking import MlflowClient
 
 from pipi.errors import ServerGoneError, TrackingError
 from pipi.tracking.liveness import heartbeat
+from pipi.tracking.permissions import check_can_create_runs
 from pipi.tracking.store import code_version, record_lost_run, server_gone
 from pipi.tracking.tags import *  # noqa: F403
 from pipi.tracking.ui import mark_experiment
@@ -174,6 +175,8 @@ def pipi_run(
             run_id = MlflowClient().create_run(exp_id, tags=all_tags, run_name=run_name).info.run_id
             side_run = True
     if not nested and run_id is None:
+        if not env_run:  # a 403 after the work would lose it: one line before (auth servers)
+            check_can_create_runs(experiment or default_experiment())
         _set_experiment(experiment)
     if run_id is not None:
         _clear_failure(run_id)

@@ -9,7 +9,9 @@ artifacts go through the tracking server, so no client holds S3 credentials.
 
 Secrets come from the environment only and are handed to the child processes through their
 environment (or, for SeaweedFS's identity file, a 0600 file in the server folder); nothing
-here logs or prints them.
+here logs or prints them. The one secret made here, PostgreSQL's password, is generated and
+kept in ``postgres_password`` (0600) in the server folder and reaches ``mlflow server`` as
+``PGPASSWORD``.
 """
 
 from __future__ import annotations
@@ -110,14 +112,39 @@ def pg_bin() -> Path | None:
     return Path(initdb).parent if initdb else None
 
 
+#: Every connection, over the socket or TCP, proves the password (no trust, no peer).
+PG_HBA = ("# written by pipi: every connection needs the password (scram-sha-256)\n"
+          "local all all scram-sha-256\n"
+          "host all all 127.0.0.1/32 scram-sha-256\n"
+          "host all all ::1/128 scram-sha-256\n")
+
+
+def secret_file(path: Path) -> str:
+    """The secret kept in ``path`` (mode 0600, made with a random value when absent)."""
+    path = Path(path)
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(32))
+    os.chmod(path, 0o600)
+    return path.read_text().strip()
+
+
 class Postgres:
     """A PostgreSQL cluster on a loopback port, data in ``root`` (kept across restarts).
 
-    Run as root, the cluster belongs to the ``postgres`` user (``runuser``); local trust
-    authentication on 127.0.0.1 and a socket in ``root``, so it holds no password.
+    Run as root, the cluster belongs to the ``postgres`` user (``runuser``). Every connection
+    (TCP on 127.0.0.1 or the socket in ``root``) authenticates with scram-sha-256 as
+    ``postgres`` with a generated password kept in ``password_file`` (mode 0600, owned by
+    the user running this; default ``<root>.password``), so another local OS user cannot
+    reach the tracking or auth tables. The password never goes on a command line: clients
+    get it through ``PGPASSWORD`` (:meth:`env`). A cluster made earlier with trust
+    authentication gets the password (single-user mode) and the rules above on its next start.
     """
 
-    def __init__(self, root: Path, *, port: int | None = None, databases=("mlflow",)):
+    def __init__(self, root: Path, *, port: int | None = None, databases=("mlflow",),
+                 password_file: Path | None = None):
         self.bin = pg_bin()
         if self.bin is None:
             raise ServerError("PostgreSQL is not installed (apt-get install postgresql)")
@@ -125,14 +152,24 @@ class Postgres:
         self.data = self.root / "pgdata"
         self.port = port or free_port()
         self.root.mkdir(parents=True, exist_ok=True)
+        self.password_file = Path(password_file or self.root.with_name(self.root.name +
+                                                                       ".password"))
+        self.password = secret_file(self.password_file)
         self._as_pg = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
         if self._as_pg:
             shutil.chown(self.root, "postgres", "postgres")
             if subprocess.run([*self._as_pg, "test", "-w", str(self.root)]).returncode != 0:
                 raise ServerError(f"the postgres user cannot write {self.root} (every parent "
                                   "folder needs o+x): choose a server folder it can reach")
+        hba = self.data / "pg_hba.conf"
         if not (self.data / "PG_VERSION").exists():
+            # trust only in the file: the cluster is started after it is replaced below
             self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres")
+        if hba.read_text() != PG_HBA:  # new, or made with trust by an older pipi
+            # single-user mode reads its stdin: the password is on no command line or file
+            self._run("postgres", "--single", "-D", str(self.data), "postgres",
+                      input=f"ALTER ROLE postgres PASSWORD '{self.password}';\n")
+        hba.write_text(PG_HBA)  # the cluster's own file (root writes it as it is)
         self._run("pg_ctl", "-D", str(self.data), "-w", "-l", str(self.root / "pg.log"), "-o",
                   f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1", "start")
         for db in databases:
@@ -142,16 +179,25 @@ class Postgres:
                 self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres",
                           db)
 
-    def _run(self, tool: str, *args: str) -> subprocess.CompletedProcess:
+    def env(self) -> dict:
+        """This process's environment plus ``PGPASSWORD``, for libpq clients and tools."""
+        return {**os.environ, "PGPASSWORD": self.password}
+
+    def _run(self, tool: str, *args: str, input: str | None = None
+             ) -> subprocess.CompletedProcess:
         r = subprocess.run([*self._as_pg, str(self.bin / tool), *args], capture_output=True,
-                           text=True)
+                           text=True,
+                           input=input, env=self.env())
         if r.returncode != 0:
             raise ServerError(f"PostgreSQL {tool} failed ({r.stderr.strip()[-300:]}); "
                               f"log: {self.root / 'pg.log'}")
         return r
 
-    def uri(self, db: str = "mlflow") -> str:
-        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{db}"
+    def uri(self, db: str = "mlflow", *, with_password: bool = False) -> str:
+        """The SQLAlchemy URI; without the password (give :meth:`env`'s ``PGPASSWORD``)
+        unless ``with_password`` (for a client that takes only a URL, e.g. Optuna workers)."""
+        user = f"postgres:{self.password}" if with_password else "postgres"
+        return f"postgresql+psycopg://{user}@127.0.0.1:{self.port}/{db}"
 
     def stop(self) -> None:
         subprocess.run([*self._as_pg, str(self.bin / "pg_ctl"), "-D", str(self.data), "-m",
@@ -296,7 +342,9 @@ class LabServer:
         try:
             if self.backend == "postgres":
                 dbs = ("mlflow", "mlflow_auth") if self.auth else ("mlflow",)
-                self.pg = Postgres(self.root / "postgres", databases=dbs)
+                self.pg = Postgres(self.root / "postgres", databases=dbs,
+                                   password_file=self.root / "postgres_password")
+                self._env["PGPASSWORD"] = self.pg.password
             if self.artifacts == "s3":
                 self.s3 = SeaweedS3(self.root / "seaweedfs", bucket=self.bucket,
                                     access_key=self._s3_keys[0], secret_key=self._s3_keys[1])

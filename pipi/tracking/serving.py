@@ -10,7 +10,10 @@ before anything can refuse it (a 264 MB request used 5-7 GB and answered 504 aft
 :func:`install_guard` wraps the server's ``invocations`` function (the one the FastAPI route
 calls for every request) once per process, when a pipi model is loaded:
 
-* a body over ``PIPI_SERVE_MAX_BYTES`` (default 64 MiB) -> 413 before it is parsed;
+* a body over ``PIPI_SERVE_MAX_BYTES`` (default 64 MiB) -> 413 before it is parsed, and in
+  the server process before it is read whole (:func:`install_body_limit`): a
+  ``Content-Length`` over the limit is refused before one byte of the body is read, and a
+  chunked body is read only up to the limit, so a worker never holds more than the limit;
 * a JSON content type whose body is not JSON -> 400 "request body is not JSON (...)";
 * JSON nested too deeply for Python's parser (a ``RecursionError``) -> 400 in one line;
 * any ``MlflowException`` -> the same status with a one-line message without the request
@@ -26,7 +29,8 @@ import os
 
 from mlflow.exceptions import MlflowException
 
-__all__ = ["DEFAULT_MAX_BYTES", "guarded", "install_guard", "max_request_bytes"]
+__all__ = ["DEFAULT_MAX_BYTES", "guarded", "install_body_limit", "install_guard",
+           "max_request_bytes", "read_limited"]
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 _PREFIX = "Failed to predict data '"
@@ -34,6 +38,64 @@ _PREFIX = "Failed to predict data '"
 
 def max_request_bytes() -> int:
     return int(os.environ.get("PIPI_SERVE_MAX_BYTES", DEFAULT_MAX_BYTES))
+
+
+class _Refused(bytes):
+    """An empty body standing for one refused while it was read (``size``: bytes declared
+    in Content-Length, or read before the limit was passed)."""
+
+    size: int
+    declared: bool
+
+
+def _refused(size: int, *, declared: bool) -> _Refused:
+    body = _Refused()
+    body.size, body.declared = size, declared
+    return body
+
+
+async def read_limited(chunks, limit: int, *, content_length: str | None = None) -> bytes:
+    """The body from the async iterator ``chunks``, or a refusal once it passes ``limit``.
+
+    A declared ``content_length`` over the limit is refused before a chunk is read; otherwise
+    the chunks are counted as they come and reading stops at the first one past the limit.
+    """
+    if content_length and content_length.strip().isdigit() and int(content_length) > limit:
+        return _refused(int(content_length), declared=True)
+    parts, size = [], 0
+    async for chunk in chunks:
+        size += len(chunk)
+        if size > limit:
+            return _refused(size, declared=False)
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def install_body_limit() -> None:
+    """Make the server read an ``/invocations`` body through :func:`read_limited`.
+
+    MLflow's route reads ``await request.body()`` whole before anything of ours runs, and its
+    app is built after the model is loaded, so the limit goes into Starlette's ``Request.body``
+    for that one path of the scoring server's process (idempotent).
+    """
+    from contextlib import aclosing
+
+    from starlette.requests import Request
+
+    original = Request.body
+    if getattr(original, "__pipi_limit__", False):
+        return
+
+    async def body(self) -> bytes:
+        if hasattr(self, "_body") or self.scope.get("path") != "/invocations":
+            return await original(self)
+        async with aclosing(self.stream()) as stream:
+            self._body = await read_limited(stream, max_request_bytes(),
+                                            content_length=self.headers.get("content-length"))
+        return self._body
+
+    body.__pipi_limit__ = True
+    Request.body = body
 
 
 def _one_line(message: str) -> str:
@@ -56,6 +118,13 @@ def guarded(invocations, response_cls):
 
     def pipi_invocations(data, content_type, model, input_schema):
         limit = max_request_bytes()
+        if isinstance(data, _Refused):
+            what = ("Content-Length" if data.declared else
+                    "refused after reading")
+            return _answer(response_cls, 413, "BAD_REQUEST",
+                           f"request body is over the limit of {limit} bytes "
+                           f"(PIPI_SERVE_MAX_BYTES; {what} {data.size} bytes); send fewer or "
+                           "smaller images")
         if len(data) > limit:
             return _answer(response_cls, 413, "BAD_REQUEST",
                            f"request body of {len(data)} bytes is over the limit of {limit} "
@@ -93,6 +162,8 @@ def install_guard() -> None:
     """Wrap the scoring server's ``invocations`` (idempotent; harmless outside a server)."""
     from mlflow.pyfunc import scoring_server
 
+    if os.environ.get(scoring_server._SERVER_MODEL_PATH):  # this process is the server
+        install_body_limit()
     current = scoring_server.invocations
     if getattr(current, "__pipi_guard__", False):
         return

@@ -47,6 +47,11 @@ def check_reachable(uri: str, *, timeout: float = 5.0) -> None:
         raise TrackingError(f"tracking server {uri} answered HTTP {exc.code} on /health") from None
     except (urllib.error.URLError, OSError, TimeoutError) as exc:
         reason = getattr(exc, "reason", exc)
+        if isinstance(reason, TimeoutError) or "timed out" in str(reason):
+            raise TrackingError(
+                f"the MLflow tracking server at {uri} accepted the connection but did not "
+                f"answer within {timeout:.0f} s: check that it is up and not stuck, or fix "
+                "MLFLOW_TRACKING_URI") from None
         raise TrackingError(
             f"cannot reach the MLflow tracking server at {uri} ({reason}). Start it "
             "(`mlflow server ...`), fix MLFLOW_TRACKING_URI, or unset it to use the local "

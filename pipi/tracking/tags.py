@@ -41,3 +41,81 @@ TAG_RESUMED_RUN = "pipi.resumed_run_id"
 TAG_REUSED_STAGED = "pipi.reused_staged"
 #: on a resumed run: the `mlflow run` runs that resumed it (comma-separated)
 TAG_RESUMED_BY = "pipi.resumed_by"
+#: every pipi tag starts with this (``queries`` keeps them all for studies without predictions)
+TAG_PREFIX = "pipi."
+
+# Evaluation classes and what a run learned from another run.
+TAG_EVALUABLE_CLASSES = "pipi.evaluable_classes"
+TAG_BEST_EPOCH = "pipi.best_epoch"
+#: a sequence run: the code version of the per-frame base run it builds on
+TAG_BASE_CODE_VERSION = "pipi.base_code_version"
+#: a C3 autoencoder run: the image size its residuals were computed at
+TAG_IMAGE_SIZE = "pipi.image_size"
+#: a run trained or scored with a calibrated prior (``-P prior_params=``): where the prior came
+#: from (the file, or "run <calibrate run id>") and, when known, the calibrate run that fitted it
+TAG_PRIOR_PARAMS = "pipi.prior_params"
+TAG_PRIOR_PARAMS_RUN = "pipi.prior_params_run"
+
+# Liveness (``liveness``): "<host>:<pid>:<nonce> <unix time>" of the process training a run.
+TAG_HEARTBEAT = "pipi.heartbeat"
+
+# Sweeps (``ablate``, local and SLURM executors).
+TAG_SWEEP_ROLE = "pipi.sweep_role"
+TAG_FAILED_CHILDREN = "pipi.failed_children"
+TAG_SLURM_ATTEMPT = "pipi.slurm_attempt"
+TAG_SLURM_JOB = "pipi.slurm_job"
+# ``ablate``'s test-time-adaptation children.
+TAG_PAPER_VARIANT = "pipi.paper_variant"
+TAG_TTA_NOTE = "pipi.tta_note"
+TAG_ON_CLASSIFIER_PATH = "pipi.on_classifier_path"
+
+# ``galar``: the vendor fold scored and what it covered, in words.
+TAG_GALAR_FOLD = "pipi.galar_fold"
+TAG_GALAR_SCOPE = "pipi.galar_scope"
+
+# ``robustness``: the perturbation of an evaluation child.
+TAG_PERTURBATION = "pipi.perturbation"
+TAG_PERTURBATION_KIND = "pipi.perturbation_kind"
+TAG_PERTURBATION_LEVEL = "pipi.perturbation_level"
+
+# ``transplant``: the donor run and what moved.
+TAG_DONOR_RUN = "pipi.donor_run_id"
+TAG_TRANSPLANT = "pipi.transplant"
+TAG_TRANSPLANT_KIND = "pipi.transplant_kind"
+TAG_TRANSPLANT_BLOCKS = "pipi.transplant_blocks"
+TAG_OTHER_SEED = "pipi.other_seed"
+
+# ``aggregate`` and ``import``.
+TAG_AGGREGATE_N_RUNS = "pipi.aggregate.n_runs"
+#: ``import``: one tag per fact of the imported file, ``pipi.import.<fact>``
+TAG_IMPORT_PREFIX = "pipi.import."
+
+# ``promote``: what a promotion decided, recorded on the model version.
+TAG_PROMOTE_DECISION = "pipi.promote.decision"
+TAG_PROMOTE_DATE = "pipi.promote.date"
+TAG_PROMOTE_BASELINE = "pipi.promote.baseline"
+TAG_PROMOTE_SEEDS = "pipi.promote.seeds"
+TAG_PROMOTE_DELTA = "pipi.promote.delta"
+TAG_PROMOTE_CI = "pipi.promote.ci"
+TAG_PROMOTE_CI_UNIT = "pipi.promote.ci_unit"
+TAG_PROMOTE_EVIDENCE = "pipi.promote.evidence"
+TAG_PROMOTE_INTERVALS = "pipi.promote.intervals"
+TAG_PROMOTE_P_BOOTSTRAP = "pipi.promote.p_bootstrap"
+TAG_PROMOTE_RUNS = "pipi.promote.runs"
+TAG_PROMOTE_CRITERIA = "pipi.promote.criteria"
+TAG_PROMOTE_CLASS_P_BH = "pipi.promote.class_p_bh"
+TAG_PROMOTE_FORCE_REASON = "pipi.promote.force_reason"
+TAG_PROMOTE_ERROR = "pipi.promote.error"
+TAG_PROMOTE_RESTORED = "pipi.promote.restored"
+#: registered-model tag held while a promotion moves the aliases: "<host>:<pid>:<nonce> <time>"
+TAG_PROMOTE_LOCK = "pipi.promote.lock"
+
+# ``calibrate``: the Optuna study of a parent run and each trial's child run.
+TAG_OPTUNA_STUDY = "pipi.optuna_study"
+TAG_OPTUNA_STORAGE = "pipi.optuna_storage"
+TAG_TARGET = "pipi.target"
+TAG_TRIAL_NUMBER = "pipi.trial_number"
+TAG_TRIAL_STATE = "pipi.trial_state"
+TAG_PRUNED = "pipi.pruned"
+TAG_WORKER = "pipi.worker"
+TAG_BASELINE_TRIAL = "pipi.baseline_trial"

@@ -362,8 +362,12 @@ def fit_epochs(model, *, cfg: TrainConfig, gen: torch.Generator, train_epoch, pr
 
 def run_frame_cell(cfg: TrainConfig, *, data: Path, resume_state: dict | None = None,
                    tracker=None, device: str | None = None, progress: bool = True,
-                   cache_dir: Path | None = None, runtime: Runtime | None = None) -> dict:
+                   cache_dir: Path | None = None, runtime: Runtime | None = None,
+                   staged: tuple[pd.DataFrame, dict] | None = None) -> dict:
     """Train and evaluate a per-frame cell. Returns predictions, metrics and the model.
+
+    ``staged``: the (frames, manifest) of ``data`` when the caller has loaded them already
+    (the ``train`` workflow's request), else they are read here.
 
     ``tracker`` (``pipi.tracking`` functions or a test double with ``log_metrics``,
     ``log_checkpoint``) receives per-epoch metrics and the resumable checkpoint. ``runtime``
@@ -372,7 +376,7 @@ def run_frame_cell(cfg: TrainConfig, *, data: Path, resume_state: dict | None = 
     """
     rt = runtime or runtime_of(cfg, device=device)
     dev = rt.device
-    frames, manifest = load_staged(data)
+    frames, manifest = staged if staged is not None else load_staged(data)
     digest = manifest["data_digest"]
     cache = build_cache(data, frames, size=cfg.image_size, digest=digest,
                         cache_dir=cache_dir or pipi_home() / "cache", progress=progress)

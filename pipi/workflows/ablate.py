@@ -138,9 +138,9 @@ def tta_evaluation(variant: str, tta: TTAConfig = TTAConfig()) -> Evaluation:
                       options={"tta_variant": variant, **asdict(tta)}, check=check,
                       finalize=lambda m: {"tta/delta_test_macro_auc": m["test/macro_auc"]
                                           - m["tta/baseline_test_macro_auc"]},
-                      tags={"pipi.paper_variant": str(paper).lower(),
-                            "pipi.tta_note": NULL_NOTE if paper else BN_TENT_NOTE,
-                            "pipi.on_classifier_path": str(not paper).lower()})
+                      tags={tracking.TAG_PAPER_VARIANT: str(paper).lower(),
+                            tracking.TAG_TTA_NOTE: NULL_NOTE if paper else BN_TENT_NOTE,
+                            tracking.TAG_ON_CLASSIFIER_PATH: str(not paper).lower()})
 
 
 # --------------------------------------------------------------------------- the workflow
@@ -221,7 +221,7 @@ def run_ablation(*, study: str = "eight_cell", seeds: Sequence[int] | str = PAPE
         counts = {s: sum(r.status == s for r in results)
                   for s in ("reused", "trained", "retried", "failed")}
         tracking.log_metrics({f"children_{k}": v for k, v in counts.items()})
-        tracking.set_tags({"pipi.failed_children": counts["failed"]})
+        tracking.set_tags({tracking.TAG_FAILED_CHILDREN: counts["failed"]})
     return SweepResult(parent_run_id=pid, study=st.name, children=tuple(results), table=table)
 
 
@@ -243,5 +243,5 @@ def _spawn_child(child: Child, *, run_id: str, threads: int, data: str,
 def _train_child(child: Child, *, data: Path, progress: bool, parent_run_id: str) -> str:
     summary = train(child.cfg, data=str(data), nested=True, progress=progress)
     tracking.set_run_tags(summary["run_id"], {tracking.TAG_PARENT_RUN: parent_run_id,
-                                              "pipi.sweep_role": child.role})
+                                              tracking.TAG_SWEEP_ROLE: child.role})
     return summary["run_id"]

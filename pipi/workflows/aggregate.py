@@ -29,6 +29,7 @@ from pipi import tracking
 from pipi.analysis import AggregateOptions
 from pipi.errors import ConfigError
 from pipi.report import Report, build_report, dashboard
+from pipi.report.build import AGGREGATE_FORMAT
 from pipi.report.descriptions import aggregate_description
 from pipi.report.tables import dump_json, table_markdown
 from pipi.runs.evidence import load_evidence
@@ -110,7 +111,7 @@ class OutFolder:
             for f in new:
                 (self.path / f).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(folder / f, self.path / f)
-            dump_json({"format": "pipi.aggregate", "files": new}, self.path / MARKER)
+            dump_json({"format": AGGREGATE_FORMAT, "files": new}, self.path / MARKER)
         except OSError as exc:
             raise _cannot_write(Path(exc.filename or self.path), exc) from None
         self.installed = True
@@ -241,7 +242,8 @@ def _write_and_log(report: Report, ev, kept: pd.DataFrame, experiment: str, filt
     run_id = None
     try:
         if log_run:
-            tags = {tracking.TAG_DATA_DIGEST: ev.data_digest, "pipi.aggregate.n_runs": len(kept)}
+            tags = {tracking.TAG_DATA_DIGEST: ev.data_digest,
+                    tracking.TAG_AGGREGATE_N_RUNS: len(kept)}
             # under `mlflow run` the run exists already (MLFLOW_RUN_ID), in the experiment
             # that `mlflow run` chose: attach to it instead of switching experiments
             attached = bool(os.environ.get("MLFLOW_RUN_ID"))

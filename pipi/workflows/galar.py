@@ -40,17 +40,16 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from pipi import tracking
-from pipi.calibration.objective import PriorParams
 from pipi.cells import CELLS, PER_FRAME_CELLS
 from pipi.classes import class_index
 from pipi.data.kvasir import load_staged
-from pipi.data.synthetic import synthesize_galar
+from pipi.data.synthetic import GALAR_PRESETS, synthesize_galar
 from pipi.errors import ConfigError, DataError
 from pipi.galkva import BENCHMARK_VERSION, SCORING_SETS
 from pipi.paths import pipi_home
 from pipi.runs.data import run_stage_galar
 from pipi.runs.evaluate import EvalContext, Evaluation, evaluate_run, find_evaluation, plain_scorer
-from pipi.runs.prior_params import load_prior_params
+from pipi.runs.prior_params import CalibratedPrior, resolve_prior
 from pipi.stats import macro_auc
 
 __all__ = ["FOLD_CHOICES", "GALAR_FOLDS", "STUDY", "TAG_FOLD", "TAG_SCOPE", "VARIANT",
@@ -67,11 +66,11 @@ VARIANT_CALIBRATED = "calibrated"
 GALAR_FOLDS = ("all", "evaluation")
 #: The ``fold`` parameter: ``auto`` is ``all``, or ``evaluation`` with ``prior_params``.
 FOLD_CHOICES = ("auto", *GALAR_FOLDS)
-TAG_FOLD = "pipi.galar_fold"
+TAG_FOLD = tracking.TAG_GALAR_FOLD
 #: What the fold scored, in words (``fold_scope``): "every staged video (...)" or "the
 #: evaluation fold only (12 of 24 staged videos; ...)".
-TAG_SCOPE = "pipi.galar_scope"
-SYNTHETIC_PRESETS = ("tiny", "demo")
+TAG_SCOPE = tracking.TAG_GALAR_SCOPE
+SYNTHETIC_PRESETS = tuple(GALAR_PRESETS)
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 
 
@@ -212,7 +211,7 @@ def _fold_rows(frames: pd.DataFrame, *, fold: str) -> np.ndarray:
     return (frames["vendor_fold"] == fold).to_numpy()
 
 
-def _calibrated_scorer(prior: PriorParams):
+def _calibrated_scorer(prior: CalibratedPrior):
     def scorer(ctx: EvalContext, rows: np.ndarray, split: str):
         """The model with the calibrated prior (lambda_eff at the run's image size)."""
         return galar_scorer(replace(ctx, cfg=prior.apply(ctx.cfg)), rows, split)
@@ -235,16 +234,16 @@ def resolve_fold(fold: str, *, calibrated: bool) -> str:
     return fold
 
 
-def galar_evaluation(fold: str = "auto", prior: PriorParams | None = None) -> Evaluation:
+def galar_evaluation(fold: str = "auto", prior: CalibratedPrior | None = None) -> Evaluation:
     """How one Kvasir-trained run is scored on Galar (the one place that builds it):
     zero-shot, or with a calibrated prior (variant ``calibrated``)."""
     fold = resolve_fold(fold, calibrated=prior is not None)
     if prior is not None:
         return Evaluation(study=STUDY, variant=VARIANT_CALIBRATED,
                           scorer=_calibrated_scorer(prior), splits=("test",),
-                          options={"fold": fold, "alpha": prior.alpha,
-                                   "lambda_eff_fraction": prior.lambda_eff_fraction},
-                          tags={TAG_FOLD: fold, "pipi.prior_params": prior.source},
+                          options={"fold": fold, "alpha": prior.params.alpha,
+                                   "lambda_eff_fraction": prior.params.lambda_eff_fraction},
+                          tags={TAG_FOLD: fold, **prior.tags},
                           check=_five_channel, select=functools.partial(_fold_rows, fold=fold))
     return Evaluation(study=STUDY, variant=VARIANT, scorer=galar_scorer, splits=("test",),
                       options={"fold": fold}, tags={TAG_FOLD: fold},
@@ -308,7 +307,7 @@ def run_galar(*, runs: str, data: str | None = "synthetic", fold: str = "auto",
     calibrated prior instead (variant ``calibrated``). Everything the user passed is checked
     (fold, prior_params, runs) before the data is staged.
     """
-    prior = load_prior_params(prior_params) if prior_params else None
+    prior = resolve_prior(prior_params) if prior_params else None
     fold = resolve_fold(fold, calibrated=prior is not None)
     ev = galar_evaluation(fold, prior)
     experiment = experiment or tracking.default_experiment()

@@ -151,7 +151,7 @@ def import_file(*, kind: str, file: str | Path, cell: str, backbone: str, seed: 
             tracking.TAG_SOURCE: SOURCE_EXTERNAL, tracking.TAG_SOURCE_KIND: kind,
             tracking.TAG_SOURCE_SHA: sha, tracking.TAG_SOURCE_FILE: path.name,
             tracking.TAG_SOURCE_LABEL: label,
-            **{f"pipi.import.{k}": v for k, v in facts.items()}}
+            **{tracking.TAG_IMPORT_PREFIX + k: v for k, v in facts.items()}}
     found = tracking.find_finished_run(tags[tracking.TAG_CONFIG_HASH],
                                        **{tracking.TAG_ENTRY_POINT: ENTRY_POINT})
     if found is not None:

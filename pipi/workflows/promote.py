@@ -68,7 +68,9 @@ CHAMPION, PREVIOUS, CANDIDATE = "champion", "previous-champion", "candidate"
 ALPHA = 0.05
 #: What the gate's interval resamples: test videos (clustered) or seeds (the paper's).
 EVIDENCE = ("videos", "seeds")
-_NAME = re.compile(r"^pipi-(?P<backbone>[a-z0-9_]+)-(?P<cell>[a-z_]+)$")
+#: <prefix>-<backbone>-<cell>; the prefix is pipi unless PIPI_MODEL_PREFIX chose another
+_NAME = re.compile(r"^(?P<prefix>[A-Za-z0-9][A-Za-z0-9_.-]*)-(?P<backbone>[a-z0-9_]+)"
+                   r"-(?P<cell>[a-z_]+)$")
 
 
 @dataclass
@@ -135,8 +137,8 @@ def _runs_of_version(mv) -> dict:
                         "only versions registered by pipi train can be promoted")
     # a version imported from outside (entry point import) is judged against imported
     # baseline runs of the same source, as aggregate keeps them (analysis.mark_imported)
-    label = (t.get("pipi.source_label") or "released") if t.get("pipi.source") == "external" \
-        else ""
+    external = t.get(tracking.TAG_SOURCE) == "external"
+    label = (t.get(tracking.TAG_SOURCE_LABEL) or "released") if external else ""
     return {"run_id": mv.run_id, "experiment_id": run.info.experiment_id,
             "cell": t[tracking.TAG_CELL] + (f" ({label})" if label else ""), "label": label,
             "backbone": t[tracking.TAG_BACKBONE],
@@ -238,7 +240,7 @@ def gather_evidence(src: dict, *, baseline: str, min_sign_positive: int,
 def _check_name(model: str) -> None:
     if not _NAME.match(model or ""):
         raise ConfigError(f"model={model!r}: expected a registered model name "
-                          "pipi-<backbone>-<cell>, e.g. pipi-efficientnet_b0-b_plus")
+                          "<prefix>-<backbone>-<cell>, e.g. pipi-efficientnet_b0-b_plus")
 
 
 def _record(model: str, version: str, ev: Evidence | None, decision: str, *,
@@ -250,28 +252,30 @@ def _record(model: str, version: str, ev: Evidence | None, decision: str, *,
     if force_reason:
         text += f"\nFORCED promotion, reason: {force_reason}"
     head = f"pipi promote {now}: {decision}"
-    tags = {"pipi.promote.decision": decision, "pipi.promote.date": now}
+    tags = {tracking.TAG_PROMOTE_DECISION: decision, tracking.TAG_PROMOTE_DATE: now}
     if ev is not None:
         tags.update({
-            "pipi.promote.baseline": ev.baseline, "pipi.promote.seeds": ",".join(map(str, ev.seeds)),
-            "pipi.promote.delta": f"{ev.delta:.6f}",
-            "pipi.promote.ci": f"[{ev.ci[0]:.6f}, {ev.ci[1]:.6f}]",
-            "pipi.promote.evidence": ev.evidence, "pipi.promote.ci_unit": ev.unit,
-            "pipi.promote.intervals": json.dumps({u: [round(lo, 6), round(hi, 6)]
-                                                  for u, (lo, hi) in ev.intervals.items()}),
-            "pipi.promote.p_bootstrap": f"{ev.pvalue:.6g}",
-            "pipi.promote.runs": json.dumps({"new": ev.new_runs, "baseline": ev.baseline_runs}),
-            "pipi.promote.criteria": json.dumps([[c, v, r, bool(ok)] for c, v, r, ok
-                                                 in ev.criteria]),
+            tracking.TAG_PROMOTE_BASELINE: ev.baseline,
+            tracking.TAG_PROMOTE_SEEDS: ",".join(map(str, ev.seeds)),
+            tracking.TAG_PROMOTE_DELTA: f"{ev.delta:.6f}",
+            tracking.TAG_PROMOTE_CI: f"[{ev.ci[0]:.6f}, {ev.ci[1]:.6f}]",
+            tracking.TAG_PROMOTE_EVIDENCE: ev.evidence, tracking.TAG_PROMOTE_CI_UNIT: ev.unit,
+            tracking.TAG_PROMOTE_INTERVALS: json.dumps(
+                {u: [round(lo, 6), round(hi, 6)] for u, (lo, hi) in ev.intervals.items()}),
+            tracking.TAG_PROMOTE_P_BOOTSTRAP: f"{ev.pvalue:.6g}",
+            tracking.TAG_PROMOTE_RUNS: json.dumps({"new": ev.new_runs,
+                                                   "baseline": ev.baseline_runs}),
+            tracking.TAG_PROMOTE_CRITERIA: json.dumps([[c, v, r, bool(ok)] for c, v, r, ok
+                                                          in ev.criteria]),
         })
         if ev.per_class is not None:
-            tags["pipi.promote.class_p_bh"] = json.dumps(
+            tags[tracking.TAG_PROMOTE_CLASS_P_BH] = json.dumps(
                 {r["class"]: [round(r["delta"], 6), round(r["p_bh"], 6)]
                  for _, r in ev.per_class.iterrows()})
     if force_reason:
-        tags["pipi.promote.force_reason"] = force_reason
+        tags[tracking.TAG_PROMOTE_FORCE_REASON] = force_reason
     if error:
-        tags["pipi.promote.error"] = error
+        tags[tracking.TAG_PROMOTE_ERROR] = error
     # the training evidence written at registration stays below the gate's numbers
     kept = training_evidence(tracking.model_version(model, version).description)
     tracking.record_on_version(model, version, tags,
@@ -290,7 +294,7 @@ def rollback(model: str) -> PromoteResult:
         tracking.set_aliases(model, {CHAMPION: prev, PREVIOUS: cur})
         tracking.check_aliases(model, {CHAMPION: prev, PREVIOUS: cur})
     now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    tracking.record_on_version(model, prev, {"pipi.promote.restored": f"{now} (rollback from "
+    tracking.record_on_version(model, prev, {tracking.TAG_PROMOTE_RESTORED: f"{now} (rollback from "
                                                                        f"version {cur})"})
     text = f"rolled back {model}: @{CHAMPION} -> version {prev}" + (
         f", @{PREVIOUS} -> version {cur}" if cur else "")

@@ -37,7 +37,6 @@ log = logging.getLogger(__name__)
 
 ENTRY_POINT = "robustness"
 STUDY = "robustness"
-TAG_PERTURBATION = "pipi.perturbation"
 
 
 def variant_of(perturbation: str) -> str:
@@ -76,8 +75,9 @@ def robustness_evaluation(perturbation: str, *, seed: int = 0) -> Evaluation:
                "noise_seed": int(seed)}
     return Evaluation(study=STUDY, variant=variant_of(spec.name), scorer=scorer,
                       splits=("test",), options=options,
-                      tags={TAG_PERTURBATION: spec.name, "pipi.perturbation_kind": spec.kind,
-                            "pipi.perturbation_level": spec.level})
+                      tags={tracking.TAG_PERTURBATION: spec.name,
+                            tracking.TAG_PERTURBATION_KIND: spec.kind,
+                            tracking.TAG_PERTURBATION_LEVEL: spec.level})
 
 
 def run_robustness(*, runs: str, perturbations: str = "all", seed: int = 0, data: str = "",

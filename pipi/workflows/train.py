@@ -1,6 +1,7 @@
 """The ``train`` workflow: configuration -> MLflow run -> training -> run contract -> registry.
 
-One run body serves per-frame and sequence cells: resolve the data, start (or resume, or
+One request (``TrainRequest``: config, staged data, runtime and prior resolved once, by the
+CLI or by :func:`request`), one run body for per-frame and sequence cells: start (or resume, or
 attach to ``mlflow run``'s) run with the contract's tags, log params, config and dataset,
 fit, log metrics and predictions, then the model: a registered pyfunc for every cell
 (``pipi.tracking.pyfunc``; sequence cells also keep their checkpoint).
@@ -12,6 +13,8 @@ import json
 import logging
 import math
 import shutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -28,22 +31,24 @@ from pipi.config import (
     synthetic_preset,
 )
 from pipi.data.cache import build_cache
-from pipi.data.kvasir import load_staged
 from pipi.errors import ConfigError
 from pipi.models import NormalAutoencoder
+from pipi.models.backbones import check_weights
 from pipi.paths import pipi_home
 from pipi.report.descriptions import model_card, run_description, version_description
 from pipi.report.run_figures import cell_prior_figure, first_per_class, prediction_figures
-from pipi.runs.data import resolve_data
+from pipi.runs.data import StagedData, is_synthetic, load_data
 from pipi.runs.evaluate import load_run_model
+from pipi.runs.prior_params import CalibratedPrior, check_prior_params, resolve_prior
 from pipi.runs.streams import build_streams, find_base_run
-from pipi.runtime import runtime_of
+from pipi.runtime import Runtime, runtime_of
 from pipi.serving.model_input import encode_png
 from pipi.serving.sequence_clip import ClipPredictor
 from pipi.tracking.logged_model import (
     example_images,
     log_and_register,
     log_frame_model,
+    registered_name,
 )
 from pipi.tracking.pyfunc import MAX_CLIP_FRAMES, PipiSequenceClassifier
 from pipi.training.frames import run_frame_cell, tmpdir, write_predictions
@@ -52,23 +57,93 @@ from pipi.training.sequence import C3_DIR, base_config, fit_sequence
 log = logging.getLogger(__name__)
 
 
-def prepare(*, cell: str, backbone: str, seed: int, profile: str, data: str | None,
-            **overrides) -> tuple[TrainConfig, Path]:
-    """Resolve the data and ``profile=auto``, then build the config (every option checked)."""
-    root = resolve_data(data, preset=synthetic_preset(profile))
-    _, manifest = load_staged(root)
-    check_trainable(root, manifest, data)
-    profile = resolve_profile(profile, manifest.get("dataset", ""))
-    return make_config(cell=cell, backbone=backbone, seed=seed, profile=profile,
-                       **overrides), root
+@dataclass(frozen=True)
+class TrainRequest:
+    """One ``train`` request, resolved once: the configuration, the staged data (index
+    loaded), the runtime and, on resume, the run's own checkpoint. The CLI builds it with
+    :func:`request_from_options`, a library caller with :func:`request`; :func:`run` trains
+    it as it is."""
+
+    cfg: TrainConfig
+    staged: StagedData
+    runtime: Runtime
+    data: str | None = None          # the ``data`` option as given (None: the default)
+    resume: str | None = None
+    resume_state: dict | None = field(default=None, repr=False, compare=False)
+    base_run_id: str | None = None   # a resumed sequence run's base run
+    tags: Mapping[str, str] = field(default_factory=dict)  # e.g. where the prior came from
 
 
-def check_trainable(root: Path, manifest: dict, data: str | None) -> None:
+def request(cfg: TrainConfig | None, *, data: str | None = None, resume: str | None = None,
+            prior: CalibratedPrior | None = None) -> TrainRequest:
+    """The request of a built configuration: its data resolved and loaded, its runtime
+    resolved (a device that is not there fails here, before any run starts). ``resume``
+    continues that run on its own data and recipe (``cfg`` is then ignored)."""
+    if resume:
+        staged = resume_data(resume, data)
+        saved, state = load_resume(resume)
+        if cfg is not None and saved != cfg:
+            log.warning("resuming run %s with its own configuration, not the one passed", resume)
+        base_id = tracking.get_run(resume).data.tags.get(tracking.TAG_BASE_RUN)
+        return TrainRequest(saved, staged, runtime_of(saved), data=data, resume=resume,
+                            resume_state=state, base_run_id=base_id)
+    if prior is not None:
+        cfg = prior.apply(cfg)
+    staged = load_data(data, preset=synthetic_preset(cfg.profile))
+    check_trainable(staged, data)
+    return TrainRequest(cfg, staged, runtime_of(cfg), data=data,
+                        tags=dict(prior.tags) if prior is not None else {})
+
+
+def request_from_options(*, cell: str, backbone: str, seed: int, profile: str,
+                         data: str | None, weights: str, prior_params: str = "",
+                         resume: str | None = None, connect: Callable[[], object] | None = None,
+                         **overrides) -> TrainRequest:
+    """The request of ``pipi train`` / ``mlflow run . -e train``, every option checked once.
+
+    The configuration is built once, after ``profile=auto`` is resolved (from the data: a
+    staged folder's dataset, or the synthetic data) and before anything is staged;
+    ``connect`` (the CLI's connection to the tracking server) is called once the options are
+    checked, before a calibrate run is read or the synthetic data staged. ``prior_params``
+    sets alpha and lambda_eff (lambda_eff at the resolved image size); ``resume`` continues
+    a run on its own recipe and data (the recipe options are then not used)."""
+    if resume:
+        if connect is not None:
+            connect()
+        return request(None, data=data, resume=resume)
+    staged = None if is_synthetic(data) else load_data(data)  # its dataset decides profile=auto
+    profile = resolve_profile(profile, staged.manifest.get("dataset", "") if staged
+                              else "synthetic")
+    cfg = make_config(cell=cell, backbone=backbone, seed=seed, profile=profile,
+                      weights=weights, **overrides)
+    check_weights(weights)
+    check_prior_params(prior_params, overrides)
+    cc = cfg.cell_config
+    if prior_params and not (cc.is_sequence or cc.input_channels == 5 or cc.distill):
+        raise ConfigError(f"prior_params={prior_params}: cell {cell} uses no optical prior "
+                          "(RGB only); prior_params applies to pi, pblood_only, phi_only, "
+                          "distill and the sequence cells built on them")
+    if staged is not None:
+        check_trainable(staged, data)
+    runtime = runtime_of(cfg)  # a device that is not there fails before anything is staged
+    if connect is not None:
+        connect()
+    prior = resolve_prior(prior_params) if prior_params else None
+    if prior is not None:  # lambda_eff scales to the resolved image size
+        cfg = prior.apply(cfg)
+    if staged is None:
+        staged = load_data(data, preset=synthetic_preset(profile))
+        check_trainable(staged, data)
+    return TrainRequest(cfg, staged, runtime, data=data,
+                        tags=dict(prior.tags) if prior is not None else {})
+
+
+def check_trainable(staged: StagedData, data: str | None) -> None:
     """A staged Galar folder is test data only (zero-shot, every frame in ``test``)."""
-    if manifest.get("dataset") == "galar":
-        raise ConfigError(f"data={data or root}: {root} is a staged Galar folder, test data "
-                          "only (zero-shot); train on a staged Kvasir-Capsule release and "
-                          "score Galar with `galar`")
+    if staged.manifest.get("dataset") == "galar":
+        raise ConfigError(f"data={data or staged.root}: {staged.root} is a staged Galar folder, "
+                          "test data only (zero-shot); train on a staged Kvasir-Capsule release "
+                          "and score Galar with `galar`")
 
 
 def refuse_finished(run, resume: str) -> None:
@@ -79,7 +154,7 @@ def refuse_finished(run, resume: str) -> None:
             "KILLED or RUNNING) run. To train again, start a new run without resume")
 
 
-def resume_data(resume: str, data: str | None) -> Path:
+def resume_data(resume: str, data: str | None) -> StagedData:
     """The staged folder a resumed run continues on: its own (``data_dir``), checked against
     the run's data digest. A ``data`` that is given must hold the same data."""
     run = tracking.get_run(resume)
@@ -93,18 +168,19 @@ def resume_data(resume: str, data: str | None) -> Path:
                 f"resume={resume}: the run was trained on {own}, which is no longer a staged "
                 f"folder (no manifest.json); stage the same data again (data digest "
                 f"{digest[:12]}) and pass it as data=<folder>")
-        root = resolve_data(str(path))
+        staged = load_data(str(path))
         given = f"its own data folder {own}"
     else:
-        root = resolve_data(data, preset="demo")
+        profile = run.data.params.get("profile", "")
+        staged = load_data(data, preset=synthetic_preset(profile))
         given = f"data={data}"
-    _, manifest = load_staged(root)
-    if digest and manifest["data_digest"] != digest:
+    if digest and staged.digest != digest:
         raise ConfigError(
-            f"resume={resume}: {given} has data digest {manifest['data_digest'][:12]} but the "
+            f"resume={resume}: {given} has data digest {staged.digest[:12]} but the "
             f"run was trained on data digest {digest[:12]} ({own or 'unknown folder'}); leave "
             "data out to continue on the run's own data, or start a new run")
-    return root
+    check_trainable(staged, data)
+    return staged
 
 
 def load_resume(resume: str) -> tuple[TrainConfig, dict]:
@@ -117,12 +193,6 @@ def load_resume(resume: str) -> tuple[TrainConfig, dict]:
     return TrainConfig.from_dict(state["config"]), state
 
 
-def resume_config(resume: str) -> TrainConfig:
-    """The configuration a run was started with (its ``config.json``), without its checkpoint."""
-    path = tracking.download_artifact(resume, "config.json", tmpdir())
-    return TrainConfig.from_dict(json.loads(path.read_text()))
-
-
 def log_results(out: dict, work: Path) -> dict:
     """Log a fitted cell's final metrics, predictions and history; return the summary."""
     m = {k: v for k, v in out["metrics"].items() if isinstance(v, float) and math.isfinite(v)}
@@ -130,7 +200,7 @@ def log_results(out: dict, work: Path) -> dict:
     m["val/best_macro_auc"] = m.pop("val/macro_auc", float("nan"))
     tracking.log_metrics(m)
     tracking.set_tags({**tracking.class_tags(test=out["classes"], val=out["val_classes"]),
-                       "pipi.best_epoch": out["metrics"]["best_epoch"]})
+                       tracking.TAG_BEST_EPOCH: out["metrics"]["best_epoch"]})
     tracking.log_artifacts(write_predictions(out["predictions"], work / "predictions"),
                            "predictions")
     tracking.log_dict(out["history"], "history.json")
@@ -144,28 +214,28 @@ def log_results(out: dict, work: Path) -> dict:
 def train(cfg: TrainConfig, *, data: str | None = None, resume: str | None = None,
           experiment: str | None = None, register: bool = True, progress: bool = True,
           nested: bool = False, system_metrics: bool = False) -> dict:
-    """Run one cell end to end inside an MLflow run and return a summary.
+    """Run one cell end to end inside an MLflow run and return a summary (:func:`request`,
+    then :func:`run`)."""
+    return run(request(cfg, data=data, resume=resume), experiment=experiment,
+               register=register, progress=progress, nested=nested,
+               system_metrics=system_metrics)
+
+
+def run(req: TrainRequest, *, experiment: str | None = None, register: bool = True,
+        progress: bool = True, nested: bool = False, system_metrics: bool = False) -> dict:
+    """Train a request inside an MLflow run and return a summary.
 
     The run ends with what the MLflow UI shows (``_show_in_ui``): figures, the run's
     description, the registered model's card and the version's evidence.
     ``system_metrics`` turns on MLflow's system-metrics logging for the run."""
-    resume_state, base_id = None, None
-    if resume:
-        # the run's own data and recipe: a resumed run never changes what it trains on
-        root = resume_data(resume, data)
-        saved, resume_state = load_resume(resume)
-        if saved != cfg:
-            log.warning("resuming run %s with its own configuration, not the one passed", resume)
-        cfg = saved
-        base_id = tracking.get_run(resume).data.tags.get(tracking.TAG_BASE_RUN)
-    else:
-        root = resolve_data(data, preset=synthetic_preset(cfg.profile))
-    frames, manifest = load_staged(root)
-    check_trainable(root, manifest, data)
+    cfg, resume, data, runtime = req.cfg, req.resume, req.data, req.runtime
+    root, frames, manifest = req.staged.root, req.staged.frames, req.staged.manifest
+    resume_state, base_id = req.resume_state, req.base_run_id
     seq = cfg.cell_config.is_sequence
-    runtime = runtime_of(cfg)  # a device that is not there fails before the run starts
-    tags = tracking.train_tags(cfg, manifest, data=None if data in (None, "", "synthetic")
-                               else str(root), precision=runtime.precision)
+    tags = {**tracking.train_tags(cfg, manifest, data=None if data in (None, "", "synthetic")
+                                  else str(root), precision=runtime.precision), **req.tags}
+    if register:  # on an auth server, a model another member registered: say so before the fit
+        tracking.check_can_register(registered_name(cfg))
     if resume:  # the recipe the run was started with, not one naming the resolved folder
         tags[tracking.TAG_RECIPE] = tracking.get_run(resume).data.tags.get(
             tracking.TAG_RECIPE, tags[tracking.TAG_RECIPE])
@@ -182,7 +252,7 @@ def train(cfg: TrainConfig, *, data: str | None = None, resume: str | None = Non
     try:
         with tracking.pipi_run(entry_point="train", experiment=experiment, run_id=resume,
                                nested=nested, run_name=f"{cfg.cell}-{cfg.backbone}-s{cfg.seed}",
-                               tags=tags, log_system_metrics=system_metrics) as run:
+                               tags=tags, log_system_metrics=system_metrics):
             if not resume:
                 params = {**run_params(cfg), "data_dir": str(root)}
                 if seq:
@@ -200,7 +270,8 @@ def train(cfg: TrainConfig, *, data: str | None = None, resume: str | None = Non
                                         progress=progress, tags=tags, device=runtime.device)
             else:
                 out = run_frame_cell(cfg, data=root, resume_state=resume_state, tracker=tracker,
-                                     progress=progress, runtime=runtime)
+                                     progress=progress, runtime=runtime,
+                                     staged=(frames, manifest))
                 summary = log_results(out, work)
                 summary["test_predictions"] = out["predictions"]["test"]
                 summary.update(log_frame_model(cfg, out["model"], work,
@@ -237,7 +308,8 @@ def _show_in_ui(cfg: TrainConfig, summary: dict, *, root: Path, frames: pd.DataF
         registered=summary.get("registered")))
     if summary.get("registered"):
         name, version = summary["registered_name"], summary["registered_version"]
-        tracking.set_model_description(name, model_card(cell=cfg.cell, backbone=cfg.backbone))
+        tracking.set_model_description(name, model_card(cell=cfg.cell, backbone=cfg.backbone,
+                                                        name=name))
         tracking.set_version_description(name, version, version_description(
             run_id=run_id, test_macro_auc=summary["test_macro_auc"],
             test_classes=summary["test_classes"], data_digest=digest, recipe=recipe,
@@ -255,10 +327,11 @@ def _prior_figure(cfg: TrainConfig, *, root: Path, frames: pd.DataFrame, manifes
 
 
 # --------------------------------------------------------------------------- sequence cells
-def ensure_base_run(cfg: TrainConfig, *, data: Path, digest: str, register: bool,
+def ensure_base_run(cfg: TrainConfig, *, staged: StagedData, register: bool,
                     progress: bool) -> tuple[str, bool]:
-    """(run id, trained now): the base per-frame run, trained nested when none exists."""
-    rid = find_base_run(cfg, digest)
+    """(run id, trained now): the base per-frame run, trained nested when none exists (on the
+    staged data already loaded, its index not read again)."""
+    rid = find_base_run(cfg, staged.digest)
     if rid is not None:
         log.info("cell %s builds on the FINISHED %s run %s", cfg.cell,
                  cfg.cell_config.base_cell, rid)
@@ -266,8 +339,9 @@ def ensure_base_run(cfg: TrainConfig, *, data: Path, digest: str, register: bool
     bcfg = base_config(cfg)
     log.info("no FINISHED %s run for backbone %s, seed %d: training it first",
              bcfg.cell, bcfg.backbone, bcfg.seed)
-    summary = train(bcfg, data=str(data), register=register, progress=progress,
-                    nested=tracking.active_experiment_id() is not None)
+    req = TrainRequest(bcfg, staged, runtime_of(bcfg), data=str(staged.root))
+    summary = run(req, register=register, progress=progress,
+                  nested=tracking.active_experiment_id() is not None)
     return summary["run_id"], True
 
 
@@ -278,10 +352,10 @@ def _fit_sequence(cfg: TrainConfig, *, root: Path, frames: pd.DataFrame, manifes
     registered pyfunc (base backbone + head + C3 autoencoder)."""
     digest = manifest["data_digest"]
     if base_id is None:
-        base_id, _ = ensure_base_run(cfg, data=root, digest=digest, register=register,
-                                     progress=progress)
+        base_id, _ = ensure_base_run(cfg, staged=StagedData(root, frames, manifest),
+                                     register=register, progress=progress)
     base_code = tracking.get_run(base_id).data.tags.get(tracking.TAG_CODE_VERSION, "")
-    tracking.set_tags({tracking.TAG_BASE_RUN: base_id, "pipi.base_code_version": base_code})
+    tracking.set_tags({tracking.TAG_BASE_RUN: base_id, tracking.TAG_BASE_CODE_VERSION: base_code})
     dev = device
     cache_dir = pipi_home() / "cache"
     images = build_cache(root, frames, size=cfg.image_size, digest=digest, cache_dir=cache_dir,

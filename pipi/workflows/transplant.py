@@ -51,7 +51,6 @@ log = logging.getLogger(__name__)
 ENTRY_POINT = "transplant"
 #: What ``-P study=`` runs: the weight-surgery experiments, the Grad-CAM overlap, or both.
 STUDIES = ("transplant", "gradcam", "all")
-TAG_DONOR = "pipi.donor_run_id"
 
 
 class Models:
@@ -105,8 +104,9 @@ def transplant_evaluation(what: str, *, donor: SourceRun, models: Callable) -> E
     return Evaluation(study="transplant", variant=f"transplant_{what}", splits=("test",),
                       options={"donor_run_id": donor.run_id, "what": what},
                       model_transform=transform,
-                      tags={TAG_DONOR: donor.run_id, "pipi.transplant": what,
-                            "pipi.transplant_kind": kind, "pipi.transplant_blocks": blocks})
+                      tags={tracking.TAG_DONOR_RUN: donor.run_id, tracking.TAG_TRANSPLANT: what,
+                            tracking.TAG_TRANSPLANT_KIND: kind,
+                            tracking.TAG_TRANSPLANT_BLOCKS: blocks})
 
 
 def _conv_child(a: SourceRun, b: SourceRun, *, variant: str, models: Models, digest: str,
@@ -125,9 +125,10 @@ def _conv_child(a: SourceRun, b: SourceRun, *, variant: str, models: Models, dig
                **{f"conv/norm_{'pi' if b.input_channels == 5 else 'other'}/{k}": v
                   for k, v in channel_norms(mb).items()}}
     tags = {tracking.TAG_CONFIG_HASH: key, tracking.TAG_STUDY: "transplant",
-            tracking.TAG_VARIANT: variant, tracking.TAG_SOURCE_RUN: a.run_id, TAG_DONOR: b.run_id,
-            tracking.TAG_BACKBONE: a.backbone, tracking.TAG_SEED: a.seed,
-            "pipi.other_seed": b.seed, tracking.TAG_DATA_DIGEST: digest,
+            tracking.TAG_VARIANT: variant, tracking.TAG_SOURCE_RUN: a.run_id,
+            tracking.TAG_DONOR_RUN: b.run_id, tracking.TAG_BACKBONE: a.backbone,
+            tracking.TAG_SEED: a.seed, tracking.TAG_OTHER_SEED: b.seed,
+            tracking.TAG_DATA_DIGEST: digest,
             tracking.TAG_PARENT_RUN: parent_run_id}
     with tracking.pipi_run(entry_point=ENTRY_POINT, nested=True, tags=tags,
                            run_name=f"{variant}-{a.backbone}-s{a.seed}-s{b.seed}") as run:
@@ -148,8 +149,9 @@ def _gradcam_child(a: SourceRun, b: SourceRun, *, models: Models, data, digest: 
         return StudyChild(a, "gradcam", found.info.run_id, "reused", float("nan"))
     tags = {tracking.TAG_CONFIG_HASH: key, tracking.TAG_STUDY: "gradcam",
             tracking.TAG_VARIANT: "gradcam", tracking.TAG_SOURCE_RUN: a.run_id,
-            TAG_DONOR: b.run_id, tracking.TAG_BACKBONE: a.backbone, tracking.TAG_SEED: a.seed,
-            tracking.TAG_DATA_DIGEST: digest, tracking.TAG_PARENT_RUN: parent_run_id}
+            tracking.TAG_DONOR_RUN: b.run_id, tracking.TAG_BACKBONE: a.backbone,
+            tracking.TAG_SEED: a.seed, tracking.TAG_DATA_DIGEST: digest,
+            tracking.TAG_PARENT_RUN: parent_run_id}
     rid = log_gradcam(a.run_id, b.run_id, models=models, data=data, digest=digest, tags=tags,
                       n_frames=n_frames, seed=seed, entry_point=ENTRY_POINT,
                       run_name=f"gradcam-{a.backbone}-s{a.seed}")

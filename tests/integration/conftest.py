@@ -63,3 +63,48 @@ def smoke_study(mlflow_server, tiny_staged) -> SmokeStudy:
         while mlflow.active_run():
             mlflow.end_run()
     return study
+
+
+@dataclass(frozen=True)
+class AuthLab:
+    """A `pipi server --auth` lab server (PostgreSQL backend) and its admin's credentials."""
+
+    server: object  # pipi.tracking.server.LabServer
+    admin: str
+    password: str
+
+    @property
+    def uri(self) -> str:
+        return self.server.uri
+
+
+@pytest.fixture(scope="session")
+def auth_lab():
+    """One lab server with auth on PostgreSQL for the modules that need team members
+    (started once: a server start costs ~10 s)."""
+    import os
+    import secrets
+    import shutil
+    import tempfile
+
+    from pipi.tracking.server import LabServer, pg_bin
+
+    if pg_bin() is None:
+        pytest.skip("PostgreSQL is not installed (make test installs it: scripts/system-deps.sh)")
+    admin, password = f"admin-{secrets.token_hex(3)}", f"pw-{secrets.token_hex(12)}"
+    creds = {"MLFLOW_AUTH_ADMIN_USERNAME": admin, "MLFLOW_AUTH_ADMIN_PASSWORD": password}
+    saved = {k: os.environ.get(k) for k in creds}
+    os.environ.update(creds)
+    root = Path(tempfile.mkdtemp(prefix="pipi-authlab-"))  # the postgres user must reach it
+    os.chmod(root, 0o755)
+    try:
+        server = LabServer(root, backend="postgres", artifacts="local", auth=True)
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    try:
+        server.start()
+        yield AuthLab(server, admin, password)
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)

@@ -181,7 +181,7 @@ def postgres():
     root = Path(tempfile.mkdtemp(prefix="pipi-pg-"))  # outside pytest's 0700 tree
     root.chmod(0o755)  # the postgres user must reach its folder
     pg = Postgres(root / "pg", databases=("optuna",))
-    yield pg.uri("optuna")
+    yield pg.uri("optuna", with_password=True)  # the workers take only the URL
     pg.stop()
     shutil.rmtree(root, ignore_errors=True)
 

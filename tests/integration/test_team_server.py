@@ -131,7 +131,7 @@ def test_lab_server_with_auth_postgres_and_s3(lab, tiny_staged, tmp_path):
     # no secret anywhere: the tracking store, every artifact, every log, every output
     dump = subprocess.run([*lab.pg._as_pg, str(lab.pg.bin / "pg_dump"), "-h", "127.0.0.1", "-p",
                            str(lab.pg.port), "-U", "postgres", "mlflow"],
-                          capture_output=True, check=True).stdout
+                          capture_output=True, check=True, env=lab.pg.env()).stdout
     blobs = {"tracking store": dump}
     s3 = lab.s3.client()
     for k in keys + [k for k in lab.s3.keys() if k not in keys]:
