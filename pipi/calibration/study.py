@@ -87,7 +87,9 @@ def make_sampler(name: str, *, seed: int, trials: int) -> optuna.samplers.BaseSa
     factories = {
         "tpe": lambda: optuna.samplers.TPESampler(seed=seed),
         "gp": lambda: optuna.samplers.GPSampler(seed=seed),
-        "grid": lambda: optuna.samplers.GridSampler(grid_axes(trials), seed=seed),
+        # one grid order in every worker (trial n takes grid point n; Optuna asks for a
+        # fixed seed per process in distributed optimisation, else workers repeat points)
+        "grid": lambda: optuna.samplers.GridSampler(grid_axes(trials), seed=0),
     }
     if name not in factories:
         raise ConfigError(f"sampler={name!r} is unknown. Available: {list(SAMPLERS)}")

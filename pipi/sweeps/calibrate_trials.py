@@ -1,0 +1,271 @@
+"""Optuna workers for ``calibrate``: worker processes on one RDB study, and the trials of
+``mode=train``, each an ordinary tracked ``train`` run of the ``pi`` cell.
+
+A worker (a spawned process here, or a SLURM array task) loads the study from its RDB storage
+and pulls trials until its share of the budget is spent (Optuna's distributed pattern).
+
+A ``mode=train`` trial:
+
+* suggests ``alpha`` (log) and ``lambda_eff`` (a fraction of the image diagonal) and applies
+  them to the ``pi`` configuration of the study (``PriorParams.apply``);
+* **reuses** the FINISHED ``train`` run with the same config hash (recipe incl. the prior,
+  data digest, code version: ``tracking.config_key``, the key ``ablate`` reuses by), so an
+  identical trial never trains twice; its value is scored from that run's predictions;
+* otherwise creates a run nested under the calibrate parent (tags ``pipi.optuna_study``,
+  ``pipi.trial_number``) and fills it with ``train`` (injected by the caller: a workflow may
+  not import another one), reporting the epoch's validation macro-AUC to Optuna so the pruner
+  can stop it. A pruned trial's run ends **KILLED** with ``pipi.pruned=true`` and the reason
+  in ``pipi.failure_reason`` (it did not train to the end, so it is never reused).
+* Its value is the macro-AUC of the run's ``val`` predictions (the ``kvasir-val`` fold) over
+  the fold's headline classes (the frozen mode's classes).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import multiprocessing as mp
+import os
+import queue as queue_mod
+import socket
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pandas as pd
+import torch
+
+from pipi import tracking
+from pipi.calibration.objective import (
+    ALPHA_RANGE,
+    LAMBDA_FRACTION_RANGE,
+    PriorParams,
+    diagonal,
+)
+from pipi.calibration.study import make_pruner, make_sampler, open_storage
+from pipi.config import TrainConfig
+from pipi.errors import PipiError
+from pipi.predictions import PROB_COLUMNS, read_predictions
+from pipi.stats.auc import macro_auc
+
+log = logging.getLogger(__name__)
+
+PRUNED_STATUS = "KILLED"
+
+
+def worker_id(index: int) -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:w{index}"
+
+
+# --------------------------------------------------------------------------- local workers
+def _fail_running_trials(storage, study_name: str, workers: set[str]) -> None:
+    """Mark the RUNNING trials of stopped workers FAIL (nothing left running)."""
+    study = optuna.load_study(study_name=study_name, storage=storage)
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        if t.user_attrs.get("worker") in workers:
+            storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+
+
+def run_workers(specs: Sequence, *, storage, target: Callable) -> list:
+    """One spawned process per spec running ``target(spec, queue)``, which puts
+    ``("ok", index, result)`` or ``("error", index, line)``; on the first failure stop them
+    all, FAIL their RUNNING trials and raise."""
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = {s.index: ctx.Process(target=target, args=(s, out), daemon=False,
+                                  name=f"calibrate-worker-{s.index}") for s in specs}
+    for p in procs.values():
+        p.start()
+    results: dict[int, object] = {}
+    error = None
+    try:
+        while len(results) < len(specs) and error is None:
+            try:
+                kind, index, payload = out.get(timeout=1.0)
+            except queue_mod.Empty:
+                dead = [i for i, p in procs.items()
+                        if i not in results and p.exitcode not in (None, 0)]
+                if dead:
+                    error = f"worker {dead[0]} exited with code {procs[dead[0]].exitcode}"
+                continue
+            if kind == "ok":
+                results[index] = payload
+            else:
+                error = f"worker {index}: {payload}"
+    finally:  # an error, Ctrl-C or SIGTERM here: stop the workers (each ends its trial)
+        for i, p in procs.items():
+            if p.is_alive() and i not in results:
+                p.terminate()
+        for p in procs.values():
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    if error is not None:
+        names = {f"{socket.gethostname()}:{p.pid}:w{i}" for i, p in procs.items()}
+        _fail_running_trials(storage, specs[0].study, names)
+        raise PipiError(error)
+    return [results[i] for i in sorted(results)]
+
+
+# --------------------------------------------------------------------------- mode=train
+@dataclass(frozen=True)
+class TrainTrialSpec:
+    """Everything a ``mode=train`` worker needs (picklable; ``train_fn`` by reference)."""
+
+    index: int
+    n_trials: int
+    study: str
+    storage: str
+    sampler: str
+    pruner: str
+    seed: int
+    parent_run_id: str
+    tracking_uri: str
+    code_version: str
+    data: str                        # the staged Kvasir folder trials train on
+    data_digest: str
+    base_config: dict                # TrainConfig.to_dict() of the study's pi configuration
+    fold_classes: tuple[int, ...]    # the target fold's headline classes
+    train_fn: Callable = field(repr=False, default=None)
+    grid_trials: int = 1
+    threads: int = 0
+
+
+@dataclass
+class TrainWorkerResult:
+    index: int
+    worker: str
+    trials: list[int] = field(default_factory=list)
+    trained: list[int] = field(default_factory=list)
+    reused: list[int] = field(default_factory=list)
+    wall_s: float = 0.0
+
+
+def fold_macro_auc(preds: pd.DataFrame, classes: Sequence[int]) -> float:
+    """Macro-AUC of a predictions table (``label``, ``prob_00..13``) over ``classes``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return float(macro_auc(preds["label"].to_numpy(np.int64),
+                               preds[list(PROB_COLUMNS)].to_numpy(np.float64),
+                               classes=list(classes)))
+
+
+def run_value(run_id: str, classes: Sequence[int], work: Path) -> float:
+    """The objective of a finished trial run: its ``val`` predictions on the fold's classes."""
+    folder = tracking.download_artifact(run_id, "predictions", work / run_id)
+    return fold_macro_auc(read_predictions(folder, "val"), classes)
+
+
+def trial_config(base: TrainConfig, alpha: float, fraction: float) -> TrainConfig:
+    """The trial's configuration: the study's ``pi`` recipe with this prior."""
+    return PriorParams(alpha, fraction).apply(base)
+
+
+def _epoch_reporter(trial: optuna.Trial) -> Callable[[int, dict], None]:
+    def hook(epoch: int, metrics) -> None:
+        value = metrics.get("val/macro_auc")
+        if value is None or not math.isfinite(value):
+            return
+        trial.report(float(value), epoch)
+        if trial.should_prune():
+            raise optuna.TrialPruned(f"val macro-AUC {value:.4f} at epoch {epoch} is below "
+                                     "the pruner's threshold")
+    return hook
+
+
+def _train_trial(trial: optuna.Trial, spec: TrainTrialSpec, result: TrainWorkerResult,
+                 work: Path) -> float:
+    alpha = trial.suggest_float("alpha", *ALPHA_RANGE, log=True)
+    frac = trial.suggest_float("lambda_eff_fraction", *LAMBDA_FRACTION_RANGE)
+    trial.set_user_attr("worker", result.worker)
+    result.trials.append(trial.number)
+    cfg = trial_config(TrainConfig.from_dict(spec.base_config), alpha, frac)
+    trial.set_user_attr("lambda_eff", cfg.prior.lambda_eff)
+    key = tracking.config_hash(tracking.config_key(cfg, spec.data_digest))
+    trial.set_user_attr("config_hash", key)
+    found = tracking.find_finished_run(key, **{tracking.TAG_ENTRY_POINT: "train"})
+    if found is not None:
+        rid = found.info.run_id
+        log.info("trial %d: reusing FINISHED run %s (config hash %s)", trial.number, rid, key)
+        trial.set_user_attr("run_id", rid)
+        trial.set_user_attr("reused", True)
+        result.reused.append(trial.number)
+        return run_value(rid, spec.fold_classes, work)
+    rid = tracking.create_child_run(spec.parent_run_id, run_name=f"trial-{trial.number}", tags={
+        tracking.TAG_PARENT_RUN: spec.parent_run_id, "pipi.optuna_study": spec.study,
+        "pipi.trial_number": trial.number, "pipi.worker": result.worker})
+    trial.set_user_attr("run_id", rid)
+    trial.set_user_attr("reused", False)
+    os.environ["MLFLOW_RUN_ID"] = rid  # train's pipi_run fills this run
+    try:
+        spec.train_fn(cfg, data=spec.data, progress=False, register=False,
+                      epoch_hook=_epoch_reporter(trial))
+    except optuna.TrialPruned as exc:
+        tracking.terminate_run(rid, PRUNED_STATUS, f"pruned by Optuna: {exc}")
+        tracking.set_run_tags(rid, {"pipi.pruned": "true"})
+        raise
+    finally:
+        os.environ.pop("MLFLOW_RUN_ID", None)
+    result.trained.append(trial.number)
+    tracking.set_run_tags(rid, {"pipi.pruned": "false"})
+    return run_value(rid, spec.fold_classes, work)
+
+
+def optimize_train(spec: TrainTrialSpec) -> TrainWorkerResult:
+    """Run ``spec.n_trials`` trials of the study in this process."""
+    storage = open_storage(spec.storage)
+    study = optuna.load_study(study_name=spec.study, storage=storage,
+                              sampler=make_sampler(spec.sampler, seed=spec.seed,
+                                                   trials=spec.grid_trials),
+                              pruner=make_pruner(spec.pruner))
+    result = TrainWorkerResult(spec.index, worker_id(spec.index))
+    work = Path(os.environ.get("TMPDIR", "/tmp")) / f"pipi-caltrain-{os.getpid()}"
+    t0 = time.perf_counter()
+    study.optimize(lambda t: _train_trial(t, spec, result, work), n_trials=spec.n_trials,
+                   catch=())
+    result.wall_s = time.perf_counter() - t0
+    return result
+
+
+def train_worker_main(spec: TrainTrialSpec, out) -> None:
+    """Entry of a spawned ``mode=train`` worker: ``("ok", index, result)`` or an error line."""
+    tracking.install_signal_handlers()  # SIGTERM/Ctrl-C: the run ends KILLED, the trial FAILs
+    try:
+        if spec.threads:
+            torch.set_num_threads(spec.threads)
+        os.environ[tracking.CODE_VERSION_ENV] = spec.code_version  # the parent's reuse key
+        os.environ["MLFLOW_TRACKING_URI"] = spec.tracking_uri
+        tracking.configure(spec.tracking_uri)
+        out.put(("ok", spec.index, optimize_train(spec)))
+    except PipiError as exc:
+        out.put(("error", spec.index, str(exc)))
+    except BaseException as exc:
+        out.put(("error", spec.index, f"{type(exc).__name__}: {exc}"))
+        raise
+
+
+# --------------------------------------------------------------------------- the table
+def trials_table(trials: Sequence[optuna.trial.FrozenTrial], *, image_size: int) -> pd.DataFrame:
+    """One row per trial: number, state, alpha, lambda_eff (fraction and pixels), objective,
+    the run id and whether it reused a finished run."""
+    rows = []
+    for t in trials:
+        frac = t.params.get("lambda_eff_fraction")
+        rows.append({"trial": t.number, "state": t.state.name, "alpha": t.params.get("alpha"),
+                     "lambda_eff_fraction": frac,
+                     "lambda_eff": None if frac is None else frac * diagonal(image_size),
+                     "objective": t.value, "run_id": t.user_attrs.get("run_id", ""),
+                     "reused": bool(t.user_attrs.get("reused", False)),
+                     "worker": t.user_attrs.get("worker", "")})
+    return pd.DataFrame(rows, columns=["trial", "state", "alpha", "lambda_eff_fraction",
+                                       "lambda_eff", "objective", "run_id", "reused", "worker"])
+
+
+__all__ = ["PRUNED_STATUS", "TrainTrialSpec", "TrainWorkerResult", "fold_macro_auc",
+           "optimize_train", "run_value", "run_workers", "train_worker_main", "trial_config",
+           "trials_table", "worker_id"]

@@ -1,0 +1,111 @@
+"""calibrate mode=train: each Optuna trial a tracked pi training run nested under the
+calibrate parent (2 local workers on a PostgreSQL study), and a second grid study over the
+same grid that trains nothing new (config-hash reuse)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import optuna
+import pandas as pd
+import pytest
+from sklearn.metrics import roc_auc_score
+
+from pipi.calibration.objective import calibration_fold
+from pipi.calibration.study import open_storage
+from pipi.data.kvasir import load_staged
+from pipi.predictions import PROB_COLUMNS, read_predictions
+from pipi.workflows.calibrate import run_calibration
+from pipi.workflows.train import train
+
+SMOKE = {"backbone": "resnet18", "profile": "smoke", "weights": "none", "seed": 41}
+
+
+@pytest.fixture()
+def postgres_or_sqlite():
+    """A PostgreSQL Optuna storage when PostgreSQL is installed, else a SQLite file."""
+    from pipi.tracking.server import Postgres, pg_bin
+
+    root = Path(tempfile.mkdtemp(prefix="pipi-caltrain-"))  # outside pytest's 0700 tree
+    root.chmod(0o755)  # the postgres user must reach its folder
+    pg = Postgres(root / "pg", databases=("optuna",)) if pg_bin() else None
+    yield pg.uri("optuna") if pg else f"sqlite:///{root / 'optuna.db'}"
+    if pg:
+        pg.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _children(parent_id: str):
+    return mlflow.search_runs(search_all_experiments=True, output_format="list",
+                              filter_string=f"tags.mlflow.parentRunId = '{parent_id}'")
+
+
+def _independent_auc(run_id: str, classes, tmp: Path) -> float:
+    """The objective recomputed with scikit-learn from the run's val predictions."""
+    got = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="predictions",
+                                              dst_path=str(tmp / run_id))
+    df = read_predictions(Path(got), "val")
+    y, p = df["label"].to_numpy(), df[list(PROB_COLUMNS)].to_numpy()
+    return float(np.mean([roc_auc_score(y == c, p[:, c]) for c in classes]))
+
+
+@pytest.mark.slow
+def test_trials_are_training_runs_and_a_grid_restudy_trains_nothing(
+        tracking, tiny_staged, postgres_or_sqlite, tmp_path):
+    storage = postgres_or_sqlite
+    kw = dict(mode="train", target="kvasir-val", trials=4, sampler="grid", pruner="median",
+              storage=storage, workers=2, data=str(tiny_staged), experiment="calibrate-train",
+              train_fn=train, **SMOKE)
+    r = run_calibration(study="caltrain-a", **kw)
+    assert r.mode == "train" and r.trained == [0, 1, 2, 3] and r.reused == []
+    study = optuna.load_study(study_name="caltrain-a", storage=open_storage(storage))
+    trials = study.trials
+    assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 4
+    assert len({t.user_attrs["worker"] for t in trials}) == 2       # two worker processes
+    frames, manifest = load_staged(tiny_staged)
+    classes = calibration_fold(frames, manifest, "kvasir-val").classes
+    kids = {c.info.run_id: c for c in _children(r.run_id)}
+    assert len(kids) == 4
+    for t in trials:
+        run = kids[t.user_attrs["run_id"]]
+        assert run.info.status == "FINISHED"
+        tags, params = run.data.tags, run.data.params
+        assert tags["pipi.entry_point"] == "train" and tags["pipi.optuna_study"] == "caltrain-a"
+        assert tags["pipi.trial_number"] == str(t.number) and tags["pipi.pruned"] == "false"
+        assert params["cell"] == "pi" and params["backbone"] == "resnet18"
+        assert float(params["alpha"]) == pytest.approx(t.params["alpha"])
+        assert float(params["lambda_eff"]) == pytest.approx(t.user_attrs["lambda_eff"])
+        assert "pipi.config_hash" in tags and "test/macro_auc" in run.data.metrics
+        # the epoch's val macro-AUC went to Optuna (what the pruner decides on)
+        assert t.intermediate_values == {0: pytest.approx(run.data.metrics["val/macro_auc"])}
+        assert t.value == pytest.approx(_independent_auc(run.info.run_id, classes, tmp_path))
+    # the grid: alpha in {1, 12} x lambda_eff_fraction in {0.1, 1.0}
+    assert sorted((round(t.params["alpha"], 6), t.params["lambda_eff_fraction"])
+                  for t in trials) == [(1.0, 0.1), (1.0, 1.0), (12.0, 0.1), (12.0, 1.0)]
+    parent = mlflow.get_run(r.run_id)
+    assert parent.data.params["mode"] == "train" and parent.data.tags[
+        "pipi.calibrate_mode"] == "train"
+    doc = json.loads(Path(mlflow.artifacts.download_artifacts(
+        run_id=r.run_id, artifact_path="prior_params.json", dst_path=str(tmp_path))).read_text())
+    best = max(trials, key=lambda t: t.value)
+    assert doc["mode"] == "train" and doc["alpha"] == pytest.approx(best.params["alpha"])
+    assert doc["best_run_id"] == best.user_attrs["run_id"]
+    table = pd.read_csv(mlflow.artifacts.download_artifacts(
+        run_id=r.run_id, artifact_path="optuna/trials.csv", dst_path=str(tmp_path)))
+    assert sorted(table["run_id"]) == sorted(kids) and not table["reused"].any()
+    assert "plots.html" in {Path(a.path).name for a in mlflow.MlflowClient().list_artifacts(
+        r.run_id, "optuna")}
+
+    # the same grid under another study name: every trial reuses a FINISHED run
+    r2 = run_calibration(study="caltrain-b", **kw)
+    assert r2.trained == [] and r2.reused == [0, 1, 2, 3]
+    assert _children(r2.run_id) == []
+    again = optuna.load_study(study_name="caltrain-b", storage=open_storage(storage)).trials
+    assert {t.user_attrs["run_id"] for t in again} == set(kids)
+    by_run = {t.user_attrs["run_id"]: t.value for t in trials}
+    assert all(t.value == pytest.approx(by_run[t.user_attrs["run_id"]]) for t in again)
