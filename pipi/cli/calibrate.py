@@ -18,7 +18,7 @@ from pipi.cli.common import (
     setup_logging,
     weights_option,
 )
-from pipi.config import PROFILE_CHOICES
+from pipi.sweeps.calibrate_trials import WORKER_SPEC_OPTION, run_worker_file
 from pipi.sweeps.plan import EXECUTORS
 from pipi.workflows.calibrate import MODES, run_calibration
 from pipi.workflows.train import train as train_run  # mode=train: each trial one train run
@@ -48,7 +48,8 @@ from pipi.workflows.train import train as train_run  # mode=train: each trial on
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
               help="Worker processes on the study (mode=train: each trains its trials).")
 @click.option("--executor", type=choice(EXECUTORS), default="local", show_default=True,
-              help="mode=train: where the workers run (local processes).")
+              help="mode=train: where the workers run (local processes, or one SLURM job "
+                   "array of `workers` tasks on the same RDB study).")
 @click.option("--epochs", type=Auto(int, minimum=1), default="auto", show_default=True,
               help="mode=train: epochs of each trial's run (auto: the profile's).")
 @backbone_option
@@ -60,16 +61,22 @@ from pipi.workflows.train import train as train_run  # mode=train: each trial on
               help="Staged folder (default: the run's own data for kvasir-val; a staged Galar "
                    "folder for galar:<system>).")
 @experiment_option
+@click.option(WORKER_SPEC_OPTION, "worker_spec", default="", hidden=True,
+              help="Internal: a SLURM task of mode=train runs the worker this file describes.")
 def calibrate(mode, run, target, trials, sampler, pruner, storage, study, workers, executor,
-              epochs, backbone, seed, profile, weights, data, experiment):
+              epochs, backbone, seed, profile, weights, data, experiment, worker_spec):
     """Fit alpha and lambda_eff of a frozen model's prior on a held-out fold (docs/entry-points.md)."""
     setup_logging()
+    if worker_spec:
+        r = run_worker_file(worker_spec, train_fn=train_run)
+        click.echo(f"worker {r.worker}: trials {r.trials} (trained {r.trained}, reused {r.reused})")
+        return
     parse_target(target)                  # every option checked before anything starts
     check_storage_url(storage)
     tracking.configure()
-    train_options = ({} if mode == "frozen" else dict(
-        train_fn=train_run, epochs=epochs, backbone=backbone, seed=seed, executor=executor,
-        profile=profile, weights=weights))
+    train_options = ({} if mode == "frozen" else {
+        "train_fn": train_run, "epochs": epochs, "backbone": backbone, "seed": seed,
+        "executor": executor, "profile": profile, "weights": weights})
     r = run_calibration(mode=mode, run=run, target=target, trials=trials, sampler=sampler,
                         pruner=pruner, storage=storage, study=study, workers=workers,
                         data=data or None, experiment=experiment or None, **train_options)

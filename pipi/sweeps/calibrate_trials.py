@@ -22,16 +22,19 @@ A ``mode=train`` trial:
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import multiprocessing as mp
 import os
 import queue as queue_mod
+import shlex
 import socket
+import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -48,9 +51,11 @@ from pipi.calibration.objective import (
 )
 from pipi.calibration.study import make_pruner, make_sampler, open_storage
 from pipi.config import TrainConfig
-from pipi.errors import PipiError
+from pipi.errors import ConfigError, PipiError
+from pipi.paths import PROJECT_ROOT, pipi_home
 from pipi.predictions import PROB_COLUMNS, read_predictions
 from pipi.stats.auc import macro_auc
+from pipi.sweeps import slurm
 
 log = logging.getLogger(__name__)
 
@@ -232,21 +237,92 @@ def optimize_train(spec: TrainTrialSpec) -> TrainWorkerResult:
     return result
 
 
+def _worker_env(spec: TrainTrialSpec) -> None:
+    if spec.threads:
+        torch.set_num_threads(spec.threads)
+    os.environ[tracking.CODE_VERSION_ENV] = spec.code_version  # the parent's reuse key
+    os.environ["MLFLOW_TRACKING_URI"] = spec.tracking_uri
+    tracking.configure(spec.tracking_uri)
+
+
 def train_worker_main(spec: TrainTrialSpec, out) -> None:
     """Entry of a spawned ``mode=train`` worker: ``("ok", index, result)`` or an error line."""
     tracking.install_signal_handlers()  # SIGTERM/Ctrl-C: the run ends KILLED, the trial FAILs
     try:
-        if spec.threads:
-            torch.set_num_threads(spec.threads)
-        os.environ[tracking.CODE_VERSION_ENV] = spec.code_version  # the parent's reuse key
-        os.environ["MLFLOW_TRACKING_URI"] = spec.tracking_uri
-        tracking.configure(spec.tracking_uri)
+        _worker_env(spec)
         out.put(("ok", spec.index, optimize_train(spec)))
     except PipiError as exc:
         out.put(("error", spec.index, str(exc)))
     except BaseException as exc:
         out.put(("error", spec.index, f"{type(exc).__name__}: {exc}"))
         raise
+
+
+# --------------------------------------------------------------------------- SLURM
+WORKER_SPEC_OPTION = "--worker-spec"
+
+
+def _spec_path(folder: Path, index: int) -> Path:
+    return folder / f"worker-{index}.json"
+
+
+def _result_path(spec_file: Path) -> Path:
+    return spec_file.with_suffix(".result.json")
+
+
+def run_slurm_workers(specs: Sequence[TrainTrialSpec], *, storage,
+                      folder: Path | None = None) -> list[TrainWorkerResult]:
+    """The workers as one SLURM job array (``pipi.sweeps.slurm``): task i runs
+    ``entrypoints/calibrate.py --worker-spec worker-i.json``, an Optuna worker that loads the
+    study from the RDB storage and runs its share of the trials. A task that ends without its
+    result file is an error naming its SLURM state and log tail (its RUNNING trials FAIL)."""
+    base = Path(folder or os.environ.get("PIPI_SLURM_DIR") or pipi_home() / "slurm")
+    folder = base / specs[0].parent_run_id / "calibrate"
+    folder.mkdir(parents=True, exist_ok=True)
+    tasks = []
+    for spec in specs:
+        path = _spec_path(folder, spec.index)
+        doc = {k: v for k, v in asdict(spec).items() if k != "train_fn"}
+        path.write_text(json.dumps(doc, indent=1))
+        _result_path(path).unlink(missing_ok=True)
+        tasks.append(slurm.Task("", f"calibrate-worker-{spec.index}", shlex.join(
+            [sys.executable, str(PROJECT_ROOT / "entrypoints" / "calibrate.py"),
+             WORKER_SPEC_OPTION, str(path)])))
+    script = slurm.write_array_script(tasks, folder, name="workers",
+                                      tracking_uri=specs[0].tracking_uri)
+    job = slurm.submit_array(script, len(tasks))
+    slurm.wait_for([job])
+    states = slurm.task_states(job)
+    results, errors = [], []
+    for k, spec in enumerate(specs):
+        got = _result_path(_spec_path(folder, spec.index))
+        if got.is_file():
+            results.append(TrainWorkerResult(**json.loads(got.read_text())))
+            continue
+        tail = slurm.log_tail(folder, "workers", k)
+        errors.append(f"SLURM task {job}_{k} ({states.get(k, '?')}): {tail.strip()[-300:]}")
+    if errors:
+        study = optuna.load_study(study_name=specs[0].study, storage=storage)
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+            storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+        raise PipiError("calibrate workers failed: " + "; ".join(errors))
+    return results
+
+
+def run_worker_file(path: str | Path, *, train_fn: Callable) -> TrainWorkerResult:
+    """A SLURM task: run the worker described by ``path``; write its result beside it."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+        doc["fold_classes"] = tuple(doc["fold_classes"])
+        spec = TrainTrialSpec(**doc, train_fn=train_fn)
+    except (OSError, ValueError, TypeError) as exc:
+        raise ConfigError(f"{path}: not a calibrate worker spec ({exc})") from None
+    tracking.install_signal_handlers()
+    _worker_env(spec)
+    result = optimize_train(spec)
+    _result_path(path).write_text(json.dumps(asdict(result)))
+    return result
 
 
 # --------------------------------------------------------------------------- the table
@@ -266,6 +342,7 @@ def trials_table(trials: Sequence[optuna.trial.FrozenTrial], *, image_size: int)
                                        "lambda_eff", "objective", "run_id", "reused", "worker"])
 
 
-__all__ = ["PRUNED_STATUS", "TrainTrialSpec", "TrainWorkerResult", "fold_macro_auc",
-           "optimize_train", "run_value", "run_workers", "train_worker_main", "trial_config",
+__all__ = ["PRUNED_STATUS", "WORKER_SPEC_OPTION", "TrainTrialSpec", "TrainWorkerResult",
+           "fold_macro_auc", "optimize_train", "run_slurm_workers", "run_value",
+           "run_worker_file", "run_workers", "train_worker_main", "trial_config",
            "trials_table", "worker_id"]

@@ -34,7 +34,7 @@ import logging
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import optuna
@@ -72,6 +72,7 @@ from pipi.runs.data import resolve_data
 from pipi.runs.evaluate import device_for, load_run_model
 from pipi.sweeps.calibrate_trials import (
     TrainTrialSpec,
+    run_slurm_workers,
     run_workers,
     train_worker_main,
     trials_table,
@@ -475,9 +476,6 @@ def _calibrate_by_training(*, target, trials, sampler, pruner, storage, study, w
                           "split it trains beside); calibrate a Galar system with mode=frozen")
     if executor not in EXECUTORS:
         raise ConfigError(f"executor={executor!r} is unknown. Available: {list(EXECUTORS)}")
-    if executor == "slurm":
-        raise ConfigError("executor=slurm is not available for mode=train yet; use "
-                          "executor=local with workers=K")
     if train_fn is None:
         raise ConfigError("mode=train needs train_fn (the train workflow's train)")
     n_epochs = parse_epochs(epochs)
@@ -533,7 +531,11 @@ def _calibrate_by_training(*, target, trials, sampler, pruner, storage, study, w
                 base_config=cfg.to_dict(), fold_classes=tuple(fold.classes), train_fn=train_fn,
                 grid_trials=trials, threads=threads)
                 for i, n in enumerate(_split(trials, workers)) if n > 0]
-            results = run_workers(specs, storage=rdb, target=train_worker_main)
+            if executor == "slurm":  # the spec files hold no password from the environment
+                specs = [replace(sp, storage=(storage or "").strip()) for sp in specs]
+                results = run_slurm_workers(specs, storage=rdb)
+            else:
+                results = run_workers(specs, storage=rdb, target=train_worker_main)
             return _finish_train(name, rdb, storage_url, results, cfg, work, target=target,
                                  parent=parent, digest=digest)
     finally:

@@ -1,10 +1,11 @@
 """calibrate mode=train: each Optuna trial a tracked pi training run nested under the
-calibrate parent (2 local workers on a PostgreSQL study), and a second grid study over the
-same grid that trains nothing new (config-hash reuse)."""
+calibrate parent (2 local workers on a PostgreSQL study); a second grid study over the same
+grid trains nothing new (config-hash reuse); the same grid as a SLURM job array of 2 workers."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -15,6 +16,7 @@ import optuna
 import pandas as pd
 import pytest
 from sklearn.metrics import roc_auc_score
+from slurm_cluster import SlurmCluster, missing_tools
 
 from pipi.calibration.objective import calibration_fold
 from pipi.calibration.study import open_storage
@@ -26,8 +28,8 @@ from pipi.workflows.train import train
 SMOKE = {"backbone": "resnet18", "profile": "smoke", "weights": "none", "seed": 41}
 
 
-@pytest.fixture()
-def postgres_or_sqlite():
+@pytest.fixture(scope="module")
+def storage():
     """A PostgreSQL Optuna storage when PostgreSQL is installed, else a SQLite file."""
     from pipi.tracking.server import Postgres, pg_bin
 
@@ -37,6 +39,39 @@ def postgres_or_sqlite():
     yield pg.uri("optuna") if pg else f"sqlite:///{root / 'optuna.db'}"
     if pg:
         pg.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _kw(storage: str, tiny_staged: Path) -> dict:
+    return dict(mode="train", target="kvasir-val", trials=4, sampler="grid", pruner="median",
+                storage=storage, workers=2, data=str(tiny_staged),
+                experiment="calibrate-train", train_fn=train, **SMOKE)
+
+
+@pytest.fixture(scope="module")
+def grid_study(mlflow_server, storage, tiny_staged):
+    """The 2 x 2 grid trained once by 2 local workers (4 smoke pi runs)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MLFLOW_TRACKING_URI", mlflow_server.uri)
+        mlflow.set_tracking_uri(mlflow_server.uri)
+        return run_calibration(study="caltrain-a", **_kw(storage, tiny_staged))
+
+
+@pytest.fixture()
+def slurm(tmp_path_factory, monkeypatch):
+    gone = missing_tools()
+    if gone:
+        pytest.skip(f"SLURM not installed ({', '.join(gone)} missing); "
+                    "scripts/system-deps.sh installs slurm-wlm and munge")
+    if os.geteuid() != 0:
+        pytest.skip("the one-node test cluster runs slurmd as root")
+    root = Path(str(tmp_path_factory.mktemp("slurm", numbered=True)))
+    cluster = SlurmCluster(root, cpus=2)
+    monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+    monkeypatch.setenv("PIPI_SLURM_DIR", str(root / "jobs"))
+    monkeypatch.setenv("PIPI_SLURM_POLL", "1")
+    yield cluster
+    cluster.stop()
     shutil.rmtree(root, ignore_errors=True)
 
 
@@ -56,12 +91,8 @@ def _independent_auc(run_id: str, classes, tmp: Path) -> float:
 
 @pytest.mark.slow
 def test_trials_are_training_runs_and_a_grid_restudy_trains_nothing(
-        tracking, tiny_staged, postgres_or_sqlite, tmp_path):
-    storage = postgres_or_sqlite
-    kw = dict(mode="train", target="kvasir-val", trials=4, sampler="grid", pruner="median",
-              storage=storage, workers=2, data=str(tiny_staged), experiment="calibrate-train",
-              train_fn=train, **SMOKE)
-    r = run_calibration(study="caltrain-a", **kw)
+        tracking, tiny_staged, storage, grid_study, tmp_path):
+    kw, r = _kw(storage, tiny_staged), grid_study
     assert r.mode == "train" and r.trained == [0, 1, 2, 3] and r.reused == []
     study = optuna.load_study(study_name="caltrain-a", storage=open_storage(storage))
     trials = study.trials
@@ -109,3 +140,22 @@ def test_trials_are_training_runs_and_a_grid_restudy_trains_nothing(
     assert {t.user_attrs["run_id"] for t in again} == set(kids)
     by_run = {t.user_attrs["run_id"]: t.value for t in trials}
     assert all(t.value == pytest.approx(by_run[t.user_attrs["run_id"]]) for t in again)
+
+
+@pytest.mark.slow
+def test_the_grid_as_a_slurm_array_of_two_workers(tracking, tiny_staged, storage, grid_study,
+                                                  slurm):
+    kw = {**_kw(storage, tiny_staged), "executor": "slurm"}
+    r = run_calibration(study="caltrain-slurm", **kw)
+    assert len(r.workers) == 2 and r.trained == [] and r.reused == [0, 1, 2, 3]
+    trials = optuna.load_study(study_name="caltrain-slurm", storage=open_storage(storage)).trials
+    assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 4
+    workers = {t.user_attrs["worker"] for t in trials}     # hostname:pid:w<i>, one per task
+    assert len(workers) == 2 and all(os.getpid() != int(w.split(":")[1]) for w in workers)
+    jobs = Path(os.environ["PIPI_SLURM_DIR"]) / r.run_id / "calibrate"
+    assert sorted(p.name for p in jobs.glob("worker-*.result.json")) == [
+        "worker-0.result.json", "worker-1.result.json"]
+    first = {
+        t.user_attrs["run_id"] for t in optuna.load_study(
+            study_name=grid_study.study, storage=open_storage(storage)).trials}
+    assert {t.user_attrs["run_id"] for t in trials} == first

@@ -39,7 +39,7 @@ def test_trial_config_changes_only_the_prior():
     cfg = trial_config(base, 7.5, 0.4)
     assert cfg.prior.alpha == 7.5
     assert cfg.prior.lambda_eff == pytest.approx(0.4 * math.hypot(32, 32))
-    strip = lambda c: {k: v for k, v in c.to_dict().items() if k != "prior"}  # noqa: E731
+    strip = lambda c: {k: v for k, v in c.to_dict().items() if k != "prior"}
     assert strip(cfg) == strip(base)
 
 
