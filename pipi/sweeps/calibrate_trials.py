@@ -188,6 +188,7 @@ def _train_trial(trial: optuna.Trial, spec: TrainTrialSpec, result: TrainWorkerR
     alpha = trial.suggest_float("alpha", *ALPHA_RANGE, log=True)
     frac = trial.suggest_float("lambda_eff_fraction", *LAMBDA_FRACTION_RANGE)
     trial.set_user_attr("worker", result.worker)
+    trial.set_user_attr("calibrate_run", spec.parent_run_id)
     result.trials.append(trial.number)
     cfg = trial_config(TrainConfig.from_dict(spec.base_config), alpha, frac)
     trial.set_user_attr("lambda_eff", cfg.prior.lambda_eff)
@@ -213,6 +214,13 @@ def _train_trial(trial: optuna.Trial, spec: TrainTrialSpec, result: TrainWorkerR
     except optuna.TrialPruned as exc:
         tracking.terminate_run(rid, PRUNED_STATUS, f"pruned by Optuna: {exc}")
         tracking.set_run_tags(rid, {"pipi.pruned": "true"})
+        raise
+    except BaseException as exc:  # the trial FAILs; its run must not stay RUNNING
+        if tracking.get_run(rid).info.status in ("RUNNING", "SCHEDULED"):
+            reason = (tracking.interrupt_reason(exc) if isinstance(exc, KeyboardInterrupt)
+                      else f"{type(exc).__name__}: {exc}")
+            tracking.terminate_run(rid, "KILLED" if isinstance(exc, KeyboardInterrupt)
+                                   else "FAILED", f"trial {trial.number}: {reason}")
         raise
     finally:
         os.environ.pop("MLFLOW_RUN_ID", None)
@@ -304,9 +312,30 @@ def run_slurm_workers(specs: Sequence[TrainTrialSpec], *, storage,
     if errors:
         study = optuna.load_study(study_name=specs[0].study, storage=storage)
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-            storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+            if t.user_attrs.get("calibrate_run") == specs[0].parent_run_id:
+                storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+        end_lost_trial_runs(study)
         raise PipiError("calibrate workers failed: " + "; ".join(errors))
     return results
+
+
+def end_lost_trial_runs(study: optuna.Study) -> list[str]:
+    """Runs of FAILed trials still RUNNING in MLflow (their worker was killed, e.g. SIGKILL
+    or a node lost, so nobody ended them) end FAILED with the reason; returns their ids.
+    Optuna's heartbeat fails such a trial after its grace period (``open_storage``)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+    ended = []
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,)):
+        rid = t.user_attrs.get("run_id")
+        if rid and not t.user_attrs.get("reused") and \
+                tracking.get_run(rid).info.status in ("RUNNING", "SCHEDULED"):
+            tracking.terminate_run(rid, "FAILED", f"trial {t.number} of study "
+                                   f"{study.study_name} FAILed: its worker "
+                                   f"{t.user_attrs.get('worker', '?')} stopped mid-trial")
+            ended.append(rid)
+    return ended
 
 
 def run_worker_file(path: str | Path, *, train_fn: Callable) -> TrainWorkerResult:
@@ -343,6 +372,6 @@ def trials_table(trials: Sequence[optuna.trial.FrozenTrial], *, image_size: int)
 
 
 __all__ = ["PRUNED_STATUS", "WORKER_SPEC_OPTION", "TrainTrialSpec", "TrainWorkerResult",
-           "fold_macro_auc", "optimize_train", "run_slurm_workers", "run_value",
+           "end_lost_trial_runs", "fold_macro_auc", "optimize_train", "run_slurm_workers", "run_value",
            "run_worker_file", "run_workers", "train_worker_main", "trial_config",
            "trials_table", "worker_id"]

@@ -72,6 +72,7 @@ from pipi.runs.data import resolve_data
 from pipi.runs.evaluate import device_for, load_run_model
 from pipi.sweeps.calibrate_trials import (
     TrainTrialSpec,
+    end_lost_trial_runs,
     run_slurm_workers,
     run_workers,
     train_worker_main,
@@ -500,6 +501,8 @@ def _calibrate_by_training(*, target, trials, sampler, pruner, storage, study, w
                            "pipi.data_digest": digest, "pipi.mode": "train",
                            "pipi.recipe": train_study_name(cfg, target=target,
                                                            data_digest=digest)})
+    for rid in end_lost_trial_runs(st):  # a restart after a worker was killed
+        log.warning("run %s of a FAILed trial was still RUNNING: ended FAILED", rid)
     existing = len(st.trials)
     base = _baseline(cfg) if sampler != "grid" else None
     if existing == 0 and base is not None:  # the paper's default prior, trained as trial 0

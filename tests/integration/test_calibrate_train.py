@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import tempfile
+import time
 from pathlib import Path
 
 import mlflow
@@ -21,6 +23,7 @@ from slurm_cluster import SlurmCluster, missing_tools
 from pipi.calibration.objective import calibration_fold
 from pipi.calibration.study import open_storage
 from pipi.data.kvasir import load_staged
+from pipi.errors import PipiError
 from pipi.predictions import PROB_COLUMNS, read_predictions
 from pipi.workflows.calibrate import run_calibration
 from pipi.workflows.train import train
@@ -159,3 +162,35 @@ def test_the_grid_as_a_slurm_array_of_two_workers(tracking, tiny_staged, storage
         t.user_attrs["run_id"] for t in optuna.load_study(
             study_name=grid_study.study, storage=open_storage(storage)).trials}
     assert {t.user_attrs["run_id"] for t in trials} == first
+
+
+def _train_then_die(cfg, **kw):
+    """``train``, but its worker process gets SIGTERM at the end of the first epoch."""
+    def die(epoch, metrics):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)  # pipi's handler raises here
+
+    return train(cfg, **{**kw, "epoch_hook": die})
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_trial_fails_it_and_a_restart_continues(
+        tracking, tiny_staged, storage, grid_study):
+    kw = {**_kw(storage, tiny_staged), "workers": 1, "study": "caltrain-kill"}
+    # trial 0 is the default prior (tpe enqueues it): not in the grid, so it trains
+    with pytest.raises(PipiError, match="worker 0"):
+        run_calibration(**{**kw, "sampler": "tpe", "trials": 1, "train_fn": _train_then_die})
+    (t0,) = optuna.load_study(study_name="caltrain-kill", storage=open_storage(storage)).trials
+    assert t0.state == optuna.trial.TrialState.FAIL and t0.params["alpha"] == 4.0
+    run = mlflow.get_run(t0.user_attrs["run_id"])
+    assert run.info.status == "KILLED"
+    assert "SIGTERM" in run.data.tags["pipi.failure_reason"]
+    parents = mlflow.search_runs(experiment_names=["calibrate-train"], output_format="list",
+                                 filter_string="tags.`pipi.optuna_study` = 'caltrain-kill' and "
+                                 "tags.`pipi.entry_point` = 'calibrate'")
+    assert [p.info.status for p in parents] == ["FAILED"]
+    # the restart continues the same study (the grid's points reuse the finished runs)
+    r = run_calibration(**kw)
+    trials = optuna.load_study(study_name="caltrain-kill", storage=open_storage(storage)).trials
+    assert [t.state.name for t in trials] == ["FAIL"] + ["COMPLETE"] * 4
+    assert r.trained == [] and r.reused == [1, 2, 3, 4] and r.n_total == 5
