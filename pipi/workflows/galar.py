@@ -243,7 +243,10 @@ def galar_evaluation(fold: str = "auto", prior: PriorParams | None = None) -> Ev
         return Evaluation(study=STUDY, variant=VARIANT_CALIBRATED,
                           scorer=_calibrated_scorer(prior), splits=("test",),
                           options={"fold": fold, "alpha": prior.alpha,
-                                   "lambda_eff_fraction": prior.lambda_eff_fraction},
+                                   "lambda_eff_fraction": prior.lambda_eff_fraction,
+                                   # frozen (the default) stays out: the earlier key holds
+                                   **({"calibrate_mode": prior.mode}
+                                      if prior.mode != "frozen" else {})},
                           tags={TAG_FOLD: fold, "pipi.prior_params": prior.source},
                           check=_five_channel, select=functools.partial(_fold_rows, fold=fold))
     return Evaluation(study=STUDY, variant=VARIANT, scorer=galar_scorer, splits=("test",),

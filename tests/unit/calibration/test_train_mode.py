@@ -109,3 +109,14 @@ def test_bad_options_are_one_clear_line(kw, match):
     args = {"target": "kvasir-val", **kw}
     with pytest.raises(ConfigError, match=match):
         run_calibration(**args)
+
+
+def test_prior_params_carry_their_mode():
+    from pipi.calibration.objective import PriorParams, parse_prior_params, prior_params_document
+
+    doc = prior_params_document(PriorParams(3.0, 0.3), image_size=64, mode="train")
+    assert parse_prior_params(doc, "x").mode == "train"
+    del doc["mode"]                                   # a document from before mode=train
+    assert parse_prior_params(doc, "x").mode == "frozen"
+    with pytest.raises(ConfigError, match="mode 'tuned' is unknown"):
+        parse_prior_params({**doc, "mode": "tuned"}, "x")
