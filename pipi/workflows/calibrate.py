@@ -60,6 +60,7 @@ from pipi.calibration.study import (
     make_pruner,
     make_sampler,
     open_storage,
+    parse_epochs,
     redact,
 )
 from pipi.config import make_config, resolve_profile, run_params, synthetic_preset
@@ -68,6 +69,7 @@ from pipi.data.kvasir import load_staged
 from pipi.errors import ConfigError, PipiError
 from pipi.paths import pipi_home
 from pipi.report.run_figures import cell_prior_figure, first_per_class
+from pipi.report.study_plots import write_study_plots
 from pipi.runs.data import resolve_data
 from pipi.runs.evaluate import device_for, load_run_model
 from pipi.sweeps.calibrate_trials import (
@@ -284,32 +286,6 @@ def resolve_calibration_data(data: str | None, *, target: str, run) -> Path:
     return resolve_data("synthetic")
 
 
-def _log_plots(study: optuna.Study, work: Path) -> list[str]:
-    """Optuna's own plots in one self-contained HTML (plotly.js included once, so it opens
-    offline); returns notes for the plots that cannot be drawn."""
-    import optuna.visualization as vis  # plotly is heavy: imported only when plotting
-
-    notes, parts = [], []
-    plots = {"optimization history": lambda: vis.plot_optimization_history(study),
-             "alpha x lambda_eff contour": lambda: vis.plot_contour(
-                 study, params=["alpha", "lambda_eff_fraction"]),
-             "parameter importances": lambda: vis.plot_param_importances(study)}
-    for title, draw in plots.items():
-        try:
-            html = draw().to_html(full_html=False, include_plotlyjs=not parts)
-        except Exception as exc:  # e.g. importances need two complete trials that differ
-            notes.append(f"{title}: not drawn ({type(exc).__name__}: {exc})")
-            continue
-        parts.append(f"<h2>{title}</h2>\n{html}")
-    (work / "optuna").mkdir(parents=True, exist_ok=True)
-    notes_html = "".join(f"<p>{n}</p>" for n in notes)
-    (work / "optuna" / "plots.html").write_text(
-        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{study.study_name}</title>"
-        f"</head><body><h1>Optuna study {study.study_name}</h1>{notes_html}"
-        + "\n".join(parts) + "</body></html>\n")
-    return notes
-
-
 def run_calibration(*, run: str = "", target: str, trials: int = 40, sampler: str = "tpe",
                     pruner: str = "median", storage: str = "", study: str = "",
                     workers: int = 1, data: str | None = None, experiment: str | None = None,
@@ -369,10 +345,12 @@ def run_calibration(*, run: str = "", target: str, trials: int = 40, sampler: st
         with tracking.pipi_run(entry_point="calibrate", experiment=experiment,
                                run_name=f"calibrate-{cfg.cell}-{target}",
                                tags={**tags, "pipi.optuna_study": name,
+                                     "pipi.calibrate_mode": "frozen",
                                      "pipi.optuna_storage": redact(storage_url)}) as prun:
             parent = prun.info.run_id
             tracking.log_params({
-                "source_run_id": run_id, "target": target, "optuna_study": name,
+                "mode": "frozen", "source_run_id": run_id, "target": target,
+                "optuna_study": name,
                 "optuna_storage": redact(storage_url), "trials": trials, "sampler": sampler,
                 "pruner": pruner, "workers": workers, "data_dir": str(root),
                 "source_cell": cfg.cell, "source_backbone": cfg.backbone,
@@ -436,7 +414,7 @@ def _finish(name, rdb, storage_url, results, cfg, work: Path, *, target, run_id,
         metrics["calibration/gain_macro_auc"] = best_trial.value - baseline
     tracking.log_metrics(metrics)
     tracking.log_dict(doc, "prior_params.json")
-    _log_plots(st, work)
+    write_study_plots(st, work / "optuna")
     st.trials_dataframe().to_csv(work / "optuna" / "trials.csv", index=False)
     tracking.log_artifacts(work / "optuna", "optuna")
     ran = sorted(n for r in results for n in r.trials)
@@ -445,20 +423,6 @@ def _finish(name, rdb, storage_url, results, cfg, work: Path, *, target, run_id,
 
 
 # --------------------------------------------------------------------------- mode=train
-def parse_epochs(epochs) -> int | None:
-    """``auto`` (the profile's epochs) -> None; ``N`` -> N (>= 1)."""
-    text = "" if epochs is None else str(epochs).strip().lower()
-    if text in ("", "auto"):
-        return None
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise ConfigError(f"epochs={epochs!r}: use auto (the profile's) or an integer >= 1")
-    return n
-
-
 def train_study_name(cfg, *, target: str, data_digest: str) -> str:
     """Hash of the recipe without its prior, target and data: a re-run continues the study."""
     recipe = {k: v for k, v in cfg.to_dict().items() if k != "prior"}
@@ -582,7 +546,7 @@ def _finish_train(name, rdb, storage_url, results, cfg, work: Path, *, target, p
         metrics["calibration/gain_macro_auc"] = best_trial.value - baseline
     tracking.log_metrics(metrics)
     tracking.log_dict(doc, "prior_params.json")
-    _log_plots(st, work)
+    write_study_plots(st, work / "optuna")
     table = trials_table(trials, image_size=cfg.image_size)
     table.to_csv(work / "optuna" / "trials.csv", index=False)
     tracking.log_artifacts(work / "optuna", "optuna")

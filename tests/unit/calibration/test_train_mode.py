@@ -12,6 +12,7 @@ import pytest
 from sklearn.metrics import roc_auc_score
 
 from pipi.calibration.objective import diagonal
+from pipi.calibration.study import parse_epochs
 from pipi.config import make_config
 from pipi.errors import ConfigError
 from pipi.predictions import PROB_COLUMNS
@@ -21,7 +22,7 @@ from pipi.sweeps.calibrate_trials import (
     trial_config,
     trials_table,
 )
-from pipi.workflows.calibrate import parse_epochs, run_calibration, train_study_name
+from pipi.workflows.calibrate import run_calibration, train_study_name
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
