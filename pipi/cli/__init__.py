@@ -13,8 +13,8 @@ from pipi.cli.ablate import ablate
 from pipi.cli.aggregate import aggregate
 from pipi.cli.calibrate import calibrate
 from pipi.cli.common import CLI_ONLY_OPTIONS, PipiGroup, setup_logging
-from pipi.cli.galar import galar
 from pipi.cli.galkva import galkva
+from pipi.cli.galar import galar
 from pipi.cli.importer import import_
 from pipi.cli.promote import promote
 from pipi.cli.robustness import robustness

@@ -5,7 +5,6 @@ from __future__ import annotations
 import click
 
 from pipi import tracking
-from pipi.cells import CELLS
 from pipi.cli.common import (
     PipiCommand,
     backbone_option,
@@ -21,6 +20,7 @@ from pipi.cli.common import (
     weights_option,
     with_options,
 )
+from pipi.cells import CELLS
 from pipi.config import make_config
 from pipi.errors import ConfigError
 from pipi.models.backbones import check_weights
