@@ -3,6 +3,12 @@ trial's time goes (prior, forward pass, Optuna + MLflow overhead).
 
     .venv/bin/python benchmarks/bench_calibrate.py [--trials 6] [--image-size 224]
         [--backbone efficientnet_b0] [--data synthetic-tiny]
+    .venv/bin/python benchmarks/bench_calibrate.py --mode train --backbone resnet18
+        [--trials 6] [--epochs 1]
+
+``--mode train`` measures ``calibrate -P mode=train`` instead: trials per hour with 1 and 2
+local workers, each trial a smoke-profile `pi` training run (no pruning; each arm its own
+seed, so no trial reuses a run of the other arm).
 
 Starts a throwaway PostgreSQL (``pipi.tracking.server.Postgres``, as the tests do) holding both
 the Optuna study and the MLflow tracking store, trains one
@@ -36,12 +42,37 @@ def trials_per_minute(study, numbers) -> float:
     return 60.0 * len(ts) / (end - start).total_seconds()
 
 
+def bench_train(a, *, storage, data, run_calibration, train, optuna, open_storage) -> int:
+    """``--mode train``: trials per hour with 1 and 2 workers, each trial a training run."""
+    import torch
+
+    print(f"mode=train: {a.trials} trials per arm, smoke-profile pi runs ({a.backbone}, "
+          f"32 px, {a.epochs} epoch(s)); {os.cpu_count()} CPU cores; device "
+          f"{'cuda' if torch.cuda.is_available() else 'cpu'}")
+    rates = {}
+    for workers in (1, 2):
+        name = f"bench-train-{workers}"
+        r = run_calibration(mode="train", target="kvasir-val", trials=a.trials, sampler="tpe",
+                            pruner="none", storage=storage, study=name, workers=workers,
+                            data=str(data), experiment="bench-calibrate", train_fn=train,
+                            backbone=a.backbone, seed=workers, epochs=a.epochs,
+                            profile="smoke", weights="none")
+        study = optuna.load_study(study_name=name, storage=open_storage(storage))
+        rates[workers] = 60.0 * trials_per_minute(study, r.trials_run)
+        print(f"{workers} worker{'s' if workers > 1 else ' '}: {rates[workers]:8.1f} trials/hour "
+              f"({len(r.trained)} trained, {len(r.reused)} reused)")
+    print(f"ratio 2/1: {rates[2] / rates[1]:.2f}x")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=6, help="trials per arm")
     ap.add_argument("--image-size", type=int, default=224)
     ap.add_argument("--backbone", default="efficientnet_b0")
     ap.add_argument("--data", default="synthetic-tiny")
+    ap.add_argument("--mode", choices=("frozen", "train"), default="frozen")
+    ap.add_argument("--epochs", type=int, default=1, help="--mode train: epochs per trial")
     a = ap.parse_args()
 
     os.environ.setdefault("PIPI_HOME", str(ROOT / ".pipi"))
@@ -76,6 +107,9 @@ def main() -> int:
         os.environ["MLFLOW_TRACKING_URI"] = pg.uri("mlflow")  # the workers log to the same store
         mlflow.create_experiment("bench-calibrate", artifact_location=str(tmp / "artifacts"))
         data = resolve_data(a.data)
+        if a.mode == "train":
+            return bench_train(a, storage=storage, data=data, run_calibration=run_calibration,
+                               train=runner.train, optuna=optuna, open_storage=open_storage)
         cfg = make_config(cell="pi", backbone=a.backbone, profile="smoke", weights="none",
                           image_size=a.image_size, seed=0)
         t = time.perf_counter()

@@ -61,7 +61,8 @@ from pipi.stats import (
 
 __all__ = ["ALL_SYSTEMS", "CALIBRATED", "CLASS_SETS", "GALAR_STUDY", "ZERO_SHOT",
            "CrossVendorEvidence", "DeltaSide", "GalarArm", "RetentionRow", "build_cross_vendor",
-           "fold_label", "galkva_runs", "retention_pairs", "retention_rows", "run_folds",
+           "fold_label", "galkva_runs", "retention_pairs", "retention_rows",
+           "run_calibrate_modes", "run_folds",
            "run_variants", "select_galar_runs", "split_galar_runs"]
 
 GALAR_STUDY = "galar"
@@ -144,6 +145,16 @@ def run_variants(runs: pd.DataFrame) -> pd.Series:
     if "variant" not in runs:
         return pd.Series(ZERO_SHOT, index=runs.index, dtype=object)
     return runs["variant"].fillna("").astype(str).replace("", ZERO_SHOT)
+
+
+def run_calibrate_modes(runs: pd.DataFrame) -> pd.Series:
+    """How each calibrated galar child's prior was fitted (param ``galar.calibrate_mode``:
+    ``train``; ``frozen`` where a run does not say, as before ``calibrate -P mode=train``)."""
+    if "params" not in runs:
+        return pd.Series("frozen", index=runs.index, dtype=object)
+    return runs["params"].map(
+        lambda p: str(json.loads(p).get("galar.calibrate_mode", "frozen"))
+        if isinstance(p, str) and p else "frozen")
 
 
 def run_folds(runs: pd.DataFrame) -> pd.Series:

@@ -48,6 +48,8 @@ PRIOR_PARAMS_VERSION = 1
 #: How many intermediate values a trial reports (the pruner's steps).
 REPORTS_PER_TRIAL = 10
 TARGET_KVASIR = "kvasir-val"
+#: How ``calibrate`` fits the prior (``prior_params.json``'s ``mode``).
+CALIBRATE_MODES = ("frozen", "train")
 TARGET_GALAR = "galar:"
 
 
@@ -64,6 +66,7 @@ class PriorParams:
     alpha: float
     lambda_eff_fraction: float
     source: str = ""        # the file or calibrate run it came from
+    mode: str = "frozen"    # how calibrate fitted it: frozen model, or one training per trial
 
     def lambda_eff(self, image_size: int) -> float:
         """``lambda_eff`` in pixels at ``image_size`` (what ``PriorConfig`` takes)."""
@@ -100,7 +103,11 @@ def parse_prior_params(doc, source: str) -> PriorParams:
     if not (math.isfinite(alpha) and alpha > 0 and math.isfinite(frac) and frac > 0):
         raise ConfigError(f"prior_params={source}: alpha={alpha} and lambda_eff_fraction="
                           f"{frac} must be finite and > 0")
-    return PriorParams(alpha, frac, source)
+    mode = doc.get("mode", "frozen")   # documents from before mode=train have none
+    if mode not in CALIBRATE_MODES:
+        raise ConfigError(f"prior_params={source}: mode {mode!r} is unknown "
+                          f"(expected one of {list(CALIBRATE_MODES)})")
+    return PriorParams(alpha, frac, source, mode)
 
 
 # --------------------------------------------------------------------------- targets, folds
@@ -261,6 +268,6 @@ class CalibrationObjective:
         return self._auc(self.fold.labels, self.predict(alpha, fraction, report))
 
 
-__all__ = ["ALPHA_RANGE", "LAMBDA_FRACTION_RANGE", "CalibrationObjective", "Fold",
+__all__ = ["ALPHA_RANGE", "CALIBRATE_MODES", "LAMBDA_FRACTION_RANGE", "CalibrationObjective", "Fold",
            "PriorParams", "TrialCost", "calibration_fold", "diagonal", "interleaved_order",
            "parse_prior_params", "parse_target", "prior_params_document"]

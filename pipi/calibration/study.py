@@ -17,7 +17,8 @@ from pipi.errors import ConfigError
 from pipi.paths import PROJECT_ROOT
 
 __all__ = ["PRUNERS", "SAMPLERS", "STORAGE_ENV", "STORAGE_SCHEMES", "check_storage_url",
-           "default_storage", "grid_axes", "make_pruner", "make_sampler", "open_storage", "redact"]
+           "default_storage", "grid_axes", "make_pruner", "make_sampler", "open_storage",
+           "parse_epochs", "redact"]
 
 SAMPLERS = ("tpe", "gp", "grid")
 PRUNERS = ("median", "none")
@@ -87,7 +88,9 @@ def make_sampler(name: str, *, seed: int, trials: int) -> optuna.samplers.BaseSa
     factories = {
         "tpe": lambda: optuna.samplers.TPESampler(seed=seed),
         "gp": lambda: optuna.samplers.GPSampler(seed=seed),
-        "grid": lambda: optuna.samplers.GridSampler(grid_axes(trials), seed=seed),
+        # one grid order in every worker (trial n takes grid point n; Optuna asks for a
+        # fixed seed per process in distributed optimisation, else workers repeat points)
+        "grid": lambda: optuna.samplers.GridSampler(grid_axes(trials), seed=0),
     }
     if name not in factories:
         raise ConfigError(f"sampler={name!r} is unknown. Available: {list(SAMPLERS)}")
@@ -100,3 +103,17 @@ def make_pruner(name: str) -> optuna.pruners.BasePruner:
     if name not in factories:
         raise ConfigError(f"pruner={name!r} is unknown. Available: {list(PRUNERS)}")
     return factories[name]()
+
+
+def parse_epochs(epochs) -> int | None:
+    """``auto`` (the profile's epochs) -> None; ``N`` -> N (>= 1)."""
+    text = "" if epochs is None else str(epochs).strip().lower()
+    if text in ("", "auto"):
+        return None
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ConfigError(f"epochs={epochs!r}: use auto (the profile's) or an integer >= 1")
+    return n

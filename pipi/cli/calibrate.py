@@ -1,4 +1,5 @@
-"""`pipi calibrate` / `mlflow run . -e calibrate`: Optuna fits the prior of a frozen pi run."""
+"""`pipi calibrate` / `mlflow run . -e calibrate`: Optuna fits the prior of a frozen pi run
+(mode=frozen), or trains one pi run per trial (mode=train)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,29 @@ import click
 from pipi import tracking
 from pipi.calibration.objective import parse_target
 from pipi.calibration.study import PRUNERS, SAMPLERS, check_storage_url
-from pipi.cli.common import PipiCommand, choice, experiment_option, setup_logging
-from pipi.workflows.calibrate import run_calibration
+from pipi.cli.common import (
+    Auto,
+    PipiCommand,
+    backbone_option,
+    choice,
+    experiment_option,
+    profile_option,
+    setup_logging,
+    weights_option,
+)
+from pipi.sweeps.calibrate_trials import WORKER_SPEC_OPTION, run_worker_file
+from pipi.sweeps.plan import EXECUTORS
+from pipi.workflows.calibrate import MODES, run_calibration
+from pipi.workflows.train import train as train_run  # mode=train: each trial one train run
 
 
 @click.command("calibrate", cls=PipiCommand)
-@click.option("--run", "run", required=True,
-              help="A finished 5-channel run (pi, pblood_only, phi_only): its run id or a "
-                   "models:/ URI (models:/pipi-efficientnet_b0-pi@candidate).")
+@click.option("--mode", type=choice(MODES), default="frozen", show_default=True,
+              help="frozen: recompute the prior of a trained run (the cheap screen); train: "
+                   "each trial trains a pi run with its alpha and lambda_eff.")
+@click.option("--run", "run", default="",
+              help="mode=frozen: a finished 5-channel run (pi, pblood_only, phi_only): its run "
+                   "id or a models:/ URI (models:/pipi-efficientnet_b0-pi@candidate).")
 @click.option("--target", default="kvasir-val", show_default=True,
               help="kvasir-val (the validation split) or galar:<capsule system> (that "
                    "system's calibration fold of a staged Galar folder).")
@@ -30,25 +46,49 @@ from pipi.workflows.calibrate import run_calibration
               help="Study name (default: a hash of run, target and data digest, so a re-run "
                    "continues the same study).")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Local worker processes on the study.")
+              help="Worker processes on the study (mode=train: each trains its trials).")
+@click.option("--executor", type=choice(EXECUTORS), default="local", show_default=True,
+              help="mode=train: where the workers run (local processes, or one SLURM job "
+                   "array of `workers` tasks on the same RDB study).")
+@click.option("--epochs", type=Auto(int, minimum=1), default="auto", show_default=True,
+              help="mode=train: epochs of each trial's run (auto: the profile's).")
+@backbone_option
+@click.option("--seed", type=int, default=42, show_default=True,
+              help="mode=train: the seed of every trial's run.")
+@profile_option
+@weights_option
 @click.option("--data", default="",
               help="Staged folder (default: the run's own data for kvasir-val; a staged Galar "
                    "folder for galar:<system>).")
 @experiment_option
-def calibrate(run, target, trials, sampler, pruner, storage, study, workers, data, experiment):
+@click.option(WORKER_SPEC_OPTION, "worker_spec", default="", hidden=True,
+              help="Internal: a SLURM task of mode=train runs the worker this file describes.")
+def calibrate(mode, run, target, trials, sampler, pruner, storage, study, workers, executor,
+              epochs, backbone, seed, profile, weights, data, experiment, worker_spec):
     """Fit alpha and lambda_eff of a frozen model's prior on a held-out fold (docs/entry-points.md)."""
     setup_logging()
+    if worker_spec:
+        r = run_worker_file(worker_spec, train_fn=train_run)
+        click.echo(f"worker {r.worker}: trials {r.trials} (trained {r.trained}, reused {r.reused})")
+        return
     parse_target(target)                  # every option checked before anything starts
     check_storage_url(storage)
     tracking.configure()
-    r = run_calibration(run=run, target=target, trials=trials, sampler=sampler, pruner=pruner,
-                        storage=storage, study=study, workers=workers, data=data or None,
-                        experiment=experiment or None)
+    train_options = ({} if mode == "frozen" else {
+        "train_fn": train_run, "epochs": epochs, "backbone": backbone, "seed": seed,
+        "executor": executor, "profile": profile, "weights": weights})
+    r = run_calibration(mode=mode, run=run, target=target, trials=trials, sampler=sampler,
+                        pruner=pruner, storage=storage, study=study, workers=workers,
+                        data=data or None, experiment=experiment or None, **train_options)
+    own = "the default" if r.mode == "train" else "the run's own"
     base = ("" if r.baseline_value is None
-            else f" (the run's own prior: {r.baseline_value:.4f})")
+            else f" ({own} prior: {r.baseline_value:.4f})")
     click.echo(f"study {r.study} on {r.storage}: {len(r.trials_run)} trial(s) run by "
                f"{len(r.workers)} worker(s); {r.n_total} in the study, {r.n_complete} complete, "
                f"{r.n_pruned} pruned")
+    if r.mode == "train":
+        click.echo(f"{len(r.trained)} trial(s) trained a pi run, {len(r.reused)} reused a "
+                   "FINISHED run with the same configuration")
     click.echo(f"best alpha {r.best.alpha:.4f}, lambda_eff {r.best.lambda_eff_fraction:.4f} x "
                f"diagonal: macro-AUC {r.best_value:.4f} on {target}{base}")
     click.echo(f"calibrate run {r.run_id}: use it with -P prior_params={r.run_id}")

@@ -188,7 +188,7 @@ train_override_options = [
 
 #: Options of the `pipi` commands that are deliberately not MLproject parameters (under
 #: `mlflow run`, MLflow's own `--experiment-name` chooses the experiment).
-CLI_ONLY_OPTIONS = {"experiment"}
+CLI_ONLY_OPTIONS = {"experiment", "worker_spec"}  # worker_spec: calibrate's SLURM tasks
 experiment_option = click.option(
     "--experiment", default="",
     help="MLflow experiment (default: MLflow's own choice, MLFLOW_EXPERIMENT_NAME or Default). "

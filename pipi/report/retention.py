@@ -21,6 +21,8 @@ from pipi.analysis.retention import (
     RetentionRow,
     fold_label,
     retention_rows,
+    run_calibrate_modes,
+    run_variants,
 )
 from pipi.galkva import BENCHMARK_VERSION, classify_retention
 from pipi.report.rows import no_runs
@@ -174,6 +176,17 @@ def _ret_cols(r: RetentionRow | None, prefix: str) -> dict:
             f"{prefix}_band": r.retention.band}
 
 
+def _calibrate_mode(cal, row: RetentionRow) -> str:
+    """The calibrate mode(s) of a row's calibrated arm (``frozen``, ``train`` or both)."""
+    cell = row.method if (row.backbone, row.method) in cal.tuned else row.baseline
+    runs = cal.runs
+    if runs is None or runs.empty or "backbone" not in runs:
+        return "frozen"
+    own = (run_variants(runs) == CALIBRATED) & (runs["backbone"] == row.backbone) & (
+        runs["cell"].astype(str).str.split("@").str[0] == cell)
+    return ", ".join(sorted(set(run_calibrate_modes(runs[own])))) or "frozen"
+
+
 def calibrated_table(an: Analysis, zero_shot: list[RetentionRow], zero_fold: str = "all"
                      ) -> Table:
     """Zero-shot and calibrated retention of the same (pair, class set, capsule system), side
@@ -205,14 +218,16 @@ def calibrated_table(an: Analysis, zero_shot: list[RetentionRow], zero_fold: str
     data, disp, ids = [], [], []
     for r in rows:
         z = by_key.get(_row_key(r))
+        mode = _calibrate_mode(cal, r)
         data.append({"backbone": r.backbone, "baseline": r.baseline, "method": r.method,
                      "class_set": r.class_set, "capsule_system": r.subset,
                      "n_seeds": len(r.seeds), "seeds": ",".join(map(str, r.seeds)),
-                     "kvasir_delta": r.kvasir.delta,
+                     "kvasir_delta": r.kvasir.delta, "calibrate_mode": mode,
                      **_ret_cols(z, "zero_shot"), **_ret_cols(r, CALIBRATED)})
         disp.append({"backbone": r.backbone, "comparison": f"{r.baseline} -> {r.method}",
                      "classes": CLASS_SETS[r.class_set], "capsule system": r.subset,
-                     "seeds": len(r.seeds), "Δ_Kvasir": fmt_delta(r.kvasir.delta, 4),
+                     "seeds": len(r.seeds), "calibrate mode": mode,
+                     "Δ_Kvasir": fmt_delta(r.kvasir.delta, 4),
                      "Δ_Galar zero-shot": _delta_text(z.galar) if z else "n/a",
                      "Δ_Galar calibrated": _delta_text(r.galar),
                      "retention zero-shot [95% CI]": _ret_text(z) if z else "n/a",
@@ -228,6 +243,9 @@ def calibrated_table(an: Analysis, zero_shot: list[RetentionRow], zero_fold: str
         "lambda_eff from `calibrate`), against the zero-shot RGB baseline; zero-shot: both "
         "arms zero-shot. Same Kvasir runs, same Δ_Kvasir, same bootstrap draws per row.",
         f"{level}% CIs and bands as in the zero-shot retention table.",
+        "Calibrate mode: how `calibrate` fitted the prior the calibrated children used: "
+        "frozen (recomputed for an already trained model) or train (each trial trained "
+        "with its prior, `calibrate -P mode=train`).",
         f"{len(cal.runs)} galar runs on the calibrated side, scored on "
         f"{fold_label(cal.fold)}; calibrated arms: "
         f"{', '.join(f'{b}/{c}' for b, c in sorted(cal.tuned))}.",

@@ -156,7 +156,7 @@ def task_states(job_id: str) -> dict[int, str]:
     return states
 
 
-def _log_tail(folder: Path, name: str, i: int, n: int = 800) -> str:
+def log_tail(folder: Path, name: str, i: int, n: int = 800) -> str:
     path = folder / f"{name}_{i}.log"
     try:
         return path.read_text(errors="replace")[-n:]
@@ -219,7 +219,7 @@ def run_slurm(children, *, data: Path, parent_run_id: str, retries: int = 1,
                     results[i] = result_of(children[i], run, status, attempt,
                                          "; ".join(errors[i]))
                     continue
-                reason = run.data.tags.get(tracking.TAG_FAILURE) or _log_tail(folder, name, k)
+                reason = run.data.tags.get(tracking.TAG_FAILURE) or log_tail(folder, name, k)
                 errors[i].append(f"attempt {attempt} (SLURM {job}_{k} "
                                  f"{states.get(k, '?')}): {reason.strip()}")
                 if run.info.status in ("RUNNING", "SCHEDULED"):
@@ -233,5 +233,5 @@ def run_slurm(children, *, data: Path, parent_run_id: str, retries: int = 1,
     return [results[i] for i in range(len(children))]
 
 
-__all__ = ["SlurmError", "Task", "run_slurm", "submit_array", "task_states", "train_command",
+__all__ = ["SlurmError", "Task", "log_tail", "run_slurm", "submit_array", "task_states", "train_command",
            "wait_for", "write_array_script"]

@@ -421,12 +421,15 @@ def client() -> MlflowClient:
 class RunTracker:
     """What a training loop needs from MLflow: per-epoch metrics and a resumable checkpoint."""
 
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, *, epoch_hook=None):
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self.epoch_hook = epoch_hook  # (epoch, metrics) -> None, after they are logged
 
     def log_metrics(self, metrics: Mapping[str, float], *, step: int | None = None) -> None:
         log_metrics(metrics, step=step)
+        if self.epoch_hook is not None and step is not None:
+            self.epoch_hook(step, metrics)
 
     def log_checkpoint(self, state: dict) -> None:
         import torch

@@ -18,6 +18,11 @@ processes; each finished trial becomes a nested run (params ``alpha``, ``lambda_
   optimisation history, alpha x lambda_eff contour and importance plots
   (``optuna/plots.html``, self-contained) and the trials table (``optuna/trials.csv``).
 
+* **mode=train.** Each trial trains a ``pi`` run with its alpha and lambda_eff instead (the
+  paper fixes the prior before training): see :mod:`pipi.sweeps.calibrate_trials`. The parent
+  logs the same ``prior_params.json`` (``mode: train``), the plots and ``optuna/trials.csv``
+  (params, objective, run id, reused).
+
 Optuna's ``optuna_integration.MLflowCallback`` is not used (deprecated, and it logs flat
 runs named after the study); :func:`_trial_logger` logs nested runs through
 ``pipi.tracking``.
@@ -26,13 +31,10 @@ runs named after the study); :func:`_trial_logger` logs nested runs through
 from __future__ import annotations
 
 import logging
-import multiprocessing as mp
 import os
-import queue as queue_mod
 import shutil
-import socket
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import optuna
@@ -42,6 +44,7 @@ from pipi import tracking
 from pipi.calibration.objective import (
     ALPHA_RANGE,
     LAMBDA_FRACTION_RANGE,
+    TARGET_KVASIR,
     CalibrationObjective,
     PriorParams,
     calibration_fold,
@@ -57,19 +60,33 @@ from pipi.calibration.study import (
     make_pruner,
     make_sampler,
     open_storage,
+    parse_epochs,
     redact,
 )
-from pipi.config import run_params
+from pipi.config import make_config, resolve_profile, run_params, synthetic_preset
 from pipi.data.cache import build_cache
 from pipi.data.kvasir import load_staged
 from pipi.errors import ConfigError, PipiError
 from pipi.paths import pipi_home
 from pipi.report.run_figures import cell_prior_figure, first_per_class
+from pipi.report.study_plots import write_study_plots
 from pipi.runs.data import resolve_data
 from pipi.runs.evaluate import device_for, load_run_model
+from pipi.sweeps.calibrate_trials import (
+    TrainTrialSpec,
+    end_lost_trial_runs,
+    run_slurm_workers,
+    run_workers,
+    train_worker_main,
+    trials_table,
+    worker_id,
+)
+from pipi.sweeps.plan import EXECUTORS
 from pipi.training.frames import tmpdir
 
 log = logging.getLogger(__name__)
+
+MODES = ("frozen", "train")
 
 def _bind_study(st: optuna.Study, name: str, binding: dict) -> None:
     """A study belongs to one (source run, target, data digest): its first call records them
@@ -126,10 +143,6 @@ class WorkerResult:
     costs: dict[int, dict] = field(default_factory=dict)       # trial -> TrialCost fields
     logging_s: dict[int, float] = field(default_factory=dict)  # trial -> nested-run seconds
     wall_s: float = 0.0
-
-
-def worker_id(index: int) -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:w{index}"
 
 
 def _trial_params(trial) -> dict:
@@ -210,7 +223,7 @@ def _load_objective(spec: WorkerSpec) -> CalibrationObjective:
     return CalibrationObjective(model, cfg, images, fold, device_for())
 
 
-def _worker_main(spec: WorkerSpec, out: mp.Queue) -> None:
+def _worker_main(spec: WorkerSpec, out) -> None:
     """Entry of a spawned worker process: report ``("ok", result)`` or ``("error", line)``."""
     tracking.install_signal_handlers()  # SIGTERM/Ctrl-C: the trial FAILs, no child RUNNING
     try:
@@ -223,54 +236,6 @@ def _worker_main(spec: WorkerSpec, out: mp.Queue) -> None:
     except BaseException as exc:  # report, then die with the traceback on stderr
         out.put(("error", spec.index, f"{type(exc).__name__}: {exc}"))
         raise
-
-
-def _fail_running_trials(storage, study_name: str, workers: set[str]) -> None:
-    """Mark the RUNNING trials of stopped workers FAIL (nothing left running)."""
-    study = optuna.load_study(study_name=study_name, storage=storage)
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        if t.user_attrs.get("worker") in workers:
-            storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
-
-
-def run_workers(specs: list[WorkerSpec], *, storage) -> list[WorkerResult]:
-    """Start one spawned process per spec; on the first failure stop them all and raise."""
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    procs = {s.index: ctx.Process(target=_worker_main, args=(s, out), daemon=False,
-                                  name=f"calibrate-worker-{s.index}") for s in specs}
-    for p in procs.values():
-        p.start()
-    results: dict[int, WorkerResult] = {}
-    error = None
-    try:
-        while len(results) < len(specs) and error is None:
-            try:
-                kind, index, payload = out.get(timeout=1.0)
-            except queue_mod.Empty:
-                dead = [i for i, p in procs.items()
-                        if i not in results and p.exitcode not in (None, 0)]
-                if dead:
-                    error = f"worker {dead[0]} exited with code {procs[dead[0]].exitcode}"
-                continue
-            if kind == "ok":
-                results[index] = payload
-            else:
-                error = f"worker {index}: {payload}"
-    finally:  # an error, Ctrl-C or SIGTERM here: stop the workers (each ends its trial)
-        for i, p in procs.items():
-            if p.is_alive() and i not in results:
-                p.terminate()
-        for p in procs.values():
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-                p.join()
-    if error is not None:
-        names = {f"{socket.gethostname()}:{p.pid}:w{i}" for i, p in procs.items()}
-        _fail_running_trials(storage, specs[0].study, names)
-        raise PipiError(error)
-    return [results[i] for i in sorted(results)]
 
 
 # --------------------------------------------------------------------------- the workflow
@@ -286,7 +251,10 @@ class CalibrationResult:
     n_complete: int
     n_pruned: int
     n_total: int
-    workers: list[WorkerResult]
+    workers: list
+    mode: str = "frozen"
+    trained: list[int] = field(default_factory=list)   # mode=train: trials that trained
+    reused: list[int] = field(default_factory=list)    # mode=train: trials that reused a run
 
 
 def _split(trials: int, workers: int) -> list[int]:
@@ -318,41 +286,33 @@ def resolve_calibration_data(data: str | None, *, target: str, run) -> Path:
     return resolve_data("synthetic")
 
 
-def _log_plots(study: optuna.Study, work: Path) -> list[str]:
-    """Optuna's own plots in one self-contained HTML (plotly.js included once, so it opens
-    offline); returns notes for the plots that cannot be drawn."""
-    import optuna.visualization as vis  # plotly is heavy: imported only when plotting
-
-    notes, parts = [], []
-    plots = {"optimization history": lambda: vis.plot_optimization_history(study),
-             "alpha x lambda_eff contour": lambda: vis.plot_contour(
-                 study, params=["alpha", "lambda_eff_fraction"]),
-             "parameter importances": lambda: vis.plot_param_importances(study)}
-    for title, draw in plots.items():
-        try:
-            html = draw().to_html(full_html=False, include_plotlyjs=not parts)
-        except Exception as exc:  # e.g. importances need two complete trials that differ
-            notes.append(f"{title}: not drawn ({type(exc).__name__}: {exc})")
-            continue
-        parts.append(f"<h2>{title}</h2>\n{html}")
-    (work / "optuna").mkdir(parents=True, exist_ok=True)
-    notes_html = "".join(f"<p>{n}</p>" for n in notes)
-    (work / "optuna" / "plots.html").write_text(
-        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{study.study_name}</title>"
-        f"</head><body><h1>Optuna study {study.study_name}</h1>{notes_html}"
-        + "\n".join(parts) + "</body></html>\n")
-    return notes
-
-
-def run_calibration(*, run: str, target: str, trials: int = 40, sampler: str = "tpe",
+def run_calibration(*, run: str = "", target: str, trials: int = 40, sampler: str = "tpe",
                     pruner: str = "median", storage: str = "", study: str = "",
                     workers: int = 1, data: str | None = None, experiment: str | None = None,
-                    progress: bool = True) -> CalibrationResult:
-    """Fit alpha and lambda_eff of ``run``'s prior on ``target`` (see the module docstring)."""
+                    progress: bool = True, mode: str = "frozen", train_fn=None,
+                    **train_options) -> CalibrationResult:
+    """Fit alpha and lambda_eff of ``run``'s prior on ``target`` (see the module docstring).
+
+    ``mode=train`` trains one ``pi`` run per trial instead (:func:`_calibrate_by_training`;
+    ``train_options``: epochs, backbone, seed, executor, profile, weights). ``train_fn`` is
+    the ``train`` workflow's function, passed in by the caller (the CLI): a workflow does not
+    import another."""
     if trials < 1 or workers < 1:
         raise ConfigError(f"trials={trials} and workers={workers} must be >= 1")
     make_sampler(sampler, seed=0, trials=trials)
     make_pruner(pruner)
+    if mode not in MODES:
+        raise ConfigError(f"mode={mode!r} is unknown. Available: {list(MODES)}")
+    if mode == "train":
+        return _calibrate_by_training(
+            target=target, trials=trials, sampler=sampler, pruner=pruner, storage=storage,
+            study=study, workers=workers, data=data, experiment=experiment, train_fn=train_fn,
+            **train_options)
+    if not run:
+        raise ConfigError("mode=frozen needs run=<a finished pi run id or models:/ URI>; "
+                          "mode=train trains its own")
+    if train_options:
+        raise ConfigError(f"{sorted(train_options)}: only for mode=train")
     parse_target(target)
     storage_url = check_storage_url(storage)
     rdb = open_storage(storage_url)                       # unreachable storage: fail first
@@ -385,10 +345,12 @@ def run_calibration(*, run: str, target: str, trials: int = 40, sampler: str = "
         with tracking.pipi_run(entry_point="calibrate", experiment=experiment,
                                run_name=f"calibrate-{cfg.cell}-{target}",
                                tags={**tags, "pipi.optuna_study": name,
+                                     "pipi.calibrate_mode": "frozen",
                                      "pipi.optuna_storage": redact(storage_url)}) as prun:
             parent = prun.info.run_id
             tracking.log_params({
-                "source_run_id": run_id, "target": target, "optuna_study": name,
+                "mode": "frozen", "source_run_id": run_id, "target": target,
+                "optuna_study": name,
                 "optuna_storage": redact(storage_url), "trials": trials, "sampler": sampler,
                 "pruner": pruner, "workers": workers, "data_dir": str(root),
                 "source_cell": cfg.cell, "source_backbone": cfg.backbone,
@@ -408,7 +370,7 @@ def run_calibration(*, run: str, target: str, trials: int = 40, sampler: str = "
                 results = [optimize(objective, specs[0], storage=rdb)]
             else:
                 del objective, model                   # each worker loads its own
-                results = run_workers(specs, storage=rdb)
+                results = run_workers(specs, storage=rdb, target=_worker_main)
             result = _finish(name, rdb, storage_url, results, cfg, work, target=target,
                              run_id=run_id, parent=parent, manifest=manifest)
             # what the best trial's prior looks like on the target's frames
@@ -440,7 +402,7 @@ def _finish(name, rdb, storage_url, results, cfg, work: Path, *, target, run_id,
         baseline_value=baseline, best_trial=best_trial.number, target=target,
         source_run_id=run_id, calibrate_run_id=parent, study=name,
         storage=redact(storage_url), data_digest=manifest["data_digest"],
-        n_trials=len(st.trials))
+        n_trials=len(st.trials), mode="frozen")
     tracking.log_params({"alpha": best.alpha, "lambda_eff": doc["lambda_eff"],
                          "lambda_eff_fraction": best.lambda_eff_fraction,
                          "best_trial": best_trial.number})
@@ -452,7 +414,7 @@ def _finish(name, rdb, storage_url, results, cfg, work: Path, *, target, run_id,
         metrics["calibration/gain_macro_auc"] = best_trial.value - baseline
     tracking.log_metrics(metrics)
     tracking.log_dict(doc, "prior_params.json")
-    _log_plots(st, work)
+    write_study_plots(st, work / "optuna")
     st.trials_dataframe().to_csv(work / "optuna" / "trials.csv", index=False)
     tracking.log_artifacts(work / "optuna", "optuna")
     ran = sorted(n for r in results for n in r.trials)
@@ -460,6 +422,141 @@ def _finish(name, rdb, storage_url, results, cfg, work: Path, *, target, run_id,
                              baseline, ran, len(complete), n_pruned, len(states), results)
 
 
-__all__ = ["PRUNERS", "SAMPLERS", "CalibrationResult", "WorkerSpec", "check_storage_url",
+# --------------------------------------------------------------------------- mode=train
+def train_study_name(cfg, *, target: str, data_digest: str) -> str:
+    """Hash of the recipe without its prior, target and data: a re-run continues the study."""
+    recipe = {k: v for k, v in cfg.to_dict().items() if k != "prior"}
+    key = tracking.config_hash({"mode": "train", "recipe": recipe, "target": target,
+                                "data_digest": data_digest})
+    return f"calibrate-train-{key}"
+
+
+def _calibrate_by_training(*, target, trials, sampler, pruner, storage, study, workers, data,
+                           experiment, train_fn, epochs="auto", backbone="efficientnet_b0",
+                           seed=42, executor="local", profile="auto",
+                           weights="imagenet") -> CalibrationResult:
+    """``mode=train``: each trial a ``pi`` training run (``pipi.sweeps.calibrate_trials``)."""
+    if parse_target(target)[0] != TARGET_KVASIR:
+        raise ConfigError(f"target={target}: mode=train scores kvasir-val (the validation "
+                          "split it trains beside); calibrate a Galar system with mode=frozen")
+    if executor not in EXECUTORS:
+        raise ConfigError(f"executor={executor!r} is unknown. Available: {list(EXECUTORS)}")
+    if train_fn is None:
+        raise ConfigError("mode=train needs train_fn (the train workflow's train)")
+    n_epochs = parse_epochs(epochs)
+    storage_url = check_storage_url(storage)
+    rdb = open_storage(storage_url)
+    root = resolve_data(data, preset=synthetic_preset(profile))
+    frames, manifest = load_staged(root)
+    if manifest.get("dataset") == "galar":
+        raise ConfigError(f"data={data}: a staged Galar folder is test data only; mode=train "
+                          "trains on a staged Kvasir-Capsule release")
+    profile = resolve_profile(profile, manifest.get("dataset", ""))
+    cfg = make_config(cell="pi", backbone=backbone, seed=int(seed), profile=profile,
+                      weights=weights, epochs=n_epochs)
+    digest = manifest["data_digest"]
+    fold = calibration_fold(frames, manifest, target)
+    name = study or train_study_name(cfg, target=target, data_digest=digest)
+    st = optuna.create_study(study_name=name, storage=rdb, direction="maximize",
+                             load_if_exists=True)
+    if st.direction != optuna.study.StudyDirection.MAXIMIZE:
+        raise ConfigError(f"study={name}: exists in {redact(storage_url)} but minimises")
+    _bind_study(st, name, {"pipi.source_run_id": "", "pipi.target": target,
+                           "pipi.data_digest": digest, "pipi.mode": "train",
+                           "pipi.recipe": train_study_name(cfg, target=target,
+                                                           data_digest=digest)})
+    for rid in end_lost_trial_runs(st):  # a restart after a worker was killed
+        log.warning("run %s of a FAILed trial was still RUNNING: ended FAILED", rid)
+    existing = len(st.trials)
+    base = _baseline(cfg) if sampler != "grid" else None
+    if existing == 0 and base is not None:  # the paper's default prior, trained as trial 0
+        st.enqueue_trial(base, user_attrs={"baseline": True})
+    seed0 = int(tracking.config_hash({"study": name, "existing": existing}), 16) % (2**31)
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    tags = {**tracking.data_tags(manifest), "pipi.target": target, "pipi.calibrate_mode": "train",
+            tracking.TAG_CODE_VERSION: tracking.code_version()}
+    work = tmpdir()
+    try:
+        with tracking.pipi_run(entry_point="calibrate", experiment=experiment,
+                               run_name=f"calibrate-train-pi-{target}",
+                               tags={**tags, "pipi.optuna_study": name,
+                                     "pipi.optuna_storage": redact(storage_url)}) as prun:
+            parent = prun.info.run_id
+            tracking.log_params({
+                "mode": "train", "target": target, "optuna_study": name,
+                "optuna_storage": redact(storage_url), "trials": trials, "sampler": sampler,
+                "pruner": pruner, "workers": workers, "executor": executor,
+                "epochs": cfg.epochs, "backbone": cfg.backbone, "seed": cfg.seed,
+                "profile": profile, "weights": cfg.weights, "data_dir": str(root),
+                "image_size": cfg.image_size, "fold_frames": len(fold.rows),
+                "fold_classes": ",".join(fold.class_names)})
+            specs = [TrainTrialSpec(
+                index=i, n_trials=n, study=name, storage=storage_url, sampler=sampler,
+                pruner=pruner, seed=seed0 + i, parent_run_id=parent,
+                tracking_uri=tracking.current_tracking_uri(),
+                code_version=tracking.code_version(), data=str(root), data_digest=digest,
+                base_config=cfg.to_dict(), fold_classes=tuple(fold.classes), train_fn=train_fn,
+                grid_trials=trials, threads=threads)
+                for i, n in enumerate(_split(trials, workers)) if n > 0]
+            if executor == "slurm":  # the spec files hold no password from the environment
+                specs = [replace(sp, storage=(storage or "").strip()) for sp in specs]
+                results = run_slurm_workers(specs, storage=rdb)
+            else:
+                results = run_workers(specs, storage=rdb, target=train_worker_main)
+            return _finish_train(name, rdb, storage_url, results, cfg, work, target=target,
+                                 parent=parent, digest=digest)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _finish_train(name, rdb, storage_url, results, cfg, work: Path, *, target, parent,
+                  digest) -> CalibrationResult:
+    """The best trial as ``prior_params.json``, counts, Optuna plots and the trials table."""
+    st = optuna.load_study(study_name=name, storage=rdb)
+    trials = st.trials
+    complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    if not complete:
+        raise PipiError(f"study {name}: no trial completed (all pruned or failed); run more "
+                        "trials or pass pruner=none")
+    best_trial = st.best_trial
+    best = PriorParams(best_trial.params["alpha"], best_trial.params["lambda_eff_fraction"],
+                       f"run {parent}")
+    baseline = next((t.value for t in complete if t.user_attrs.get("baseline")), None)
+    n_pruned = sum(t.state == optuna.trial.TrialState.PRUNED for t in trials)
+    doc = prior_params_document(
+        best, image_size=cfg.image_size, objective="macro_auc", value=best_trial.value,
+        baseline_value=baseline, best_trial=best_trial.number, target=target,
+        source_run_id=None, calibrate_run_id=parent, study=name,
+        storage=redact(storage_url), data_digest=digest, n_trials=len(trials), mode="train",
+        best_run_id=best_trial.user_attrs.get("run_id"), backbone=cfg.backbone,
+        epochs=cfg.epochs, seed=cfg.seed)
+    trained = sorted(n for r in results for n in r.trained)
+    reused = sorted(n for r in results for n in r.reused)
+    tracking.log_params({"alpha": best.alpha, "lambda_eff": doc["lambda_eff"],
+                         "lambda_eff_fraction": best.lambda_eff_fraction,
+                         "best_trial": best_trial.number,
+                         "best_run_id": best_trial.user_attrs.get("run_id", "")})
+    metrics = {"calibration/best_macro_auc": best_trial.value,
+               "calibration/trials_complete": len(complete),
+               "calibration/trials_pruned": n_pruned, "calibration/trials_total": len(trials),
+               "calibration/trials_trained": len(trained),
+               "calibration/trials_reused": len(reused)}
+    if baseline is not None:
+        metrics["calibration/baseline_macro_auc"] = baseline
+        metrics["calibration/gain_macro_auc"] = best_trial.value - baseline
+    tracking.log_metrics(metrics)
+    tracking.log_dict(doc, "prior_params.json")
+    write_study_plots(st, work / "optuna")
+    table = trials_table(trials, image_size=cfg.image_size)
+    table.to_csv(work / "optuna" / "trials.csv", index=False)
+    tracking.log_artifacts(work / "optuna", "optuna")
+    ran = sorted(n for r in results for n in r.trials)
+    return CalibrationResult(parent, name, redact(storage_url), best, best_trial.value,
+                             baseline, ran, len(complete), n_pruned, len(trials), results,
+                             mode="train", trained=trained, reused=reused)
+
+
+__all__ = ["MODES", "PRUNERS", "SAMPLERS", "CalibrationResult", "WorkerSpec", "check_storage_url",
            "default_storage", "default_study_name", "make_pruner", "make_sampler",
-           "open_storage", "optimize", "redact", "run_calibration", "run_workers"]
+           "open_storage", "optimize", "parse_epochs", "redact", "run_calibration", "run_workers",
+           "train_study_name"]

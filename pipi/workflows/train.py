@@ -213,17 +213,22 @@ def log_results(out: dict, work: Path) -> dict:
 
 def train(cfg: TrainConfig, *, data: str | None = None, resume: str | None = None,
           experiment: str | None = None, register: bool = True, progress: bool = True,
-          nested: bool = False, system_metrics: bool = False) -> dict:
+          nested: bool = False, system_metrics: bool = False,
+          epoch_hook: Callable[[int, Mapping[str, float]], None] | None = None) -> dict:
     """Run one cell end to end inside an MLflow run and return a summary (:func:`request`,
     then :func:`run`)."""
     return run(request(cfg, data=data, resume=resume), experiment=experiment,
                register=register, progress=progress, nested=nested,
-               system_metrics=system_metrics)
+               system_metrics=system_metrics, epoch_hook=epoch_hook)
 
 
 def run(req: TrainRequest, *, experiment: str | None = None, register: bool = True,
-        progress: bool = True, nested: bool = False, system_metrics: bool = False) -> dict:
+        progress: bool = True, nested: bool = False, system_metrics: bool = False,
+        epoch_hook: Callable[[int, Mapping[str, float]], None] | None = None) -> dict:
     """Train a request inside an MLflow run and return a summary.
+
+    ``epoch_hook(epoch, metrics)`` is called after each epoch's metrics are logged (an Optuna
+    trial reports ``val/macro_auc`` there); an exception it raises ends the run.
 
     The run ends with what the MLflow UI shows (``_show_in_ui``): figures, the run's
     description, the registered model's card and the version's evidence.
@@ -262,7 +267,7 @@ def run(req: TrainRequest, *, experiment: str | None = None, register: bool = Tr
                 tracking.log_dataset(frames, source=str(root), name=tags[tracking.TAG_DATASET],
                                      digest=manifest["data_digest"], context="training")
             tracking.log_params(runtime.params())  # on resume: `.resolved` if it moved
-            tracker = tracking.RunTracker(work / "ckpt")
+            tracker = tracking.RunTracker(work / "ckpt", epoch_hook=epoch_hook)
             if seq:
                 summary = _fit_sequence(cfg, root=root, frames=frames, manifest=manifest,
                                         base_id=base_id, tracker=tracker, work=work,
