@@ -241,18 +241,12 @@ def galar_evaluation(fold: str = "auto", prior: CalibratedPrior | None = None) -
     if prior is not None:
         return Evaluation(study=STUDY, variant=VARIANT_CALIBRATED,
                           scorer=_calibrated_scorer(prior), splits=("test",),
-<<<<<<< HEAD
                           options={"fold": fold, "alpha": prior.params.alpha,
-                                   "lambda_eff_fraction": prior.params.lambda_eff_fraction},
-                          tags={TAG_FOLD: fold, **prior.tags},
-=======
-                          options={"fold": fold, "alpha": prior.alpha,
-                                   "lambda_eff_fraction": prior.lambda_eff_fraction,
+                                   "lambda_eff_fraction": prior.params.lambda_eff_fraction,
                                    # frozen (the default) stays out: the earlier key holds
-                                   **({"calibrate_mode": prior.mode}
-                                      if prior.mode != "frozen" else {})},
-                          tags={TAG_FOLD: fold, "pipi.prior_params": prior.source},
->>>>>>> caltrain
+                                   **({"calibrate_mode": prior.params.mode}
+                                      if prior.params.mode != "frozen" else {})},
+                          tags={TAG_FOLD: fold, **prior.tags},
                           check=_five_channel, select=functools.partial(_fold_rows, fold=fold))
     return Evaluation(study=STUDY, variant=VARIANT, scorer=galar_scorer, splits=("test",),
                       options={"fold": fold}, tags={TAG_FOLD: fold},
