@@ -203,8 +203,8 @@ def _train_trial(trial: optuna.Trial, spec: TrainTrialSpec, result: TrainWorkerR
         result.reused.append(trial.number)
         return run_value(rid, spec.fold_classes, work)
     rid = tracking.create_child_run(spec.parent_run_id, run_name=f"trial-{trial.number}", tags={
-        tracking.TAG_PARENT_RUN: spec.parent_run_id, "pipi.optuna_study": spec.study,
-        "pipi.trial_number": trial.number, "pipi.worker": result.worker})
+        tracking.TAG_PARENT_RUN: spec.parent_run_id, tracking.TAG_OPTUNA_STUDY: spec.study,
+        tracking.TAG_TRIAL_NUMBER: trial.number, tracking.TAG_WORKER: result.worker})
     trial.set_user_attr("run_id", rid)
     trial.set_user_attr("reused", False)
     os.environ["MLFLOW_RUN_ID"] = rid  # train's pipi_run fills this run
@@ -213,7 +213,7 @@ def _train_trial(trial: optuna.Trial, spec: TrainTrialSpec, result: TrainWorkerR
                       epoch_hook=_epoch_reporter(trial))
     except optuna.TrialPruned as exc:
         tracking.terminate_run(rid, PRUNED_STATUS, f"pruned by Optuna: {exc}")
-        tracking.set_run_tags(rid, {"pipi.pruned": "true"})
+        tracking.set_run_tags(rid, {tracking.TAG_PRUNED: "true"})
         raise
     except BaseException as exc:  # the trial FAILs; its run must not stay RUNNING
         if tracking.get_run(rid).info.status in ("RUNNING", "SCHEDULED"):
@@ -225,7 +225,7 @@ def _train_trial(trial: optuna.Trial, spec: TrainTrialSpec, result: TrainWorkerR
     finally:
         os.environ.pop("MLFLOW_RUN_ID", None)
     result.trained.append(trial.number)
-    tracking.set_run_tags(rid, {"pipi.pruned": "false"})
+    tracking.set_run_tags(rid, {tracking.TAG_PRUNED: "false"})
     return run_value(rid, spec.fold_classes, work)
 
 

@@ -119,3 +119,5 @@ TAG_TRIAL_STATE = "pipi.trial_state"
 TAG_PRUNED = "pipi.pruned"
 TAG_WORKER = "pipi.worker"
 TAG_BASELINE_TRIAL = "pipi.baseline_trial"
+#: how calibrate fitted the prior: "frozen" (a trained model) or "train" (a run per trial)
+TAG_CALIBRATE_MODE = "pipi.calibrate_mode"

@@ -165,10 +165,10 @@ def _trial_logger(spec: WorkerSpec, image_size: int, result: WorkerResult):
         if trial.value is not None:
             metrics["calibration/macro_auc"] = trial.value
         tags = {**spec.tags, tracking.TAG_ENTRY_POINT: "calibrate",
-                "pipi.optuna_study": study.study_name, "pipi.trial_number": trial.number,
-                "pipi.trial_state": state, "pipi.pruned": str(state == "PRUNED").lower(),
-                "pipi.worker": result.worker,
-                "pipi.baseline_trial": str(bool(trial.user_attrs.get("baseline"))).lower()}
+                tracking.TAG_OPTUNA_STUDY: study.study_name, tracking.TAG_TRIAL_NUMBER: trial.number,
+                tracking.TAG_TRIAL_STATE: state, tracking.TAG_PRUNED: str(state == "PRUNED").lower(),
+                tracking.TAG_WORKER: result.worker,
+                tracking.TAG_BASELINE_TRIAL: str(bool(trial.user_attrs.get("baseline"))).lower()}
         tracking.log_finished_child(
             spec.parent_run_id, run_name=f"trial-{trial.number}", params=params,
             metrics=metrics, tags=tags,
@@ -330,23 +330,23 @@ def run_calibration(*, run: str = "", target: str, trials: int = 40, sampler: st
                              load_if_exists=True)
     if st.direction != optuna.study.StudyDirection.MAXIMIZE:
         raise ConfigError(f"study={name}: exists in {redact(storage_url)} but minimises")
-    _bind_study(st, name, {"pipi.source_run_id": run_id, "pipi.target": target,
-                           "pipi.data_digest": manifest["data_digest"]})
+    _bind_study(st, name, {tracking.TAG_SOURCE_RUN: run_id, tracking.TAG_TARGET: target,
+                           tracking.TAG_DATA_DIGEST: manifest["data_digest"]})
     existing = len(st.trials)
     base = _baseline(cfg) if sampler != "grid" else None
     if existing == 0 and base is not None:
         st.enqueue_trial(base, user_attrs={"baseline": True})
     tags = {**tracking.data_tags(manifest), tracking.TAG_SOURCE_RUN: run_id,
-            "pipi.target": target, tracking.TAG_CODE_VERSION: tracking.code_version()}
+            tracking.TAG_TARGET: target, tracking.TAG_CODE_VERSION: tracking.code_version()}
     seed = int(tracking.config_hash({"study": name, "existing": existing}), 16) % (2**31)
     threads = max(1, (os.cpu_count() or 1) // workers) if workers > 1 else 0
     work = tmpdir()
     try:
         with tracking.pipi_run(entry_point="calibrate", experiment=experiment,
                                run_name=f"calibrate-{cfg.cell}-{target}",
-                               tags={**tags, "pipi.optuna_study": name,
-                                     "pipi.calibrate_mode": "frozen",
-                                     "pipi.optuna_storage": redact(storage_url)}) as prun:
+                               tags={**tags, tracking.TAG_OPTUNA_STUDY: name,
+                                     tracking.TAG_CALIBRATE_MODE: "frozen",
+                                     tracking.TAG_OPTUNA_STORAGE: redact(storage_url)}) as prun:
             parent = prun.info.run_id
             tracking.log_params({
                 "mode": "frozen", "source_run_id": run_id, "target": target,
@@ -461,9 +461,9 @@ def _calibrate_by_training(*, target, trials, sampler, pruner, storage, study, w
                              load_if_exists=True)
     if st.direction != optuna.study.StudyDirection.MAXIMIZE:
         raise ConfigError(f"study={name}: exists in {redact(storage_url)} but minimises")
-    _bind_study(st, name, {"pipi.source_run_id": "", "pipi.target": target,
-                           "pipi.data_digest": digest, "pipi.mode": "train",
-                           "pipi.recipe": train_study_name(cfg, target=target,
+    _bind_study(st, name, {tracking.TAG_SOURCE_RUN: "", tracking.TAG_TARGET: target,
+                           tracking.TAG_DATA_DIGEST: digest, tracking.TAG_CALIBRATE_MODE: "train",
+                           tracking.TAG_RECIPE: train_study_name(cfg, target=target,
                                                            data_digest=digest)})
     for rid in end_lost_trial_runs(st):  # a restart after a worker was killed
         log.warning("run %s of a FAILed trial was still RUNNING: ended FAILED", rid)
@@ -473,14 +473,14 @@ def _calibrate_by_training(*, target, trials, sampler, pruner, storage, study, w
         st.enqueue_trial(base, user_attrs={"baseline": True})
     seed0 = int(tracking.config_hash({"study": name, "existing": existing}), 16) % (2**31)
     threads = max(1, (os.cpu_count() or 1) // workers)
-    tags = {**tracking.data_tags(manifest), "pipi.target": target, "pipi.calibrate_mode": "train",
+    tags = {**tracking.data_tags(manifest), tracking.TAG_TARGET: target, tracking.TAG_CALIBRATE_MODE: "train",
             tracking.TAG_CODE_VERSION: tracking.code_version()}
     work = tmpdir()
     try:
         with tracking.pipi_run(entry_point="calibrate", experiment=experiment,
                                run_name=f"calibrate-train-pi-{target}",
-                               tags={**tags, "pipi.optuna_study": name,
-                                     "pipi.optuna_storage": redact(storage_url)}) as prun:
+                               tags={**tags, tracking.TAG_OPTUNA_STUDY: name,
+                                     tracking.TAG_OPTUNA_STORAGE: redact(storage_url)}) as prun:
             parent = prun.info.run_id
             tracking.log_params({
                 "mode": "train", "target": target, "optuna_study": name,
