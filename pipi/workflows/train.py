@@ -111,7 +111,10 @@ def request_from_options(*, cell: str, backbone: str, seed: int, profile: str,
         if connect is not None:
             connect()
         return request(None, data=data, resume=resume)
-    staged = None if is_synthetic(data) else load_data(data)  # its dataset decides profile=auto
+    synthetic = is_synthetic(data)
+    # profile=auto: a staged folder's dataset decides it, so that folder is read first;
+    # otherwise every option (the device included) is checked before any data is read
+    staged = load_data(data) if profile == "auto" and not synthetic else None
     profile = resolve_profile(profile, staged.manifest.get("dataset", "") if staged
                               else "synthetic")
     cfg = make_config(cell=cell, backbone=backbone, seed=seed, profile=profile,
@@ -123,9 +126,11 @@ def request_from_options(*, cell: str, backbone: str, seed: int, profile: str,
         raise ConfigError(f"prior_params={prior_params}: cell {cell} uses no optical prior "
                           "(RGB only); prior_params applies to pi, pblood_only, phi_only, "
                           "distill and the sequence cells built on them")
+    runtime = runtime_of(cfg)  # a device that is not there fails before anything is read
+    if staged is None and not synthetic:
+        staged = load_data(data)
     if staged is not None:
         check_trainable(staged, data)
-    runtime = runtime_of(cfg)  # a device that is not there fails before anything is staged
     if connect is not None:
         connect()
     prior = resolve_prior(prior_params) if prior_params else None

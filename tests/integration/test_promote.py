@@ -120,4 +120,4 @@ def test_too_few_seeds_is_a_refusal_with_the_count(registry, sqlite_tracking):
 
 def test_bad_model_name_is_one_line(sqlite_tracking):
     r = CliRunner().invoke(main, ["promote", "--model", "resnet"])
-    assert r.exit_code == 2 and "pipi-<backbone>-<cell>" in r.output
+    assert r.exit_code == 2 and "<prefix>-<backbone>-<cell>" in r.output

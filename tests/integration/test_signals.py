@@ -82,7 +82,15 @@ def test_signal_to_mlflow_run_ends_its_run_killed(tiny_staged, tmp_path, sig):
     try:
         rid = _running_run(client, proc, "signals")
         os.killpg(proc.pid, sig)  # the whole process group, as a terminal or SLURM does
-        _, err = proc.communicate(timeout=120)
+        try:
+            _, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:  # say what each process was doing
+            ps = subprocess.run(["ps", "-eo", "pid,ppid,pgid,stat,args"], capture_output=True,
+                                text=True).stdout.splitlines()
+            tree = "\n".join(ln for ln in ps[1:] if ln.split()[2] == str(proc.pid))
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise AssertionError(f"still running 120 s after {sig.name}:\n{tree}\n"
+                                 f"{proc.communicate()[1][-4000:]}") from None
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

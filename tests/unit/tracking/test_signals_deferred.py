@@ -24,7 +24,7 @@ def test_sigterm_inside_waits_for_the_end_of_the_block(pipi_handlers):
     done = []
     with pytest.raises(runs.Terminated):
         with runs.signals_deferred():
-            os.kill(os.getpid(), signal.SIGTERM)
+            signal.raise_signal(signal.SIGTERM)
             done.append("created")
             done.append("ended")
     assert done == ["created", "ended"]
@@ -34,9 +34,9 @@ def test_a_second_signal_inside_acts_at_once(pipi_handlers):
     done = []
     with pytest.raises(KeyboardInterrupt):
         with runs.signals_deferred():
-            os.kill(os.getpid(), signal.SIGTERM)
+            signal.raise_signal(signal.SIGTERM)
             done.append("first")
-            os.kill(os.getpid(), signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)
             done.append("never")
     assert done == ["first"]
 
