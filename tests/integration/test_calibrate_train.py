@@ -166,7 +166,7 @@ def test_the_grid_as_a_slurm_array_of_two_workers(tracking, tiny_staged, storage
 
 def _train_then_die(cfg, **kw):
     """``train``, but its worker process gets SIGTERM at the end of the first epoch."""
-    def die(epoch, metrics):
+    def die(epoch, metrics, model):
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(30)  # pipi's handler raises here
 
