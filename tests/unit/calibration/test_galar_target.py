@@ -84,3 +84,38 @@ def test_target_data_errors_are_one_line(tiny_staged, tmp_path):
         galar_target_data("galar:PillCam SB3", str(tmp_path))
     with pytest.raises(ConfigError, match="holds dataset 'kvasir-capsule', not galar"):
         galar_target_data("galar:PillCam SB3", str(tiny_staged))
+
+
+def test_the_epoch_loop_and_the_run_tracker_hand_the_model_to_the_hook(monkeypatch, tmp_path):
+    import pandas as pd
+
+    from pipi.classes import CLASSES
+    from pipi.tracking import runs
+    from pipi.training.frames import fit_epochs
+
+    class Tracker:                                    # fit_epochs' side: the model it trains
+        seen: list = []
+
+        def log_metrics(self, metrics, *, step=None, model=None):
+            self.seen.append((step, model))
+
+        def log_checkpoint(self, state):
+            pass
+
+    val = pd.DataFrame({"path": [f"v/{i}.jpg" for i in range(4)], "video_id": ["v"] * 4,
+                        "frame_number": range(4), "class_index": [0, 0, 1, 1],
+                        "class": [CLASSES[0]] * 2 + [CLASSES[1]] * 2})
+    probs = np.full((4, len(CLASSES)), 0.05)
+    model, tracker = torch.nn.Linear(1, 1), Tracker()
+    fit_epochs(model, cfg=make_config(cell="a", profile="smoke", weights="none", epochs=2,
+                                      patience=5),
+               gen=torch.Generator().manual_seed(0), train_epoch=lambda epoch, opt: 0.0,
+               predict_val=lambda: probs, val_frames=val, classes=[0, 1], tracker=tracker)
+    assert [s for s, _ in tracker.seen] == [0, 1] and all(m is model for _, m in tracker.seen)
+    # RunTracker's side: the hook gets (epoch, metrics, model) after the metrics are logged
+    monkeypatch.setattr(runs, "log_metrics", lambda metrics, step=None: None)
+    got = []
+    rt = runs.RunTracker(tmp_path, epoch_hook=lambda e, m, mdl: got.append((e, dict(m), mdl)))
+    rt.log_metrics({"val/macro_auc": 0.5}, step=2, model=model)
+    rt.log_metrics({"test/macro_auc": 0.5})          # no step: not an epoch
+    assert got == [(2, {"val/macro_auc": 0.5}, model)]
