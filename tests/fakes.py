@@ -216,7 +216,7 @@ class FakeTracker:
     def __init__(self):
         self.metrics, self.checkpoints = [], []
 
-    def log_metrics(self, metrics, *, step=None):
+    def log_metrics(self, metrics, *, step=None, model=None):
         self.metrics.append((step, dict(metrics)))
 
     def log_checkpoint(self, state):

@@ -226,10 +226,14 @@ class CalibrationObjective:
     def config_for(self, alpha: float, fraction: float) -> TrainConfig:
         return PriorParams(alpha, fraction).apply(self.cfg)
 
-    @torch.no_grad()
     def predict(self, alpha: float, fraction: float, report=None) -> np.ndarray:
         """Probabilities ``(len(fold), 14)`` in fold order under this prior."""
-        inputs = FrameInputs(self.config_for(alpha, fraction))
+        return self.predict_with(self.config_for(alpha, fraction), report)
+
+    @torch.no_grad()
+    def predict_with(self, cfg: TrainConfig, report=None) -> np.ndarray:
+        """Probabilities ``(len(fold), 14)`` in fold order under ``cfg``'s prior."""
+        inputs = FrameInputs(cfg)
         rows = self.fold.rows[self.order]
         labels = self.fold.labels[self.order]
         n = len(rows)
@@ -267,7 +271,24 @@ class CalibrationObjective:
         """The objective: macro-AUC of the fold under ``(alpha, fraction x diagonal)``."""
         return self._auc(self.fold.labels, self.predict(alpha, fraction, report))
 
+    def score_as_trained(self) -> float:
+        """The fold's macro-AUC under the model's own prior (``cfg.prior``, as trained)."""
+        return self._auc(self.fold.labels, self.predict_with(self.cfg))
+
+
+def score_on_fold(model: torch.nn.Module, cfg: TrainConfig, images: np.ndarray,
+                  fold: Fold) -> float:
+    """The fold's macro-AUC of ``model`` (5-channel, on its own device) under ``cfg``'s prior,
+    as :class:`CalibrationObjective` scores it; the model's train/eval mode is restored, so a
+    training loop may call this between epochs (``calibrate mode=train``, target Galar)."""
+    training = model.training
+    try:
+        device = next(model.parameters()).device
+        return CalibrationObjective(model, cfg, images, fold, device).score_as_trained()
+    finally:
+        model.train(training)
+
 
 __all__ = ["ALPHA_RANGE", "CALIBRATE_MODES", "LAMBDA_FRACTION_RANGE", "CalibrationObjective", "Fold",
            "PriorParams", "TrialCost", "calibration_fold", "diagonal", "interleaved_order",
-           "parse_prior_params", "parse_target", "prior_params_document"]
+           "parse_prior_params", "parse_target", "prior_params_document", "score_on_fold"]

@@ -58,13 +58,18 @@ from pipi.workflows.train import train as train_run  # mode=train: each trial on
 @profile_option
 @weights_option
 @click.option("--data", default="",
-              help="Staged folder (default: the run's own data for kvasir-val; a staged Galar "
-                   "folder for galar:<system>).")
+              help="Staged folder (mode=frozen: default the run's own data for kvasir-val; a "
+                   "staged Galar folder for galar:<system>. mode=train: the Kvasir folder the "
+                   "trials train on, default the synthetic release).")
+@click.option("--target-data", "target_data", default="",
+              help="mode=train, target=galar:<system>: the staged Galar folder whose "
+                   "calibration fold scores each trial (the trials train on --data).")
 @experiment_option
 @click.option(WORKER_SPEC_OPTION, "worker_spec", default="", hidden=True,
               help="Internal: a SLURM task of mode=train runs the worker this file describes.")
 def calibrate(mode, run, target, trials, sampler, pruner, storage, study, workers, executor,
-              epochs, backbone, seed, profile, weights, data, experiment, worker_spec):
+              epochs, backbone, seed, profile, weights, data, target_data, experiment,
+              worker_spec):
     """Fit alpha and lambda_eff of a frozen model's prior on a held-out fold (docs/entry-points.md)."""
     setup_logging()
     if worker_spec:
@@ -77,6 +82,8 @@ def calibrate(mode, run, target, trials, sampler, pruner, storage, study, worker
     train_options = ({} if mode == "frozen" else {
         "train_fn": train_run, "epochs": epochs, "backbone": backbone, "seed": seed,
         "executor": executor, "profile": profile, "weights": weights})
+    if target_data:  # mode=frozen refuses it in one line
+        train_options["target_data"] = target_data
     r = run_calibration(mode=mode, run=run, target=target, trials=trials, sampler=sampler,
                         pruner=pruner, storage=storage, study=study, workers=workers,
                         data=data or None, experiment=experiment or None, **train_options)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from pipi import tracking
+from pipi.calibration.objective import TARGET_KVASIR, parse_target
 from pipi.data.galar import stage_galar
 from pipi.data.kvasir import StageResult, format_count_table, load_staged, stage_kvasir
 from pipi.data.synthetic import KVASIR_PRESETS, synthesize_kvasir
@@ -168,4 +169,27 @@ def load_data(data: str | None, *, preset: str = "demo") -> StagedData:
     staged folder is a clear error."""
     root = _locate(data, preset)
     frames, manifest = load_staged(root)
+    return StagedData(root, frames, manifest)
+
+
+def galar_target_data(target: str, target_data: str | None) -> StagedData | None:
+    """The staged Galar folder ``target_data`` of a ``galar:<system>`` target (``calibrate
+    mode=train`` trains on ``data`` and scores there); None for ``kvasir-val``, whose fold is
+    the validation split of ``data``."""
+    if parse_target(target)[0] == TARGET_KVASIR:
+        if target_data:
+            raise ConfigError(f"target_data={target_data}: only for target=galar:<system>; "
+                              "kvasir-val is the validation split of data=")
+        return None
+    if not target_data:
+        raise ConfigError(f"target={target}: mode=train needs target_data=<a staged Galar "
+                          "folder> (`pipi synthesize galar` then `pipi stage galar`)")
+    root = Path(target_data).expanduser().resolve()
+    if not (root / "manifest.json").is_file():
+        raise ConfigError(f"target_data={target_data}: {root} is not a staged Galar folder "
+                          "(no manifest.json); stage one with `pipi stage galar`")
+    frames, manifest = load_staged(root)
+    if manifest.get("dataset") != "galar":
+        raise ConfigError(f"target_data={target_data}: {root} holds dataset "
+                          f"{manifest.get('dataset')!r}, not galar (`pipi stage galar`)")
     return StagedData(root, frames, manifest)

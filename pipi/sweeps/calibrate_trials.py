@@ -18,6 +18,12 @@ A ``mode=train`` trial:
   in ``pipi.failure_reason`` (it did not train to the end, so it is never reused).
 * Its value is the macro-AUC of the run's ``val`` predictions (the ``kvasir-val`` fold) over
   the fold's headline classes (the frozen mode's classes).
+* **target=galar:<system>**: the trial still trains on the staged Kvasir-Capsule data; its
+  value is the macro-AUC of the run's logged model (best epoch) on that system's
+  ``calibration`` fold of a staged Galar folder (``target_data``), scored as the frozen mode
+  scores (``calibration.objective.score_on_fold``) -- a reused run is scored the same way,
+  without training. Each epoch the model being trained is scored on the fold and that value,
+  logged on the run as ``calibration/target_macro_auc``, goes to Optuna's pruner.
 """
 
 from __future__ import annotations
@@ -46,20 +52,30 @@ from pipi import tracking
 from pipi.calibration.objective import (
     ALPHA_RANGE,
     LAMBDA_FRACTION_RANGE,
+    TARGET_KVASIR,
+    Fold,
     PriorParams,
+    calibration_fold,
     diagonal,
+    parse_target,
+    score_on_fold,
 )
 from pipi.calibration.study import make_pruner, make_sampler, open_storage
 from pipi.config import TrainConfig
-from pipi.errors import ConfigError, PipiError
+from pipi.data.cache import build_cache
+from pipi.data.kvasir import load_staged
+from pipi.errors import ConfigError, DataError, PipiError
 from pipi.paths import PROJECT_ROOT, pipi_home
 from pipi.predictions import PROB_COLUMNS, read_predictions
+from pipi.runs.evaluate import load_run_model
 from pipi.stats.auc import macro_auc
 from pipi.sweeps import slurm
 
 log = logging.getLogger(__name__)
 
 PRUNED_STATUS = "KILLED"
+#: per epoch, on a run trained for a Galar target: the fold's macro-AUC the pruner saw
+TARGET_EPOCH_METRIC = "calibration/target_macro_auc"
 
 
 def worker_id(index: int) -> str:
@@ -139,6 +155,9 @@ class TrainTrialSpec:
     train_fn: Callable = field(repr=False, default=None)
     grid_trials: int = 1
     threads: int = 0
+    target: str = TARGET_KVASIR      # kvasir-val, or galar:<system>
+    target_data: str = ""            # galar: the staged Galar folder of the fold
+    target_digest: str = ""          # galar: its data digest (checked when a worker loads it)
 
 
 @dataclass
@@ -166,25 +185,74 @@ def run_value(run_id: str, classes: Sequence[int], work: Path) -> float:
     return fold_macro_auc(read_predictions(folder, "val"), classes)
 
 
+@dataclass(frozen=True)
+class TargetFold:
+    """A Galar target: the fold and the uint8 cache of its staged folder (at the recipe's
+    image size), loaded once per worker."""
+
+    fold: Fold
+    images: np.ndarray
+
+    def score(self, model: torch.nn.Module, cfg: TrainConfig) -> float:
+        """The fold's macro-AUC of ``model`` under ``cfg``'s prior."""
+        return score_on_fold(model, cfg, self.images, self.fold)
+
+
+def load_target(spec: TrainTrialSpec) -> TargetFold | None:
+    """The Galar fold a worker scores its trials on (None for kvasir-val)."""
+    if parse_target(spec.target)[0] == TARGET_KVASIR:
+        return None
+    root = Path(spec.target_data)
+    frames, manifest = load_staged(root)
+    if manifest["data_digest"] != spec.target_digest:
+        raise DataError(f"target_data={root}: its data digest {manifest['data_digest'][:12]} "
+                        f"is not the study's {spec.target_digest[:12]} (restaged since the "
+                        "calibrate call began)")
+    size = TrainConfig.from_dict(spec.base_config).image_size
+    images = build_cache(root, frames, size=size, digest=spec.target_digest,
+                         cache_dir=pipi_home() / "cache", progress=False)
+    return TargetFold(calibration_fold(frames, manifest, spec.target), images)
+
+
+def target_value(run_id: str, target: TargetFold) -> float:
+    """The objective of a finished trial run on a Galar fold: its logged model, scored."""
+    model, cfg = load_run_model(run_id)
+    return target.score(model, cfg)
+
+
 def trial_config(base: TrainConfig, alpha: float, fraction: float) -> TrainConfig:
     """The trial's configuration: the study's ``pi`` recipe with this prior."""
     return PriorParams(alpha, fraction).apply(base)
 
 
-def _epoch_reporter(trial: optuna.Trial) -> Callable[[int, dict], None]:
-    def hook(epoch: int, metrics) -> None:
-        value = metrics.get("val/macro_auc")
+def _epoch_reporter(trial: optuna.Trial, score: Callable | None = None) -> Callable:
+    """The train workflow's ``epoch_hook``: report the epoch's value to Optuna and prune.
+    The value is ``val/macro_auc`` (kvasir-val), or ``score(epoch, model)`` (a Galar fold)."""
+    what = "val" if score is None else "target fold"
+
+    def hook(epoch: int, metrics, model=None) -> None:
+        value = metrics.get("val/macro_auc") if score is None else score(epoch, model)
         if value is None or not math.isfinite(value):
             return
         trial.report(float(value), epoch)
         if trial.should_prune():
-            raise optuna.TrialPruned(f"val macro-AUC {value:.4f} at epoch {epoch} is below "
+            raise optuna.TrialPruned(f"{what} macro-AUC {value:.4f} at epoch {epoch} is below "
                                      "the pruner's threshold")
     return hook
 
 
+def _target_scorer(target: TargetFold, cfg: TrainConfig) -> Callable[[int, object], float]:
+    """Per epoch: the model being trained, scored on the fold (and logged on its run)."""
+    def score(epoch: int, model) -> float:
+        value = target.score(model, cfg)
+        if math.isfinite(value):
+            tracking.log_metrics({TARGET_EPOCH_METRIC: value}, step=epoch)
+        return value
+    return score
+
+
 def _train_trial(trial: optuna.Trial, spec: TrainTrialSpec, result: TrainWorkerResult,
-                 work: Path) -> float:
+                 work: Path, target: TargetFold | None = None) -> float:
     alpha = trial.suggest_float("alpha", *ALPHA_RANGE, log=True)
     frac = trial.suggest_float("lambda_eff_fraction", *LAMBDA_FRACTION_RANGE)
     trial.set_user_attr("worker", result.worker)
@@ -201,7 +269,7 @@ def _train_trial(trial: optuna.Trial, spec: TrainTrialSpec, result: TrainWorkerR
         trial.set_user_attr("run_id", rid)
         trial.set_user_attr("reused", True)
         result.reused.append(trial.number)
-        return run_value(rid, spec.fold_classes, work)
+        return _value(rid, spec, work, target)
     rid = tracking.create_child_run(spec.parent_run_id, run_name=f"trial-{trial.number}", tags={
         tracking.TAG_PARENT_RUN: spec.parent_run_id, tracking.TAG_OPTUNA_STUDY: spec.study,
         tracking.TAG_TRIAL_NUMBER: trial.number, tracking.TAG_WORKER: result.worker})
@@ -210,7 +278,8 @@ def _train_trial(trial: optuna.Trial, spec: TrainTrialSpec, result: TrainWorkerR
     os.environ["MLFLOW_RUN_ID"] = rid  # train's pipi_run fills this run
     try:
         spec.train_fn(cfg, data=spec.data, progress=False, register=False,
-                      epoch_hook=_epoch_reporter(trial))
+                      epoch_hook=_epoch_reporter(
+                          trial, None if target is None else _target_scorer(target, cfg)))
     except optuna.TrialPruned as exc:
         tracking.terminate_run(rid, PRUNED_STATUS, f"pruned by Optuna: {exc}")
         tracking.set_run_tags(rid, {tracking.TAG_PRUNED: "true"})
@@ -226,7 +295,12 @@ def _train_trial(trial: optuna.Trial, spec: TrainTrialSpec, result: TrainWorkerR
         os.environ.pop("MLFLOW_RUN_ID", None)
     result.trained.append(trial.number)
     tracking.set_run_tags(rid, {tracking.TAG_PRUNED: "false"})
-    return run_value(rid, spec.fold_classes, work)
+    return _value(rid, spec, work, target)
+
+
+def _value(run_id: str, spec: TrainTrialSpec, work: Path, target: TargetFold | None) -> float:
+    return (run_value(run_id, spec.fold_classes, work) if target is None
+            else target_value(run_id, target))
 
 
 def optimize_train(spec: TrainTrialSpec) -> TrainWorkerResult:
@@ -238,9 +312,10 @@ def optimize_train(spec: TrainTrialSpec) -> TrainWorkerResult:
                               pruner=make_pruner(spec.pruner))
     result = TrainWorkerResult(spec.index, worker_id(spec.index))
     work = Path(os.environ.get("TMPDIR", "/tmp")) / f"pipi-caltrain-{os.getpid()}"
+    target = load_target(spec)
     t0 = time.perf_counter()
-    study.optimize(lambda t: _train_trial(t, spec, result, work), n_trials=spec.n_trials,
-                   catch=())
+    study.optimize(lambda t: _train_trial(t, spec, result, work, target),
+                   n_trials=spec.n_trials, catch=())
     result.wall_s = time.perf_counter() - t0
     return result
 
@@ -371,7 +446,8 @@ def trials_table(trials: Sequence[optuna.trial.FrozenTrial], *, image_size: int)
                                        "lambda_eff", "objective", "run_id", "reused", "worker"])
 
 
-__all__ = ["PRUNED_STATUS", "WORKER_SPEC_OPTION", "TrainTrialSpec", "TrainWorkerResult",
-           "end_lost_trial_runs", "fold_macro_auc", "optimize_train", "run_slurm_workers", "run_value",
+__all__ = ["PRUNED_STATUS", "TARGET_EPOCH_METRIC", "WORKER_SPEC_OPTION", "TargetFold",
+           "TrainTrialSpec", "TrainWorkerResult", "end_lost_trial_runs", "fold_macro_auc",
+           "load_target", "target_value", "optimize_train", "run_slurm_workers", "run_value",
            "run_worker_file", "run_workers", "train_worker_main", "trial_config",
            "trials_table", "worker_id"]

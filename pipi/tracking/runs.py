@@ -424,12 +424,15 @@ class RunTracker:
     def __init__(self, workdir: Path, *, epoch_hook=None):
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.epoch_hook = epoch_hook  # (epoch, metrics) -> None, after they are logged
+        #: (epoch, metrics, model) -> None, after the epoch's metrics are logged; ``model``
+        #: is the module being trained (this epoch's weights), or None where none was given
+        self.epoch_hook = epoch_hook
 
-    def log_metrics(self, metrics: Mapping[str, float], *, step: int | None = None) -> None:
+    def log_metrics(self, metrics: Mapping[str, float], *, step: int | None = None,
+                    model=None) -> None:
         log_metrics(metrics, step=step)
         if self.epoch_hook is not None and step is not None:
-            self.epoch_hook(step, metrics)
+            self.epoch_hook(step, metrics, model)
 
     def log_checkpoint(self, state: dict) -> None:
         import torch

@@ -114,6 +114,8 @@ TAG_PROMOTE_LOCK = "pipi.promote.lock"
 TAG_OPTUNA_STUDY = "pipi.optuna_study"
 TAG_OPTUNA_STORAGE = "pipi.optuna_storage"
 TAG_TARGET = "pipi.target"
+#: the data digest of the staged folder the target fold comes from (a Galar target's folder)
+TAG_TARGET_DATA_DIGEST = "pipi.target_data_digest"
 TAG_TRIAL_NUMBER = "pipi.trial_number"
 TAG_TRIAL_STATE = "pipi.trial_state"
 TAG_PRUNED = "pipi.pruned"

@@ -350,7 +350,8 @@ def fit_epochs(model, *, cfg: TrainConfig, gen: torch.Generator, train_epoch, pr
             best["bad_epochs"] += 1
         if tracker is not None:
             tracker.log_metrics({"train/loss": loss, "val/macro_auc": vauc,
-                                 "val/macro_f1": vm["val/macro_f1"], "train/lr": lr}, step=epoch)
+                                 "val/macro_f1": vm["val/macro_f1"], "train/lr": lr}, step=epoch,
+                                model=model)
             tracker.log_checkpoint({
                 "config": cfg.to_dict(), "epoch": epoch, "model": model.state_dict(),
                 "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),

@@ -21,7 +21,8 @@ processes; each finished trial becomes a nested run (params ``alpha``, ``lambda_
 * **mode=train.** Each trial trains a ``pi`` run with its alpha and lambda_eff instead (the
   paper fixes the prior before training): see :mod:`pipi.sweeps.calibrate_trials`. The parent
   logs the same ``prior_params.json`` (``mode: train``), the plots and ``optuna/trials.csv``
-  (params, objective, run id, reused).
+  (params, objective, run id, reused). ``target=galar:<system>`` trains on ``data`` (Kvasir)
+  and scores on the calibration fold of the staged Galar folder ``target_data``.
 
 Optuna's ``optuna_integration.MLflowCallback`` is not used (deprecated, and it logs flat
 runs named after the study); :func:`_trial_logger` logs nested runs through
@@ -44,7 +45,6 @@ from pipi import tracking
 from pipi.calibration.objective import (
     ALPHA_RANGE,
     LAMBDA_FRACTION_RANGE,
-    TARGET_KVASIR,
     CalibrationObjective,
     PriorParams,
     calibration_fold,
@@ -70,7 +70,7 @@ from pipi.errors import ConfigError, PipiError
 from pipi.paths import pipi_home
 from pipi.report.run_figures import cell_prior_figure, first_per_class
 from pipi.report.study_plots import write_study_plots
-from pipi.runs.data import resolve_data
+from pipi.runs.data import galar_target_data, resolve_data
 from pipi.runs.evaluate import device_for, load_run_model
 from pipi.sweeps.calibrate_trials import (
     TrainTrialSpec,
@@ -423,27 +423,28 @@ def _finish(name, rdb, storage_url, results, cfg, work: Path, *, target, run_id,
 
 
 # --------------------------------------------------------------------------- mode=train
-def train_study_name(cfg, *, target: str, data_digest: str) -> str:
-    """Hash of the recipe without its prior, target and data: a re-run continues the study."""
+def train_study_name(cfg, *, target: str, data_digest: str, target_digest: str = "") -> str:
+    """Hash of the recipe without its prior, target, data (and a Galar target's data): a
+    re-run continues the study."""
     recipe = {k: v for k, v in cfg.to_dict().items() if k != "prior"}
     key = tracking.config_hash({"mode": "train", "recipe": recipe, "target": target,
-                                "data_digest": data_digest})
+                                "data_digest": data_digest,
+                                **({"target_digest": target_digest} if target_digest else {})})
     return f"calibrate-train-{key}"
 
 
 def _calibrate_by_training(*, target, trials, sampler, pruner, storage, study, workers, data,
                            experiment, train_fn, epochs="auto", backbone="efficientnet_b0",
-                           seed=42, executor="local", profile="auto",
-                           weights="imagenet") -> CalibrationResult:
+                           seed=42, executor="local", profile="auto", weights="imagenet",
+                           target_data="") -> CalibrationResult:
     """``mode=train``: each trial a ``pi`` training run (``pipi.sweeps.calibrate_trials``)."""
-    if parse_target(target)[0] != TARGET_KVASIR:
-        raise ConfigError(f"target={target}: mode=train scores kvasir-val (the validation "
-                          "split it trains beside); calibrate a Galar system with mode=frozen")
+    parse_target(target)
     if executor not in EXECUTORS:
         raise ConfigError(f"executor={executor!r} is unknown. Available: {list(EXECUTORS)}")
     if train_fn is None:
         raise ConfigError("mode=train needs train_fn (the train workflow's train)")
     n_epochs = parse_epochs(epochs)
+    galar = galar_target_data(target, target_data)  # None for kvasir-val
     storage_url = check_storage_url(storage)
     rdb = open_storage(storage_url)
     root = resolve_data(data, preset=synthetic_preset(profile))
@@ -455,16 +456,21 @@ def _calibrate_by_training(*, target, trials, sampler, pruner, storage, study, w
     cfg = make_config(cell="pi", backbone=backbone, seed=int(seed), profile=profile,
                       weights=weights, epochs=n_epochs)
     digest = manifest["data_digest"]
-    fold = calibration_fold(frames, manifest, target)
-    name = study or train_study_name(cfg, target=target, data_digest=digest)
+    if galar is None:
+        fold, tdigest, troot = calibration_fold(frames, manifest, target), "", ""
+    else:
+        troot, tdigest = str(galar.root), galar.digest
+        fold = calibration_fold(galar.frames, galar.manifest, target)
+    recipe_key = train_study_name(cfg, target=target, data_digest=digest, target_digest=tdigest)
+    name = study or recipe_key
     st = optuna.create_study(study_name=name, storage=rdb, direction="maximize",
                              load_if_exists=True)
     if st.direction != optuna.study.StudyDirection.MAXIMIZE:
         raise ConfigError(f"study={name}: exists in {redact(storage_url)} but minimises")
     _bind_study(st, name, {tracking.TAG_SOURCE_RUN: "", tracking.TAG_TARGET: target,
                            tracking.TAG_DATA_DIGEST: digest, tracking.TAG_CALIBRATE_MODE: "train",
-                           tracking.TAG_RECIPE: train_study_name(cfg, target=target,
-                                                           data_digest=digest)})
+                           tracking.TAG_RECIPE: recipe_key,
+                           tracking.TAG_TARGET_DATA_DIGEST: tdigest or digest})
     for rid in end_lost_trial_runs(st):  # a restart after a worker was killed
         log.warning("run %s of a FAILed trial was still RUNNING: ended FAILED", rid)
     existing = len(st.trials)
@@ -473,8 +479,9 @@ def _calibrate_by_training(*, target, trials, sampler, pruner, storage, study, w
         st.enqueue_trial(base, user_attrs={"baseline": True})
     seed0 = int(tracking.config_hash({"study": name, "existing": existing}), 16) % (2**31)
     threads = max(1, (os.cpu_count() or 1) // workers)
-    tags = {**tracking.data_tags(manifest), tracking.TAG_TARGET: target, tracking.TAG_CALIBRATE_MODE: "train",
-            tracking.TAG_CODE_VERSION: tracking.code_version()}
+    tags = {**tracking.data_tags(manifest), tracking.TAG_TARGET: target,
+            tracking.TAG_CALIBRATE_MODE: "train", tracking.TAG_CODE_VERSION: tracking.code_version(),
+            tracking.TAG_TARGET_DATA_DIGEST: tdigest or digest}
     work = tmpdir()
     try:
         with tracking.pipi_run(entry_point="calibrate", experiment=experiment,
@@ -489,14 +496,16 @@ def _calibrate_by_training(*, target, trials, sampler, pruner, storage, study, w
                 "epochs": cfg.epochs, "backbone": cfg.backbone, "seed": cfg.seed,
                 "profile": profile, "weights": cfg.weights, "data_dir": str(root),
                 "image_size": cfg.image_size, "fold_frames": len(fold.rows),
-                "fold_classes": ",".join(fold.class_names)})
+                "fold_classes": ",".join(fold.class_names),
+                **({"target_data": troot, "target_data_digest": tdigest} if troot else {})})
             specs = [TrainTrialSpec(
                 index=i, n_trials=n, study=name, storage=storage_url, sampler=sampler,
                 pruner=pruner, seed=seed0 + i, parent_run_id=parent,
                 tracking_uri=tracking.current_tracking_uri(),
                 code_version=tracking.code_version(), data=str(root), data_digest=digest,
                 base_config=cfg.to_dict(), fold_classes=tuple(fold.classes), train_fn=train_fn,
-                grid_trials=trials, threads=threads)
+                grid_trials=trials, threads=threads, target=target, target_data=troot,
+                target_digest=tdigest)
                 for i, n in enumerate(_split(trials, workers)) if n > 0]
             if executor == "slurm":  # the spec files hold no password from the environment
                 specs = [replace(sp, storage=(storage or "").strip()) for sp in specs]
@@ -504,13 +513,13 @@ def _calibrate_by_training(*, target, trials, sampler, pruner, storage, study, w
             else:
                 results = run_workers(specs, storage=rdb, target=train_worker_main)
             return _finish_train(name, rdb, storage_url, results, cfg, work, target=target,
-                                 parent=parent, digest=digest)
+                                 parent=parent, digest=digest, target_digest=tdigest)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
 def _finish_train(name, rdb, storage_url, results, cfg, work: Path, *, target, parent,
-                  digest) -> CalibrationResult:
+                  digest, target_digest="") -> CalibrationResult:
     """The best trial as ``prior_params.json``, counts, Optuna plots and the trials table."""
     st = optuna.load_study(study_name=name, storage=rdb)
     trials = st.trials
@@ -529,7 +538,8 @@ def _finish_train(name, rdb, storage_url, results, cfg, work: Path, *, target, p
         source_run_id=None, calibrate_run_id=parent, study=name,
         storage=redact(storage_url), data_digest=digest, n_trials=len(trials), mode="train",
         best_run_id=best_trial.user_attrs.get("run_id"), backbone=cfg.backbone,
-        epochs=cfg.epochs, seed=cfg.seed)
+        epochs=cfg.epochs, seed=cfg.seed,
+        **({"target_data_digest": target_digest} if target_digest else {}))
     trained = sorted(n for r in results for n in r.trained)
     reused = sorted(n for r in results for n in r.reused)
     tracking.log_params({"alpha": best.alpha, "lambda_eff": doc["lambda_eff"],

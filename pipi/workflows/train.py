@@ -219,7 +219,7 @@ def log_results(out: dict, work: Path) -> dict:
 def train(cfg: TrainConfig, *, data: str | None = None, resume: str | None = None,
           experiment: str | None = None, register: bool = True, progress: bool = True,
           nested: bool = False, system_metrics: bool = False,
-          epoch_hook: Callable[[int, Mapping[str, float]], None] | None = None) -> dict:
+          epoch_hook: Callable[[int, Mapping[str, float], object], None] | None = None) -> dict:
     """Run one cell end to end inside an MLflow run and return a summary (:func:`request`,
     then :func:`run`)."""
     return run(request(cfg, data=data, resume=resume), experiment=experiment,
@@ -229,11 +229,12 @@ def train(cfg: TrainConfig, *, data: str | None = None, resume: str | None = Non
 
 def run(req: TrainRequest, *, experiment: str | None = None, register: bool = True,
         progress: bool = True, nested: bool = False, system_metrics: bool = False,
-        epoch_hook: Callable[[int, Mapping[str, float]], None] | None = None) -> dict:
+        epoch_hook: Callable[[int, Mapping[str, float], object], None] | None = None) -> dict:
     """Train a request inside an MLflow run and return a summary.
 
-    ``epoch_hook(epoch, metrics)`` is called after each epoch's metrics are logged (an Optuna
-    trial reports ``val/macro_auc`` there); an exception it raises ends the run.
+    ``epoch_hook(epoch, metrics, model)`` is called after each epoch's metrics are logged,
+    with the module being trained (an Optuna trial reports ``val/macro_auc``, or scores the
+    model on its target fold, there); an exception it raises ends the run.
 
     The run ends with what the MLflow UI shows (``_show_in_ui``): figures, the run's
     description, the registered model's card and the version's evidence.

@@ -1,6 +1,7 @@
 """calibrate mode=train: each Optuna trial a tracked pi training run nested under the
 calibrate parent (2 local workers on a PostgreSQL study); a second grid study over the same
-grid trains nothing new (config-hash reuse); the same grid as a SLURM job array of 2 workers."""
+grid trains nothing new (config-hash reuse); the same grid as a SLURM job array of 2 workers;
+the same grid scored on a Galar system's calibration fold (reused runs, their logged models)."""
 
 from __future__ import annotations
 
@@ -39,7 +40,8 @@ def storage():
     root = Path(tempfile.mkdtemp(prefix="pipi-caltrain-"))  # outside pytest's 0700 tree
     root.chmod(0o755)  # the postgres user must reach its folder
     pg = Postgres(root / "pg", databases=("optuna",)) if pg_bin() else None
-    yield pg.uri("optuna") if pg else f"sqlite:///{root / 'optuna.db'}"
+    # the workers take only the URL (the cluster authenticates with a password)
+    yield pg.uri("optuna", with_password=True) if pg else f"sqlite:///{root / 'optuna.db'}"
     if pg:
         pg.stop()
     shutil.rmtree(root, ignore_errors=True)
@@ -166,7 +168,7 @@ def test_the_grid_as_a_slurm_array_of_two_workers(tracking, tiny_staged, storage
 
 def _train_then_die(cfg, **kw):
     """``train``, but its worker process gets SIGTERM at the end of the first epoch."""
-    def die(epoch, metrics):
+    def die(epoch, metrics, model):
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(30)  # pipi's handler raises here
 
@@ -194,3 +196,57 @@ def test_a_worker_killed_mid_trial_fails_it_and_a_restart_continues(
     trials = optuna.load_study(study_name="caltrain-kill", storage=open_storage(storage)).trials
     assert [t.state.name for t in trials] == ["FAIL"] + ["COMPLETE"] * 4
     assert r.trained == [] and r.reused == [1, 2, 3, 4] and r.n_total == 5
+
+
+@pytest.fixture(scope="module")
+def galar_staged(tmp_path_factory, pipi_home) -> Path:
+    from pipi.data import synthetic
+    from pipi.data.galar import stage_galar
+
+    rel = synthetic.synthesize_galar(tmp_path_factory.mktemp("galar") / "rel", preset="tiny",
+                                     seed=3, progress=False)
+    out = tmp_path_factory.mktemp("galar-st") / "staged"
+    stage_galar(rel, out, progress=False)
+    return out
+
+
+@pytest.mark.slow
+def test_the_grid_scored_on_a_galar_calibration_fold_reuses_every_run(
+        tracking, tiny_staged, storage, grid_study, galar_staged):
+    from pipi.data.cache import build_cache
+
+    gframes, gman = load_staged(galar_staged)
+    system = sorted(set(gframes["capsule_system"]))[-1]
+    kw = {**_kw(storage, tiny_staged), "workers": 1, "target": f"galar:{system}",
+          "target_data": str(galar_staged)}
+    # a kvasir-val study is bound to its target: a Galar call on it is refused, nothing runs
+    with pytest.raises(PipiError, match="belongs to another calibration"):
+        run_calibration(**{**kw, "study": grid_study.study})
+    r = run_calibration(study="caltrain-galar", **kw)
+    assert r.trained == [] and r.reused == [0, 1, 2, 3] and _children(r.run_id) == []
+    study = optuna.load_study(study_name="caltrain-galar", storage=open_storage(storage))
+    assert study.user_attrs["pipi.target_data_digest"] == gman["data_digest"]
+    first = {t.user_attrs["run_id"] for t in optuna.load_study(
+        study_name=grid_study.study, storage=open_storage(storage)).trials}
+    assert {t.user_attrs["run_id"] for t in study.trials} == first
+    # each value, recomputed: the run's logged pyfunc model predicts the fold's images (it
+    # computes its own prior), scikit-learn scores the fold's headline classes
+    fold = calibration_fold(gframes, gman, f"galar:{system}")
+    assert set(fold.rows) <= set(np.flatnonzero(gframes["vendor_fold"] == "calibration"))
+    size = int(mlflow.get_run(r.run_id).data.params["image_size"])
+    images = build_cache(galar_staged, gframes, size=size, digest=gman["data_digest"],
+                         cache_dir=Path(os.environ["PIPI_HOME"]) / "cache", progress=False)
+    values = set()
+    for t in study.trials:
+        run = mlflow.get_run(t.user_attrs["run_id"])
+        assert int(run.data.params["image_size"]) == size
+        py = mlflow.pyfunc.load_model(f"models:/{run.outputs.model_outputs[0].model_id}")
+        rgb = np.asarray(images[fold.rows]).transpose(0, 2, 3, 1)   # the cache is N x 3 x S x S
+        p = py.predict(pd.DataFrame({"image": list(rgb)})).to_numpy()
+        want = np.mean([roc_auc_score(fold.labels == c, p[:, c]) for c in fold.classes])
+        assert t.value == pytest.approx(want, abs=1e-5)
+        values.add(round(t.value, 6))
+    assert len(values) > 1                           # the four models do score differently
+    parent = mlflow.get_run(r.run_id)
+    assert parent.data.params["target_data_digest"] == gman["data_digest"]
+    assert parent.data.params["fold_frames"] == str(len(fold.rows))

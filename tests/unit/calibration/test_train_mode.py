@@ -102,7 +102,9 @@ def test_trials_table_has_params_objective_and_run():
     ({"mode": "tuned"}, "mode='tuned' is unknown"),
     ({"mode": "frozen"}, "mode=frozen needs run="),
     ({"mode": "frozen", "run": "0" * 32, "epochs": 3}, "only for mode=train"),
-    ({"mode": "train", "target": "galar:PillCam SB3"}, "mode=train scores kvasir-val"),
+    ({"mode": "train", "target": "galar:PillCam SB3", "train_fn": print},
+     "mode=train needs target_data="),
+    ({"mode": "frozen", "run": "0" * 32, "target_data": "/x"}, "only for mode=train"),
     ({"mode": "train", "executor": "k8s"}, "executor='k8s' is unknown"),
     ({"mode": "train", "epochs": "0", "train_fn": print}, "epochs="),
 ])
