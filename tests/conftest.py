@@ -98,9 +98,27 @@ def pytest_collection_modifyitems(config, items):
     """``make test`` runs the tiers on two pytest-xdist workers (``--dist loadgroup``). Each
     integration module stays on one worker (its module fixtures train once), and every test of
     the session's smoke study shares one worker, so the study is trained once per run."""
+    groups = {}
     for item in items:
         path = Path(str(item.fspath))
-        if "integration" not in path.parts or item.get_closest_marker("xdist_group"):
+        if "integration" not in path.parts:
             continue
-        group = "smoke-study" if "smoke_study" in item.fixturenames else path.stem
-        item.add_marker(pytest.mark.xdist_group(group))
+        mark = item.get_closest_marker("xdist_group")
+        group = (mark.args[0] if mark else
+                 "smoke-study" if "smoke_study" in item.fixturenames else path.stem)
+        if not mark:
+            item.add_marker(pytest.mark.xdist_group(group))
+        groups[item.nodeid] = group
+    # xdist (with --no-loadscope-reorder) hands out one group at a time, in this order, to
+    # whichever worker is free: the longest integration groups first, the many short unit
+    # tests last to fill the gaps, so that no worker is left alone with a long group at the
+    # end (a stable sort: each group's tests keep their order)
+    items.sort(key=lambda it: len(LONG_GROUPS) + 1 if it.nodeid not in groups else (
+        LONG_GROUPS.index(groups[it.nodeid]) if groups[it.nodeid] in LONG_GROUPS
+        else len(LONG_GROUPS)))
+
+
+#: integration groups by measured duration, longest first (``make test`` prints the slowest)
+LONG_GROUPS = ("smoke-study", "test_readme", "test_mechanisms", "test_faults",
+               "test_calibrate_train", "test_galar", "test_signals", "test_lab_members",
+               "test_sequence_cells", "test_ablate", "test_runtime_runs", "test_train")
