@@ -4,10 +4,13 @@ of each training its own."""
 
 from __future__ import annotations
 
+import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from slurm_cluster import SlurmCluster, missing_tools
 
 #: The study's cells and seeds. ResNet-18: an EfficientNet-B0 trained for two smoke batches is
 #: nearly input-independent in eval mode, so perturbations and prior channels would barely
@@ -108,3 +111,36 @@ def auth_lab():
     finally:
         server.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture()
+def slurm(tmp_path_factory, monkeypatch):
+    """A one-node SLURM cluster of the test's own (slurmctld + slurmd, 2 CPUs); SLURM_CONF
+    and pipi's job folder point at it."""
+    gone = missing_tools()
+    if gone:
+        pytest.skip(f"SLURM not installed ({', '.join(gone)} missing); "
+                    "scripts/system-deps.sh installs slurm-wlm and munge")
+    if os.geteuid() != 0:
+        pytest.skip("the one-node test cluster runs slurmd as root")
+    root = Path(str(tmp_path_factory.mktemp("slurm", numbered=True)))
+    cluster = SlurmCluster(root, cpus=2)
+    monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+    monkeypatch.setenv("PIPI_SLURM_DIR", str(root / "jobs"))
+    monkeypatch.setenv("PIPI_SLURM_POLL", "1")
+    yield cluster
+    cluster.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def galar_staged(tmp_path_factory, pipi_home) -> Path:
+    """A tiny synthetic Galar-format release, staged (read-only for the tests)."""
+    from pipi.data import synthetic
+    from pipi.data.galar import stage_galar
+
+    rel = synthetic.synthesize_galar(tmp_path_factory.mktemp("galar") / "rel", preset="tiny",
+                                     seed=3, progress=False)
+    out = tmp_path_factory.mktemp("galar-st") / "staged"
+    stage_galar(rel, out, progress=False)
+    return out

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -18,7 +17,6 @@ from pipi.training.frames import PROB_COLUMNS
 from pipi.workflows.ablate import run_ablation
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from slurm_cluster import SlurmCluster, missing_tools
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = {"profile": "smoke", "weights": "none", "progress": False}
@@ -137,22 +135,6 @@ def test_channel_infer_zeroes_prior_channels_at_inference(tracking, tiny_staged,
 
 
 # --------------------------------------------------------------------------- SLURM
-@pytest.fixture()
-def slurm(tmp_path_factory, monkeypatch):
-    gone = missing_tools()
-    if gone:
-        pytest.skip(f"SLURM not installed ({', '.join(gone)} missing); "
-                    "scripts/system-deps.sh installs slurm-wlm and munge")
-    if os.geteuid() != 0:
-        pytest.skip("the one-node test cluster runs slurmd as root")
-    root = Path(str(tmp_path_factory.mktemp("slurm", numbered=True)))
-    cluster = SlurmCluster(root, cpus=2)
-    monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
-    monkeypatch.setenv("PIPI_SLURM_DIR", str(root / "jobs"))
-    monkeypatch.setenv("PIPI_SLURM_POLL", "1")
-    yield cluster
-    cluster.stop()
-    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.mark.slow

@@ -34,16 +34,6 @@ SMOKE_PI = {"cell": "pi", "backbone": "resnet18", "profile": "smoke", "weights":
 
 
 # --------------------------------------------------------------------------- fixtures
-@pytest.fixture(scope="module")
-def galar_staged(tmp_path_factory, pipi_home) -> Path:
-    from pipi.data import synthetic
-    from pipi.data.galar import stage_galar
-
-    rel = synthetic.synthesize_galar(tmp_path_factory.mktemp("galar") / "rel", preset="tiny",
-                                     seed=3, progress=False)
-    out = tmp_path_factory.mktemp("galar-st") / "staged"
-    stage_galar(rel, out, progress=False)
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,6 @@ import optuna
 import pandas as pd
 import pytest
 from sklearn.metrics import roc_auc_score
-from slurm_cluster import SlurmCluster, missing_tools
 
 from pipi.calibration.objective import calibration_fold
 from pipi.calibration.study import open_storage
@@ -60,24 +59,6 @@ def grid_study(mlflow_server, storage, tiny_staged):
         mp.setenv("MLFLOW_TRACKING_URI", mlflow_server.uri)
         mlflow.set_tracking_uri(mlflow_server.uri)
         return run_calibration(study="caltrain-a", **_kw(storage, tiny_staged))
-
-
-@pytest.fixture()
-def slurm(tmp_path_factory, monkeypatch):
-    gone = missing_tools()
-    if gone:
-        pytest.skip(f"SLURM not installed ({', '.join(gone)} missing); "
-                    "scripts/system-deps.sh installs slurm-wlm and munge")
-    if os.geteuid() != 0:
-        pytest.skip("the one-node test cluster runs slurmd as root")
-    root = Path(str(tmp_path_factory.mktemp("slurm", numbered=True)))
-    cluster = SlurmCluster(root, cpus=2)
-    monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
-    monkeypatch.setenv("PIPI_SLURM_DIR", str(root / "jobs"))
-    monkeypatch.setenv("PIPI_SLURM_POLL", "1")
-    yield cluster
-    cluster.stop()
-    shutil.rmtree(root, ignore_errors=True)
 
 
 def _children(parent_id: str):
@@ -196,18 +177,6 @@ def test_a_worker_killed_mid_trial_fails_it_and_a_restart_continues(
     trials = optuna.load_study(study_name="caltrain-kill", storage=open_storage(storage)).trials
     assert [t.state.name for t in trials] == ["FAIL"] + ["COMPLETE"] * 4
     assert r.trained == [] and r.reused == [1, 2, 3, 4] and r.n_total == 5
-
-
-@pytest.fixture(scope="module")
-def galar_staged(tmp_path_factory, pipi_home) -> Path:
-    from pipi.data import synthetic
-    from pipi.data.galar import stage_galar
-
-    rel = synthetic.synthesize_galar(tmp_path_factory.mktemp("galar") / "rel", preset="tiny",
-                                     seed=3, progress=False)
-    out = tmp_path_factory.mktemp("galar-st") / "staged"
-    stage_galar(rel, out, progress=False)
-    return out
 
 
 @pytest.mark.slow
