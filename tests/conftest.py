@@ -5,11 +5,6 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: see pipi/__init__.py
-if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
-    # `make test`'s xdist workers share the cores: one intra-op thread per core each (and in
-    # the processes they start) is about 10% faster than both workers spinning two each
-    os.environ.setdefault("OMP_NUM_THREADS", str(max(
-        1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
 import signal  # noqa: E402
 
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
