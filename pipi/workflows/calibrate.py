@@ -383,11 +383,10 @@ def run_calibration(*, run: str = "", target: str, trials: int = 40, sampler: st
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _finish(name, rdb, storage_url, results, cfg, work: Path, *, target, run_id, parent,
-            manifest) -> CalibrationResult:
-    """Log the study's best trial, counts and plots on the parent run."""
+def _outcome(name, rdb, parent):
+    """The finished study of either mode: (study, complete trials, best trial, its prior,
+    the baseline trial's value or None, number pruned); no completed trial is an error."""
     st = optuna.load_study(study_name=name, storage=rdb)
-    states = [t.state for t in st.trials]
     complete = [t for t in st.trials if t.state == optuna.trial.TrialState.COMPLETE]
     if not complete:
         raise PipiError(f"study {name}: no trial completed (all pruned or failed); run more "
@@ -396,7 +395,15 @@ def _finish(name, rdb, storage_url, results, cfg, work: Path, *, target, run_id,
     best = PriorParams(best_trial.params["alpha"], best_trial.params["lambda_eff_fraction"],
                        f"run {parent}")
     baseline = next((t.value for t in complete if t.user_attrs.get("baseline")), None)
-    n_pruned = sum(s == optuna.trial.TrialState.PRUNED for s in states)
+    n_pruned = sum(t.state == optuna.trial.TrialState.PRUNED for t in st.trials)
+    return st, complete, best_trial, best, baseline, n_pruned
+
+
+def _finish(name, rdb, storage_url, results, cfg, work: Path, *, target, run_id, parent,
+            manifest) -> CalibrationResult:
+    """Log the study's best trial, counts and plots on the parent run."""
+    st, complete, best_trial, best, baseline, n_pruned = _outcome(name, rdb, parent)
+    states = [t.state for t in st.trials]
     doc = prior_params_document(
         best, image_size=cfg.image_size, objective="macro_auc", value=best_trial.value,
         baseline_value=baseline, best_trial=best_trial.number, target=target,
@@ -521,17 +528,8 @@ def _calibrate_by_training(*, target, trials, sampler, pruner, storage, study, w
 def _finish_train(name, rdb, storage_url, results, cfg, work: Path, *, target, parent,
                   digest, target_digest="") -> CalibrationResult:
     """The best trial as ``prior_params.json``, counts, Optuna plots and the trials table."""
-    st = optuna.load_study(study_name=name, storage=rdb)
+    st, complete, best_trial, best, baseline, n_pruned = _outcome(name, rdb, parent)
     trials = st.trials
-    complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
-    if not complete:
-        raise PipiError(f"study {name}: no trial completed (all pruned or failed); run more "
-                        "trials or pass pruner=none")
-    best_trial = st.best_trial
-    best = PriorParams(best_trial.params["alpha"], best_trial.params["lambda_eff_fraction"],
-                       f"run {parent}")
-    baseline = next((t.value for t in complete if t.user_attrs.get("baseline")), None)
-    n_pruned = sum(t.state == optuna.trial.TrialState.PRUNED for t in trials)
     doc = prior_params_document(
         best, image_size=cfg.image_size, objective="macro_auc", value=best_trial.value,
         baseline_value=baseline, best_trial=best_trial.number, target=target,
