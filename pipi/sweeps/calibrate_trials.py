@@ -314,8 +314,8 @@ def optimize_train(spec: TrainTrialSpec) -> TrainWorkerResult:
     work = Path(os.environ.get("TMPDIR", "/tmp")) / f"pipi-caltrain-{os.getpid()}"
     target = load_target(spec)
     t0 = time.perf_counter()
-    study.optimize(lambda t: _train_trial(t, spec, result, work, target),
-                   n_trials=spec.n_trials, catch=())
+    tracking.optimize_study(study, lambda t: _train_trial(t, spec, result, work, target),
+                            n_trials=spec.n_trials, catch=())
     result.wall_s = time.perf_counter() - t0
     return result
 

@@ -75,6 +75,20 @@ def signals_deferred() -> Iterator[None]:
                 _pending = None
 
 
+@contextlib.contextmanager
+def signals_live() -> Iterator[None]:
+    """Inside ``signals_deferred()``: the stretch where a signal may act at once (the work
+    itself, not the bookkeeping around it). A signal that was waiting acts on entry."""
+    global _deferring
+    saved, _deferring = _deferring, 0
+    try:
+        if _pending is not None and signal.getsignal(_pending) is _on_signal:
+            _on_signal(_pending, None)
+        yield
+    finally:
+        _deferring = saved
+
+
 def install_signal_handlers() -> None:
     """SIGTERM and SIGINT end the active run(s) KILLED (main thread only; a signal that the
     parent set to be ignored, e.g. SIGINT of a background job, stays ignored)."""

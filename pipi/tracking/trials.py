@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import mlflow
@@ -13,9 +13,24 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 from pipi.errors import ConfigError, TrackingError
-from pipi.tracking.runs import create_child_run, signals_deferred, usable_run
+from pipi.tracking.runs import create_child_run, signals_deferred, signals_live, usable_run
 
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+def optimize_study(study: Any, objective: Callable[[Any], float], **kwargs: Any) -> None:
+    """``study.optimize(objective, **kwargs)`` where a Ctrl-C or SIGTERM acts only inside
+    ``objective`` (Optuna then records the trial FAILED and re-raises it). One arriving in
+    Optuna's own bookkeeping (``ask``, ``tell``, the callbacks that log child runs) waits for
+    the next trial's objective, or for the end of the study: Optuna 5.0's ``_run_trial``
+    turns a KeyboardInterrupt raised inside its ``tell`` into an ``UnboundLocalError``, and a
+    trial cut there is left RUNNING in the study."""
+    def live(trial: Any) -> float:
+        with signals_live():
+            return objective(trial)
+
+    with signals_deferred():
+        study.optimize(live, **kwargs)
 
 
 def log_finished_child(parent_run_id: str, *, run_name: str, params: Mapping[str, Any],
@@ -87,4 +102,4 @@ def model_run_id(spec: str) -> str:
     return run_id
 
 
-__all__ = ["log_finished_child", "model_run_id"]
+__all__ = ["log_finished_child", "model_run_id", "optimize_study"]

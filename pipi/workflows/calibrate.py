@@ -206,9 +206,9 @@ def optimize(objective: CalibrationObjective, spec: WorkerSpec, *,
             result.costs[trial.number] = asdict(objective.last_cost)
 
     t0 = time.perf_counter()
-    study.optimize(run_trial, n_trials=spec.n_trials, catch=(),
-                   callbacks=[_trial_logger(spec, objective.cfg.image_size, result)],
-                   show_progress_bar=spec.progress)
+    tracking.optimize_study(study, run_trial, n_trials=spec.n_trials, catch=(),
+                            callbacks=[_trial_logger(spec, objective.cfg.image_size, result)],
+                            show_progress_bar=spec.progress)
     result.wall_s = time.perf_counter() - t0
     return result
 
