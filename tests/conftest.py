@@ -124,6 +124,28 @@ def pytest_collection_modifyitems(config, items):
         else len(LONG_GROUPS)))
 
 
+def pytest_configure(config):
+    """``--dist loadgroup`` groups tests by their id, into which pytest-xdist writes the group
+    (``item._nodeid += "@group"``). pytest 9.2 reads the id from elsewhere, so every test
+    became its own group and module fixtures and the smoke study were trained once per
+    worker: refuse to run like that."""
+    if config.getoption("dist", "no") != "loadgroup" or hasattr(config, "workerinput"):
+        return
+    from _pytest.nodes import Node
+
+    probe = object.__new__(Node)
+    probe._nodeid = "test@group"
+    try:
+        seen = Node.nodeid.fget(probe)
+    except AttributeError:
+        seen = None
+    if seen != "test@group":
+        raise pytest.UsageError(
+            f"pytest {pytest.__version__} hides pytest-xdist's loadgroup groups (each test would "
+            "be its own group): install the pytest that pyproject.toml's test extra pins "
+            "(make test does)")
+
+
 #: integration groups by measured duration, longest first (``make test`` prints the slowest)
 LONG_GROUPS = ("smoke-study", "test_readme", "test_mechanisms", "test_faults",
                "test_calibrate_train", "test_galar", "test_signals", "test_lab_members",
