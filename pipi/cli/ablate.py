@@ -12,6 +12,7 @@ from pipi.cli.common import (
     choice,
     data_option,
     experiment_option,
+    model_prefix_option,
     overrides_from,
     profile_option,
     setup_logging,
@@ -41,11 +42,13 @@ from pipi.workflows.ablate import run_ablation
 @data_option
 @weights_option
 @with_options(train_override_options)
+@model_prefix_option
 @experiment_option
-def ablate(study, seeds, backbones, cells, profile, executor, parallel, data, weights, experiment,
-           **kw):
+def ablate(study, seeds, backbones, cells, profile, executor, parallel, data, weights,
+           model_prefix, experiment, **kw):
     """Sweep cells x seeds x backbones as nested runs; idempotent (docs/entry-points.md, "ablate")."""
     setup_logging()
+    tracking.set_model_prefix(model_prefix)  # the children (local or SLURM) inherit it
     overrides = overrides_from(kw)
     parse_list(seeds, cast=int, name="seeds")
     cfg = make_config(cell="a", profile="paper" if profile == "auto" else profile, **overrides)

@@ -189,6 +189,11 @@ train_override_options = [
 #: Options of the `pipi` commands that are deliberately not MLproject parameters (under
 #: `mlflow run`, MLflow's own `--experiment-name` chooses the experiment).
 CLI_ONLY_OPTIONS = {"experiment", "worker_spec"}  # worker_spec: calibrate's SLURM tasks
+model_prefix_option = click.option(
+    "--model-prefix", default="",
+    help="First part of the registered models' names, <prefix>-<backbone>-<cell> (default: "
+         "$PIPI_MODEL_PREFIX, else pipi). On a shared lab server, a member registers under "
+         "their own prefix (docs/lab-server.md).")
 experiment_option = click.option(
     "--experiment", default="",
     help="MLflow experiment (default: MLflow's own choice, MLFLOW_EXPERIMENT_NAME or Default). "

@@ -13,6 +13,7 @@ from pipi.cli.common import (
     choice,
     data_option,
     experiment_option,
+    model_prefix_option,
     profile_option,
     setup_logging,
     with_options,
@@ -34,13 +35,15 @@ _options = [
                  help="Resolution the checkpoint is scored at in px (auto: the profile's)."),
     click.option("--label", default="released", show_default=True,
                  help="Name of the source; aggregate shows the arm as '<cell> (<label>)'."),
+    model_prefix_option,
     experiment_option,
 ]
 
 
 def _run(kind: str, *, file, cell, backbone, seed, data, profile, image_size, label,
-         experiment) -> None:
+         model_prefix, experiment) -> None:
     setup_logging()
+    tracking.set_model_prefix(model_prefix)
     if not file:
         raise ConfigError(f"pass --file: the {kind} file to import")
     tracking.configure()

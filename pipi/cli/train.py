@@ -11,6 +11,7 @@ from pipi.cli.common import (
     cell_option,
     data_option,
     experiment_option,
+    model_prefix_option,
     overrides_from,
     prior_params_option,
     profile_option,
@@ -36,10 +37,7 @@ from pipi.workflows import train as workflow
               help="true: log MLflow's system metrics (CPU, memory, disk, network; GPU with "
                    "nvidia-ml-py) as system/* metrics of the run; auto: $PIPI_SYSTEM_METRICS "
                    "(default false). Needs psutil (docs/mlflow-ui.md).")
-@click.option("--model-prefix", default="",
-              help="First part of the registered model's name, <prefix>-<backbone>-<cell> "
-                   "(default: $PIPI_MODEL_PREFIX, else pipi). On a shared lab server, a "
-                   "member registers under their own prefix (docs/lab-server.md).")
+@model_prefix_option
 @experiment_option
 def train(cell, seed, backbone, data, profile, weights, prior_params, resume, system_metrics,
           model_prefix, experiment, **kw):

@@ -353,6 +353,25 @@ def _result_path(spec_file: Path) -> Path:
     return spec_file.with_suffix(".result.json")
 
 
+def write_worker_specs(specs: Sequence[TrainTrialSpec], folder: Path) -> list[Path]:
+    """One JSON file per worker, readable by its owner only (mode 0600, written whole then
+    renamed): a spec holds the Optuna storage URL, password included."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for spec in specs:
+        path = _spec_path(folder, spec.index)
+        doc = {k: v for k, v in asdict(spec).items() if k != "train_fn"}
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(json.dumps(doc, indent=1))
+        os.chmod(tmp, 0o600)  # an existing file keeps its mode through O_CREAT
+        os.replace(tmp, path)
+        _result_path(path).unlink(missing_ok=True)
+        paths.append(path)
+    return paths
+
+
 def run_slurm_workers(specs: Sequence[TrainTrialSpec], *, storage,
                       folder: Path | None = None) -> list[TrainWorkerResult]:
     """The workers as one SLURM job array (``pipi.sweeps.slurm``): task i runs
@@ -361,16 +380,10 @@ def run_slurm_workers(specs: Sequence[TrainTrialSpec], *, storage,
     result file is an error naming its SLURM state and log tail (its RUNNING trials FAIL)."""
     base = Path(folder or os.environ.get("PIPI_SLURM_DIR") or pipi_home() / "slurm")
     folder = base / specs[0].parent_run_id / "calibrate"
-    folder.mkdir(parents=True, exist_ok=True)
-    tasks = []
-    for spec in specs:
-        path = _spec_path(folder, spec.index)
-        doc = {k: v for k, v in asdict(spec).items() if k != "train_fn"}
-        path.write_text(json.dumps(doc, indent=1))
-        _result_path(path).unlink(missing_ok=True)
-        tasks.append(slurm.Task("", f"calibrate-worker-{spec.index}", shlex.join(
-            [sys.executable, str(PROJECT_ROOT / "entrypoints" / "calibrate.py"),
-             WORKER_SPEC_OPTION, str(path)])))
+    tasks = [slurm.Task("", f"calibrate-worker-{spec.index}", shlex.join(
+        [sys.executable, str(PROJECT_ROOT / "entrypoints" / "calibrate.py"),
+         WORKER_SPEC_OPTION, str(path)])) for spec, path in zip(
+             specs, write_worker_specs(specs, folder), strict=True)]
     script = slurm.write_array_script(tasks, folder, name="workers",
                                       tracking_uri=specs[0].tracking_uri)
     job = slurm.submit_array(script, len(tasks))
@@ -450,4 +463,4 @@ __all__ = ["PRUNED_STATUS", "TARGET_EPOCH_METRIC", "WORKER_SPEC_OPTION", "Target
            "TrainTrialSpec", "TrainWorkerResult", "end_lost_trial_runs", "fold_macro_auc",
            "load_target", "target_value", "optimize_train", "run_slurm_workers", "run_value",
            "run_worker_file", "run_workers", "train_worker_main", "trial_config",
-           "trials_table", "worker_id"]
+           "trials_table", "worker_id", "write_worker_specs"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
@@ -52,3 +53,22 @@ def test_the_experiment_mlflow_run_creates_its_run_in(monkeypatch, argv, env, ex
         monkeypatch.setenv(k, v)
     assert _mlflow_run_experiment(argv) == expected
     assert sys.argv  # untouched
+
+
+@pytest.mark.parametrize(("entry", "args", "error"), [
+    ("ablate", ["--seeds", "x"], "seeds"),
+    ("import", ["--kind", "checkpoint"], "pass --file"),
+])
+def test_ablate_and_import_take_the_prefix_before_anything_else(monkeypatch, entry, args,
+                                                                 error):
+    """``-P model_prefix=`` of ``ablate`` reaches its children through the environment, as
+    for ``train``; ``import`` registers checkpoints under it."""
+    from click.testing import CliRunner
+
+    from pipi.cli import ENTRY_POINTS
+
+    monkeypatch.delenv(MODEL_PREFIX_ENV, raising=False)
+    r = CliRunner().invoke(ENTRY_POINTS[entry], [*args, "--model-prefix", "bob"])
+    assert r.exit_code != 0 and error in r.output, r.output
+    assert os.environ.get(MODEL_PREFIX_ENV) == "bob"
+    monkeypatch.delenv(MODEL_PREFIX_ENV, raising=False)
