@@ -20,11 +20,22 @@ from pipi.analysis import (
     seeds_text,
 )
 from pipi.classes import CLASSES
-from pipi.report.rows import bootstrap_note, ci_cols, ci_header, ci_text, no_runs
+from pipi.report.rows import (
+    bootstrap_note,
+    ci_cols,
+    ci_header,
+    ci_text,
+    no_runs,
+    seed_bca_text,
+    seed_ci_header,
+    seed_ci_note,
+    seed_cols,
+)
 from pipi.report.tables import Table, fmt_delta, fmt_mean_sd, fmt_p, fmt_z
 from pipi.stats import (
     Family,
     adjust_families,
+    seed_delta_bca,
     sign_flip_test,
     significance_marker,
     stouffer_combine,
@@ -56,7 +67,8 @@ def per_class_table(an: Analysis, pair: tuple[str, str]) -> Table:
     ni = [na.index(s) for s in comp.seeds]
     a_ref, a_new = ra.auc[ri], na.auc[ni]            # (S, K)
     d = a_new - a_ref
-    rows, cis = [], []
+    rows, cis, seed_cis = [], [], []
+    o = an.options
     with collect_warnings(notes):
         for j, k in enumerate(ev.classes):
             z = comp.per_class_z[:, j]
@@ -65,6 +77,10 @@ def per_class_table(an: Analysis, pair: tuple[str, str]) -> Table:
                                 rng=an.options.seed)
             bt = an.delta_ci(b, ref, new, comp.seeds, classes=[k])
             cis.append(bt)
+            sb = (seed_delta_bca(d[:, j], n_resamples=o.n_resamples,
+                                 confidence_level=o.confidence_level, rng=o.seed)
+                  if len(ri) >= 2 and np.isfinite(d[:, j]).all() else None)
+            seed_cis.append(sb)
             rows.append({"class": CLASSES[k], "ref_mean": a_ref[:, j].mean(),
                          "ref_sd": a_ref[:, j].std(ddof=1) if len(ri) > 1 else float("nan"),
                          "new_mean": a_new[:, j].mean(),
@@ -73,7 +89,8 @@ def per_class_table(an: Analysis, pair: tuple[str, str]) -> Table:
                          "n_seeds": len(ri),
                          "stouffer_z": st.statistic if st else float("nan"),
                          "p": st.pvalue if st else float("nan"), "sign_flip_p": sf.pvalue,
-                         "test_videos": an.bootstrap.videos_with(k), **ci_cols(bt)})
+                         "test_videos": an.bootstrap.videos_with(k), **ci_cols(bt),
+                         **seed_cols(sb)})
     data = pd.DataFrame(rows)
     fam = {r["class"]: r["p"] for r in rows}
     for method, col in (("bonferroni", "p_bonferroni"), ("bh", "p_bh")):
@@ -87,6 +104,7 @@ def per_class_table(an: Analysis, pair: tuple[str, str]) -> Table:
     order = data.sort_values("delta", ascending=False, kind="stable").index
     data = data.loc[order].reset_index(drop=True)
     cis = [cis[i] for i in order]
+    seed_cis = [seed_cis[i] for i in order]
     display = pd.DataFrame({
         "Class": data["class"],
         f"cell ({ref})": [fmt_mean_sd(m, s) for m, s in zip(data["ref_mean"], data["ref_sd"])],
@@ -99,6 +117,8 @@ def per_class_table(an: Analysis, pair: tuple[str, str]) -> Table:
                           zip(data["p"], data["p_bonferroni"], data["p_bh"], data["marker_bh"])],
         "sign-flip p": data["sign_flip_p"].map(fmt_p),
         ci_header(an): [ci_text(bt, an) for bt in cis],
+        seed_ci_header(an): [seed_bca_text(sb) if sb else "n/a (< 2 seeds)"
+                             for sb in seed_cis],
         "test videos": data["test_videos"]})
     ids = tuple(comp.run_ids() for _ in range(len(data)))
     notes = [(f"cell ({ref}) vs cell ({new}) over seeds {seeds_text(comp.seeds)}; AUC mean ± sd "
@@ -107,5 +127,14 @@ def per_class_table(an: Analysis, pair: tuple[str, str]) -> Table:
              ("p: per-class paired DeLong z per seed combined by Stouffer (assumes independent "
               f"seeds); adjusted over the {len(ev.classes)} classes (one family) by Bonferroni "
               "(markers on Δ) and BH (marker after BH p): * < 0.05, ** < 0.01, *** < 0.001."),
-             bootstrap_note(an), *comp.notes, *notes]
+             bootstrap_note(an), _seed_note(an, data["class"], seed_cis), *comp.notes,
+             *notes]
     return Table(key, title, data, display, ids, tuple(notes), paper="tab:perclass")
+
+
+def _seed_note(an: Analysis, classes, seed_cis) -> str:
+    """What the per-class seed-level column resamples; which classes' intervals are unstable."""
+    bad = [f"{k}: {sb.reason}" for k, sb in zip(classes, seed_cis) if sb and sb.unstable]
+    return (seed_ci_note(an).replace("per-seed paired deltas", "per-seed paired deltas of "
+                                     "the class's AUC")
+            + (" Unstable here: " + "; ".join(bad) + "." if bad else ""))

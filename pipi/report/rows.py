@@ -6,11 +6,11 @@ from collections.abc import Sequence
 
 from pipi.analysis import BREAKDOWN_PAIRS, Analysis, Arm, Comparison, Evidence, seeds_text
 from pipi.report.tables import NO_RUNS, Table, fmt_ci
-from pipi.stats import MIN_VIDEOS_CLASS, MIN_VIDEOS_MACRO, DeltaCI
+from pipi.stats import MIN_VIDEOS_CLASS, MIN_VIDEOS_MACRO, DeltaCI, SeedBCaResult
 
 __all__ = ["arm_summary", "base_run_notes", "bootstrap_note", "breakdown_pair", "ci_cols",
            "ci_header", "ci_text", "delta_cis", "no_runs", "present_pairs", "run_map",
-           "seed_ci_header", "seed_ci_note", "seed_ci_text"]
+           "seed_bca_text", "seed_ci_header", "seed_ci_note", "seed_ci_text", "seed_cols"]
 
 
 def run_map(arm: Arm | None) -> dict[int, str]:
@@ -40,13 +40,7 @@ def ci_cols(c: Comparison | DeltaCI | None, prefix: str = "") -> dict:
     nan = float("nan")
     seed = {}
     if c is None or isinstance(c, Comparison):
-        sb = c.seed_bca if c is not None else None
-        seed = {f"{prefix}seed_ci_bca_low": sb.confidence_interval.low if sb else nan,
-                f"{prefix}seed_ci_bca_high": sb.confidence_interval.high if sb else nan,
-                f"{prefix}seed_ci_unit": "seeds" if sb else "",
-                f"{prefix}seed_ci_n_seeds": sb.n_seeds if sb else 0,
-                f"{prefix}seed_ci_unstable": sb.unstable if sb else None,
-                f"{prefix}seed_ci_reason": sb.reason if sb else ""}
+        seed = seed_cols(c.seed_bca if c is not None else None, prefix)
     return {f"{prefix}ci_percentile_low": b.percentile.low if b else nan,
             f"{prefix}ci_percentile_high": b.percentile.high if b else nan,
             f"{prefix}ci_bca_low": b.bca.low if b else nan,
@@ -54,6 +48,17 @@ def ci_cols(c: Comparison | DeltaCI | None, prefix: str = "") -> dict:
             f"{prefix}bootstrap_p": b.pvalue if b else nan,
             f"{prefix}bootstrap_unit": b.unit if b else "",
             f"{prefix}bootstrap_redrawn": b.n_redrawn if b else None, **seed}
+
+
+def seed_cols(sb: SeedBCaResult | None, prefix: str = "") -> dict:
+    """The seed-level BCa columns of a row (``seed_ci_*``; NaN / empty without one)."""
+    nan = float("nan")
+    return {f"{prefix}seed_ci_bca_low": sb.confidence_interval.low if sb else nan,
+            f"{prefix}seed_ci_bca_high": sb.confidence_interval.high if sb else nan,
+            f"{prefix}seed_ci_unit": "seeds" if sb else "",
+            f"{prefix}seed_ci_n_seeds": sb.n_seeds if sb else 0,
+            f"{prefix}seed_ci_unstable": sb.unstable if sb else None,
+            f"{prefix}seed_ci_reason": sb.reason if sb else ""}
 
 
 def ci_header(an: Analysis, kind: str = "BCa") -> str:
@@ -79,6 +84,11 @@ def seed_ci_text(c: Comparison | None, *, digits: int = 3) -> str:
     sb = c.seed_bca if c is not None else None
     if sb is None:
         return "n/a (< 2 seeds)" if c is not None and c.available else ""
+    return seed_bca_text(sb, digits=digits)
+
+
+def seed_bca_text(sb: SeedBCaResult, *, digits: int = 3) -> str:
+    """A seed-level BCa interval, ``(unstable)`` where n seeds cannot carry it."""
     text = fmt_ci(*sb.confidence_interval, digits=digits)
     return f"{text} (unstable)" if sb.unstable else text
 

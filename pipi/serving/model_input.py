@@ -55,11 +55,16 @@ class InputError(DataError):
 
 
 class Limits:
-    """Per-request limits, read from the environment when the model is loaded."""
+    """Per-request limits, read from the environment when the model is loaded, and the
+    model's input size (``decode_size``): a JPEG is then decoded as the training cache decodes
+    it (``pipi.data.cache.load_frame``: PIL's ``draft``, the smallest DCT scale that is at
+    least that size), so a served file gets the pixels its run was evaluated on."""
 
-    def __init__(self, *, max_images: int | None = None, max_pixels: int | None = None):
+    def __init__(self, *, max_images: int | None = None, max_pixels: int | None = None,
+                 decode_size: int | None = None):
         self.max_images = max_images or int(os.environ.get("PIPI_SERVE_MAX_IMAGES", 256))
         self.max_pixels = max_pixels or int(os.environ.get("PIPI_SERVE_MAX_PIXELS", 4096 * 4096))
+        self.decode_size = decode_size
 
 
 def decode_image(data: str | bytes, *, where: str, limits: Limits) -> np.ndarray:
@@ -79,6 +84,8 @@ def decode_image(data: str | bytes, *, where: str, limits: Limits) -> np.ndarray
                 raise InputError(f"{where}: a {im.format} image; send JPEG or PNG")
             w, h = im.size
             _check_size(h, w, where=where, limits=limits)
+            if limits.decode_size and im.format == "JPEG":
+                im.draft("RGB", (limits.decode_size, limits.decode_size))
             arr = _to_rgb8(im, where=where)
     except Image.DecompressionBombError as exc:
         # PIL refuses to even open it: its header declares more pixels than PIL's own guard

@@ -89,7 +89,7 @@ class PipiImageClassifier(mlflow.pyfunc.PythonModel):
         self.model, self.cfg = _load_frame_model(context.artifacts["config"],
                                                  context.artifacts["weights"])
         self.inputs = FrameInputs(self.cfg)
-        self.limits = Limits()
+        self.limits = Limits(decode_size=self.cfg.image_size)
         install_guard()
 
     # `pd.DataFrame` is what MLflow's type-hint check skips (no schema inferred, no input
@@ -146,7 +146,7 @@ class PipiSequenceClassifier(mlflow.pyfunc.PythonModel):
         self.cfg = cfg
         self.predictor = ClipPredictor(cfg=cfg, base_cfg=base_cfg, base=base, head=head,
                                        norms=bundle["norms"], autoencoder=ae)
-        self.limits = Limits()
+        self.limits = Limits(decode_size=cfg.image_size)
         install_guard()
 
     # `pd.DataFrame` is what MLflow's type-hint check skips (no schema inferred, no input

@@ -98,3 +98,30 @@ def test_pil_writes_16_bit_gray_the_same_way():
     im.save(buf, format="PNG")
     got = decode_image(_b64(buf.getvalue()), where="image 0", limits=Limits())
     assert (got == round(40000 * 255 / 65535)).all()
+
+
+@pytest.mark.parametrize(("side", "size"), [(576, 224), (576, 64), (336, 64), (336, 224)])
+def test_a_served_jpeg_gets_the_pixels_its_run_was_evaluated_on(tmp_path, side, size):
+    """The training cache decodes a JPEG with PIL's draft (a DCT scale >= the model size) and
+    then resizes; the served file must go the same way, or a Galar frame (576 px) at the
+    paper's 224 px differs by up to 6 grey levels from what the run was scored on."""
+    from pipi.data.cache import load_frame
+    from pipi.serving.model_input import images_from_input
+    from pipi.serving.sequence_clip import resize_batch
+
+    rng = np.random.default_rng(side + size)
+    y, x = np.mgrid[0:side, 0:side] / side
+    img = np.stack([np.sin(7 * x + 3 * y) * 127 + 128, np.cos(5 * y) * 100 + 100, x * 255], -1)
+    img = np.clip(img + rng.normal(0, 12, img.shape), 0, 255).astype(np.uint8)
+    path = tmp_path / "frame.jpg"
+    Image.fromarray(img).save(path, format="JPEG", quality=90)
+    b64 = _b64(path.read_bytes())
+
+    def served(limits):
+        (arr,) = images_from_input({"image": [b64]}, limits=limits)
+        return np.rint(resize_batch([arr], size)[0].numpy() * 255).astype(int)
+
+    cached = load_frame(path, size).astype(int)
+    np.testing.assert_array_equal(served(Limits(decode_size=size)), cached)
+    if side // size >= 2:  # a DCT scale applies: a full decode would not match
+        assert np.abs(served(Limits()) - cached).max() > 0

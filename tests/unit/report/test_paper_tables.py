@@ -48,6 +48,30 @@ def test_every_cross_seed_delta_table_has_both_labelled_intervals(six, key):
     assert t.data.loc[t.data[key_col].isna(), "seed_ci_bca_low"].isna().all()
 
 
+def test_per_class_seed_bca_column_equals_scipy_class_by_class(six):
+    """The per-class table's seed-level interval: scipy's BCa over the six per-seed deltas of
+    that class's AUC (from sklearn), for every headline class."""
+    from sklearn.metrics import roc_auc_score
+
+    from pipi.classes import CLASSES
+
+    ev, opts, rep = six
+    t = rep.table("per_class_per_frame")
+    assert {"95% BCa CI (videos)", "95% BCa CI (seeds)"} <= set(t.display.columns)
+    assert any("of the class's AUC" in n for n in t.notes)
+    a, pi = ev.arm(B0, "a"), ev.arm(B0, "pi")
+    for _, row in t.data.iterrows():
+        k = CLASSES.index(row["class"])
+        deltas = np.array([roc_auc_score(ev.labels == k, pi.probs[i][:, k].astype(float))
+                           - roc_auc_score(ev.labels == k, a.probs[i][:, k].astype(float))
+                           for i in range(len(SEEDS))])
+        ref = stats.bootstrap((deltas,), np.mean, n_resamples=opts.n_resamples, method="BCa",
+                              rng=np.random.default_rng(opts.seed))
+        assert row["seed_ci_n_seeds"] == 6 and row["seed_ci_unit"] == "seeds"
+        assert abs(row["seed_ci_bca_low"] - ref.confidence_interval.low) < 1e-9, row["class"]
+        assert abs(row["seed_ci_bca_high"] - ref.confidence_interval.high) < 1e-9
+
+
 # --------------------------------------------------------------------------- 4: figures, per class
 
 
