@@ -132,7 +132,7 @@ def augment_draws(gen: torch.Generator, b: int) -> torch.Tensor:
 
 def augment(x: torch.Tensor, cfg: AugmentConfig, gen: torch.Generator | None, *,
             scale: float = 1.0, normalized: bool = False, return_valid: bool = False,
-            draws: torch.Tensor | None = None):
+            draws: torch.Tensor | None = None, stats=(IMAGENET_MEAN, IMAGENET_STD)):
     """Batched train augmentation of float ``[B, 3, H, W]`` images with values in [0, scale].
 
     Per sample: a horizontal flip and a rotation about the centre (uniform in
@@ -142,8 +142,9 @@ def augment(x: torch.Tensor, cfg: AugmentConfig, gen: torch.Generator | None, *,
     three jitter steps are linear, so they are applied as one per-image 3 x 3 colour matrix
     and offset, clamped once to [0, 1] at the end (torchvision clamps after each step; the
     results differ only where an intermediate value left [0, 1]). Returns values in [0, 1],
-    or ImageNet-normalised values when ``normalized`` (the normalisation is folded into the
-    same matrix, so it costs no extra pass). Random numbers come from ``gen`` (CPU), so a
+    or values normalised with ``stats`` (the backbone's mean and std, ImageNet's by default)
+    when ``normalized`` (the normalisation is folded into the same matrix, so it costs no
+    extra pass). Random numbers come from ``gen`` (CPU), so a
     seed fixes the whole pipeline. ``return_valid`` also returns the field of view, a
     ``(B, H, W)`` bool mask of the pixels the rotation's zero fill did not create (the same
     random numbers are drawn either way).
@@ -185,8 +186,8 @@ def augment(x: torch.Tensor, cfg: AugmentConfig, gen: torch.Generator | None, *,
     t = ((1 - fc) * fb * (chan_mean @ luma)).view(b, 1).expand(b, 3).clone()  # (B, 3)
     lo, hi = torch.zeros(3, dtype=f64, device=dev), torch.ones(3, dtype=f64, device=dev)
     if normalized:
-        mean = _const(IMAGENET_MEAN, f64, dev)
-        std = _const(IMAGENET_STD, f64, dev)
+        mean = _const(stats[0], f64, dev)
+        std = _const(stats[1], f64, dev)
         a = a / std.view(1, 3, 1)
         t = (t - mean) / std
         lo, hi = (lo - mean) / std, (hi - mean) / std
@@ -195,9 +196,10 @@ def augment(x: torch.Tensor, cfg: AugmentConfig, gen: torch.Generator | None, *,
     return (out, valid) if return_valid else out
 
 
-def normalize(x01: torch.Tensor) -> torch.Tensor:
-    mean = _const(IMAGENET_MEAN, x01.dtype, x01.device).view(1, 3, 1, 1)
-    std = _const(IMAGENET_STD, x01.dtype, x01.device).view(1, 3, 1, 1)
+def normalize(x01: torch.Tensor, stats=(IMAGENET_MEAN, IMAGENET_STD)) -> torch.Tensor:
+    """``(x01 - mean) / std`` per channel; ``stats``: the backbone's (mean, std)."""
+    mean = _const(stats[0], x01.dtype, x01.device).view(1, 3, 1, 1)
+    std = _const(stats[1], x01.dtype, x01.device).view(1, 3, 1, 1)
     return (x01 - mean) / std
 
 

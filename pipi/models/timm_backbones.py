@@ -32,29 +32,58 @@ from torch import Tensor, nn
 from pipi.errors import ConfigError
 from pipi.models.backbones import Backbone, _read_state_dict, _resolve_weights, widen_first_conv
 
-__all__ = ["FOUNDATION", "TIMM_PREFIX", "TimmBackbone", "build_timm_backbone", "is_timm_arch"]
+__all__ = ["CLIP_STATS", "FOUNDATION", "IMAGENET_STATS", "TIMM_PREFIX", "Stats", "TimmBackbone",
+           "build_timm_backbone", "input_stats", "is_timm_arch"]
 
 log = logging.getLogger(__name__)
 
 TIMM_PREFIX = "timm:"
 
 
+#: per-channel (mean, std) of an RGB input in [0, 1]
+Stats = tuple[tuple[float, float, float], tuple[float, float, float]]
+IMAGENET_STATS: Stats = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+#: OpenAI CLIP's, which open_clip (and so BiomedCLIP's image tower) was trained with
+CLIP_STATS: Stats = ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711))
+
+
 @dataclass(frozen=True)
 class FoundationSpec:
-    """A foundation-model tower: the timm model, its embedding width and its published form."""
+    """A foundation-model tower: the timm model, its embedding width, its published form and
+    the input normalisation it was trained with."""
 
     timm_name: str
     embed_dim: int          # width of the embedding the linear probe reads
     num_classes: int        # timm head: 0 (none) or the projection width
     source: str             # the published weights file the filter converts
+    stats: Stats = IMAGENET_STATS
 
 
 FOUNDATION: dict[str, FoundationSpec] = {
     "dinov2_vitb14": FoundationSpec("vit_base_patch14_dinov2", 768, 0,
                                     "DINOv2's released dinov2_vitb14 state dict"),
     "biomedclip_vitb16": FoundationSpec("vit_base_patch16_224", 512, 512,
-                                        "BiomedCLIP's open_clip checkpoint (visual.* keys)"),
+                                        "BiomedCLIP's open_clip checkpoint (visual.* keys)",
+                                        CLIP_STATS),
 }
+
+
+def input_stats(arch: str) -> Stats:
+    """The (mean, std) a backbone's RGB input is normalised with: the foundation towers'
+    own (CLIP's for BiomedCLIP), a ``timm:<name>`` model's ``pretrained_cfg``, else
+    ImageNet's (the torchvision backbones)."""
+    if arch in FOUNDATION:
+        return FOUNDATION[arch].stats
+    if isinstance(arch, str) and arch.startswith(TIMM_PREFIX):
+        name = arch[len(TIMM_PREFIX):]
+        try:
+            cfg = _timm().models.get_pretrained_cfg(name)
+        except (RuntimeError, ValueError, KeyError):
+            cfg = None
+        mean, std = getattr(cfg, "mean", None), getattr(cfg, "std", None)
+        if mean is not None and std is not None and len(mean) == len(std) == 3:
+            return tuple(map(float, mean)), tuple(map(float, std))
+    return IMAGENET_STATS
 
 
 def is_timm_arch(arch: str) -> bool:

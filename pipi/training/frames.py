@@ -31,7 +31,7 @@ from pipi.data.cache import AugmentConfig, augment, batches, build_cache, normal
 from pipi.data.kvasir import load_staged
 from pipi.errors import PipiError
 from pipi.models import DistillClassifier, FrameClassifier, build_backbone, distill_loss
-from pipi.models.timm_backbones import build_timm_backbone, is_timm_arch
+from pipi.models.timm_backbones import build_timm_backbone, input_stats, is_timm_arch
 from pipi.paths import pipi_home
 from pipi.predictions import (  # noqa: F401  (re-exported: the format's home is pipi.predictions)
     PREDICTIONS_VERSION,
@@ -117,6 +117,11 @@ class FrameInputs:
     cfg: TrainConfig
     check: bool = True
 
+    def __post_init__(self):
+        # the backbone's own input normalisation (CLIP's for BiomedCLIP, ImageNet's for the
+        # torchvision backbones); the prior channels are never normalised
+        self.stats = input_stats(self.cfg.backbone)
+
     def __call__(self, x01: torch.Tensor, *, train: bool, gen: torch.Generator | None = None,
                  strip_prior: bool = False, scale: float = 1.0,
                  draws: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -130,7 +135,8 @@ class FrameInputs:
         valid = None
         if train and not need_prior:
             # RGB-only: augmentation and normalisation in one fused pass
-            return augment(x01, aug, gen, scale=scale, normalized=True, draws=draws), None
+            return augment(x01, aug, gen, scale=scale, normalized=True, draws=draws,
+                           stats=self.stats), None
         if train and cfg.prior.mask == "fov":
             # the field of view: pixels the zero-filled rotation did not create
             x01, valid = augment(x01, aug, gen, scale=scale, return_valid=True, draws=draws)
@@ -143,7 +149,7 @@ class FrameInputs:
             # The prior is computed after augmentation, on the un-normalised image (paper).
             prior = prior_channels(x01, **asdict(cfg.prior), valid=valid,
                                    check=self.check)
-        x = normalize(x01)
+        x = normalize(x01, self.stats)
         if cell.input_channels == 5:
             p = (x01.new_zeros((x01.shape[0], 2, *x01.shape[2:])) if strip_prior
                  else prior.clone())
