@@ -63,7 +63,8 @@ from pipi.workflows.train import train as train_run  # mode=train: each trial on
                    "trials train on, default the synthetic release).")
 @click.option("--target-data", "target_data", default="",
               help="mode=train, target=galar:<system>: the staged Galar folder whose "
-                   "calibration fold scores each trial (the trials train on --data).")
+                   "calibration fold scores each trial, or synthetic[-tiny|-demo] (as galar's "
+                   "--data; the trials train on --data).")
 @experiment_option
 @click.option(WORKER_SPEC_OPTION, "worker_spec", default="", hidden=True,
               help="Internal: a SLURM task of mode=train runs the worker this file describes.")

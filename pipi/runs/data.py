@@ -7,6 +7,9 @@ complete is reused (the data digest in its manifest identifies it), whoever asks
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,7 +19,7 @@ from pipi import tracking
 from pipi.calibration.objective import TARGET_KVASIR, parse_target
 from pipi.data.galar import stage_galar
 from pipi.data.kvasir import StageResult, format_count_table, load_staged, stage_kvasir
-from pipi.data.synthetic import KVASIR_PRESETS, synthesize_kvasir
+from pipi.data.synthetic import GALAR_PRESETS, KVASIR_PRESETS, synthesize_galar, synthesize_kvasir
 from pipi.errors import ConfigError
 from pipi.paths import pipi_home
 
@@ -25,6 +28,7 @@ log = logging.getLogger(__name__)
 #: Split seed of the embedded default data (the paper's headline seed).
 DEFAULT_SPLIT_SEED = 42
 SYNTHETIC_PRESETS = tuple(KVASIR_PRESETS)
+GALAR_SYNTHETIC_PRESETS = tuple(GALAR_PRESETS)
 
 
 def synthetic_release(preset: str, seed: int) -> Path:
@@ -172,6 +176,54 @@ def load_data(data: str | None, *, preset: str = "demo") -> StagedData:
     return StagedData(root, frames, manifest)
 
 
+# --------------------------------------------------------------------------- Galar
+def synthetic_galar_staged(preset: str = "demo", seed: int = 0, *, log_run: bool = True) -> Path:
+    """The staged synthetic Galar release (``pipi synthesize galar``), built once.
+
+    The release is written to a temporary folder and renamed into place; staging moves its
+    folder into place only when complete, so an interrupted call leaves nothing half-made.
+    """
+    out = pipi_home() / "data" / f"galar-synthetic-{preset}-s{seed}"
+    if (out / "manifest.json").is_file():
+        return out
+    release = pipi_home() / "releases" / f"galar-synthetic-{preset}-s{seed}"
+    if not (release / "metadata.csv").is_file():
+        release.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{release.name}-", dir=release.parent))
+        try:
+            log.info("synthesizing the %s Galar release (seed %d) into %s", preset, seed, release)
+            synthesize_galar(tmp / "release", preset=preset, seed=seed)
+            shutil.rmtree(release, ignore_errors=True)
+            os.replace(tmp / "release", release)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    run_stage_galar(root=release, out=out, seed=seed, log_run=log_run, nested=log_run)
+    return out
+
+
+def resolve_galar_data(data: str | None, *, param: str = "data") -> Path:
+    """A staged Galar folder from the ``data`` parameter ('synthetic[-tiny|-demo]' or a path);
+    ``param`` names the option in the errors (``target_data`` for calibrate)."""
+    if not data or data == "synthetic":
+        return synthetic_galar_staged("demo")
+    if data.startswith("synthetic-"):
+        preset = data.removeprefix("synthetic-")
+        if preset not in GALAR_SYNTHETIC_PRESETS:
+            raise ConfigError(f"{param}={data!r}: unknown synthetic preset; use a staged Galar "
+                              "folder, 'synthetic', 'synthetic-tiny' or 'synthetic-demo'")
+        return synthetic_galar_staged(preset)
+    path = Path(data).expanduser().resolve()
+    if not (path / "manifest.json").is_file():
+        raise ConfigError(f"{param}={data!r}: {path} is not a staged Galar folder (no "
+                          "manifest.json); stage one with `pipi stage galar --root RELEASE "
+                          f"--out DIR`, or pass {param}=synthetic")
+    _, manifest = load_staged(path)
+    if manifest.get("dataset") != "galar":
+        raise ConfigError(f"{param}={data!r}: {path} holds dataset {manifest.get('dataset')!r}, "
+                          "not galar; stage Galar with `pipi stage galar`")
+    return path
+
+
 def galar_target_data(target: str, target_data: str | None) -> StagedData | None:
     """The staged Galar folder ``target_data`` of a ``galar:<system>`` target (``calibrate
     mode=train`` trains on ``data`` and scores there); None for ``kvasir-val``, whose fold is
@@ -183,13 +235,7 @@ def galar_target_data(target: str, target_data: str | None) -> StagedData | None
         return None
     if not target_data:
         raise ConfigError(f"target={target}: mode=train needs target_data=<a staged Galar "
-                          "folder> (`pipi synthesize galar` then `pipi stage galar`)")
-    root = Path(target_data).expanduser().resolve()
-    if not (root / "manifest.json").is_file():
-        raise ConfigError(f"target_data={target_data}: {root} is not a staged Galar folder "
-                          "(no manifest.json); stage one with `pipi stage galar`")
+                          "folder, or synthetic[-tiny|-demo]> (`pipi stage galar`)")
+    root = resolve_galar_data(target_data, param="target_data")
     frames, manifest = load_staged(root)
-    if manifest.get("dataset") != "galar":
-        raise ConfigError(f"target_data={target_data}: {root} holds dataset "
-                          f"{manifest.get('dataset')!r}, not galar (`pipi stage galar`)")
     return StagedData(root, frames, manifest)

@@ -29,8 +29,6 @@ import functools
 import logging
 import os
 import re
-import shutil
-import tempfile
 import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -43,11 +41,9 @@ from pipi import tracking
 from pipi.cells import CELLS, PER_FRAME_CELLS
 from pipi.classes import class_index
 from pipi.data.kvasir import load_staged
-from pipi.data.synthetic import GALAR_PRESETS, synthesize_galar
 from pipi.errors import ConfigError, DataError
 from pipi.galkva import BENCHMARK_VERSION, SCORING_SETS
-from pipi.paths import pipi_home
-from pipi.runs.data import run_stage_galar
+from pipi.runs.data import GALAR_SYNTHETIC_PRESETS, resolve_galar_data, synthetic_galar_staged
 from pipi.runs.evaluate import EvalContext, Evaluation, evaluate_run, find_evaluation, plain_scorer
 from pipi.runs.prior_params import CalibratedPrior, resolve_prior
 from pipi.stats import macro_auc
@@ -70,57 +66,11 @@ TAG_FOLD = tracking.TAG_GALAR_FOLD
 #: What the fold scored, in words (``fold_scope``): "every staged video (...)" or "the
 #: evaluation fold only (12 of 24 staged videos; ...)".
 TAG_SCOPE = tracking.TAG_GALAR_SCOPE
-SYNTHETIC_PRESETS = tuple(GALAR_PRESETS)
+SYNTHETIC_PRESETS = GALAR_SYNTHETIC_PRESETS
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 
 
 # --------------------------------------------------------------------------- data
-def synthetic_galar_staged(preset: str = "demo", seed: int = 0, *, log_run: bool = True) -> Path:
-    """The staged synthetic Galar release (``pipi synthesize galar``), built once.
-
-    The release is written to a temporary folder and renamed into place; staging moves its
-    folder into place only when complete, so an interrupted call leaves nothing half-made.
-    """
-    out = pipi_home() / "data" / f"galar-synthetic-{preset}-s{seed}"
-    if (out / "manifest.json").is_file():
-        return out
-    release = pipi_home() / "releases" / f"galar-synthetic-{preset}-s{seed}"
-    if not (release / "metadata.csv").is_file():
-        release.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{release.name}-", dir=release.parent))
-        try:
-            log.info("synthesizing the %s Galar release (seed %d) into %s", preset, seed, release)
-            synthesize_galar(tmp / "release", preset=preset, seed=seed)
-            shutil.rmtree(release, ignore_errors=True)
-            os.replace(tmp / "release", release)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    run_stage_galar(root=release, out=out, seed=seed, log_run=log_run, nested=log_run)
-    return out
-
-
-def resolve_galar_data(data: str | None) -> Path:
-    """A staged Galar folder from the ``data`` parameter ('synthetic[-tiny|-demo]' or a path)."""
-    if not data or data == "synthetic":
-        return synthetic_galar_staged("demo")
-    if data.startswith("synthetic-"):
-        preset = data.removeprefix("synthetic-")
-        if preset not in SYNTHETIC_PRESETS:
-            raise ConfigError(f"data={data!r}: unknown synthetic preset; use a staged Galar "
-                              "folder, 'synthetic', 'synthetic-tiny' or 'synthetic-demo'")
-        return synthetic_galar_staged(preset)
-    path = Path(data).expanduser().resolve()
-    if not (path / "manifest.json").is_file():
-        raise ConfigError(f"data={data!r}: {path} is not a staged Galar folder (no "
-                          "manifest.json); stage one with `pipi stage galar --root RELEASE "
-                          "--out DIR`, or pass data=synthetic")
-    _, manifest = load_staged(path)
-    if manifest.get("dataset") != "galar":
-        raise ConfigError(f"data={data!r}: {path} holds dataset {manifest.get('dataset')!r}, "
-                          "not galar; stage Galar with `pipi stage galar`")
-    return path
-
-
 # --------------------------------------------------------------------------- source runs
 def _check_source(run_id: str) -> None:
     run = tracking.get_run(run_id)

@@ -119,3 +119,19 @@ def test_the_epoch_loop_and_the_run_tracker_hand_the_model_to_the_hook(monkeypat
     rt.log_metrics({"val/macro_auc": 0.5}, step=2, model=model)
     rt.log_metrics({"test/macro_auc": 0.5})          # no step: not an epoch
     assert got == [(2, {"val/macro_auc": 0.5}, model)]
+
+
+def test_target_data_takes_galars_synthetic_names(tmp_path, monkeypatch):
+    """``target_data=synthetic-tiny`` is the staged synthetic Galar release, as for
+    ``galar -P data=`` (one resolver in ``pipi.runs.data``); a bad name says which option."""
+    from pipi.data.galar import stage_galar
+    from pipi.data.synthetic import synthesize_galar
+
+    monkeypatch.setenv("PIPI_HOME", str(tmp_path))
+    staged = tmp_path / "data" / "galar-synthetic-tiny-s0"   # where the resolver stages it
+    rel = synthesize_galar(tmp_path / "rel", preset="tiny", seed=0, progress=False)
+    stage_galar(rel, staged, progress=False)
+    got = galar_target_data("galar:PillCam SB3", "synthetic-tiny")
+    assert got.root == staged and got.manifest["dataset"] == "galar"
+    with pytest.raises(ConfigError, match="target_data='synthetic-huge': unknown synthetic"):
+        galar_target_data("galar:PillCam SB3", "synthetic-huge")
