@@ -84,6 +84,10 @@ def _check_source(run_id: str) -> None:
     if cell not in CELLS:
         raise ConfigError(f"runs: run {run_id} has no pipi.cell tag; galar scores runs of "
                           "`pipi train` / `ablate`")
+    if tags.get(tracking.TAG_SOURCE_KIND) == "predictions":
+        raise ConfigError(f"runs: run {run_id} is an imported prediction file, with no model to "
+                          "score on Galar; import the released checkpoint instead (`import -P "
+                          "kind=checkpoint`)")
     if CELLS[cell].is_sequence:
         raise ConfigError(f"runs: run {run_id} is the sequence cell {cell}; galar scores "
                           f"per-frame runs ({', '.join(PER_FRAME_CELLS)})")

@@ -418,6 +418,45 @@ def test_promote_judges_an_imported_version_against_imported_baseline_runs(
     assert ev.delta > 0
 
 
+def test_galar_scores_an_imported_checkpoint_like_a_trained_run(tiny_staged, galar_staged,
+                                                                sqlite_tracking, tmp_path):
+    """End to end: a released RGB checkpoint imported, then `galar` zero-shot on it. The
+    child's Galar probabilities are torchvision's forward of the released model on the staged
+    Galar frames; it carries the import's source tags. An imported prediction file has no
+    model: galar refuses it in one line."""
+    from pipi.predictions import PROB_COLUMNS
+    from pipi.workflows.galar import run_galar
+
+    model = _tv_model(seed=6)
+    ckpt = _save(model, tmp_path / "released_a_s45.pth", "module.")
+    res = import_file(kind="checkpoint", file=ckpt, cell="a", backbone="efficientnet_b0",
+                      seed=45, data=str(tiny_staged), profile="smoke", experiment="import-galar",
+                      progress=False, register=False)
+    out = run_galar(runs=res.run_id, data=str(galar_staged), experiment="import-galar",
+                    progress=False)
+    child = out.table.iloc[0]["galar_run_id"]
+    t = mlflow.get_run(child).data.tags
+    assert t["pipi.source"] == "external" and t["pipi.source_label"] == "released"
+    assert t["pipi.source_sha256"] == hashlib.sha256(ckpt.read_bytes()).hexdigest()
+    folder = mlflow.artifacts.download_artifacts(run_id=child, artifact_path="predictions",
+                                                 dst_path=str(tmp_path / "g"))
+    df = pd.read_parquet(Path(folder) / "test.parquet")
+    assert len(df) == len(_frames(galar_staged))       # the default: every staged frame
+    want = _expected_rgb_probs(model, galar_staged, df["path"])
+    # float32 convolutions of other batch compositions: a few values differ by ~5e-5
+    np.testing.assert_allclose(df[list(PROB_COLUMNS)].to_numpy(), want, atol=1e-4)
+
+    frames = _frames(tiny_staged)
+    test = frames[frames["split"] == "test"].reset_index(drop=True)
+    preds = import_file(kind="predictions", file=_csv(test, _released_probs(len(test), 3),
+                                                      tmp_path / "p.csv"),
+                        cell="a", backbone="efficientnet_b0", seed=46, data=str(tiny_staged),
+                        experiment="import-galar")
+    with pytest.raises(ConfigError, match="imported prediction file, with no model"):
+        run_galar(runs=preds.run_id, data=str(galar_staged), experiment="import-galar",
+                  progress=False)
+
+
 def test_an_evaluation_child_of_an_imported_run_is_imported_too(tiny_staged, sqlite_tracking,
                                                                  tmp_path):
     from pipi.analysis import mark_imported
