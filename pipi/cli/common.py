@@ -37,6 +37,7 @@ def _main(super_main, *args, standalone_mode: bool = True, **kw):
     if not standalone_mode:
         return super_main(*args, standalone_mode=False, **kw)
     tracking.install_signal_handlers()  # SIGTERM is handled like Ctrl-C (docs/faults.md)
+    tracking.end_with_mlflow_run()  # `mlflow run` killed alone: this run ends KILLED too
     try:
         return super_main(*args, standalone_mode=False, **kw)
     except click.exceptions.Abort as exc:

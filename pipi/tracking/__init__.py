@@ -19,6 +19,7 @@ from pipi.tracking.tags import *  # noqa: E402,F403
 from pipi.tracking.store import *  # noqa: E402,F403
 from pipi.tracking.runs import *  # noqa: E402,F403
 from pipi.tracking.liveness import *  # noqa: E402,F403
+from pipi.tracking.parent import *  # noqa: E402,F403
 from pipi.tracking.registry import *  # noqa: E402,F403
 from pipi.tracking.permissions import *  # noqa: E402,F403
 from pipi.tracking.queries import *  # noqa: E402,F403

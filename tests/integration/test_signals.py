@@ -3,6 +3,7 @@ under ``mlflow run``; real processes, real signals, the run read back from the s
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -103,6 +104,46 @@ def test_signal_to_mlflow_run_ends_its_run_killed(tiny_staged, tmp_path, sig):
     reason = run.data.tags[tracking.TAG_FAILURE]
     assert ("SIGINT" if sig == signal.SIGINT else "SIGTERM") in reason, reason
     assert f"resume={rid}" in reason
+
+
+@pytest.mark.slow
+def test_sigterm_to_mlflow_run_alone_ends_the_entry_point_and_its_run_killed(tiny_staged,
+                                                                             tmp_path):
+    """``docker stop`` of a container whose main process is ``mlflow run`` signals that
+    process alone; MLflow dies at once without passing it on. The entry point follows its
+    ``mlflow run`` parent (``tracking.end_with_mlflow_run``): it ends its run KILLED and exits,
+    instead of training on orphaned."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    params = [x for k, v in zip(LONG[::2], LONG[1::2])
+              for x in ("-P", f"{k.removeprefix('--').replace('-', '_')}={v}")]
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "mlflow"), "run", str(ROOT), "-e", "train",
+         "--env-manager", "local", "--experiment-name", "alone", *params,
+         "-P", f"data={tiny_staged}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path, env=_env(uri),
+        start_new_session=True)
+    pgid = proc.pid
+    try:
+        rid = _running_run(client, proc, "alone")
+        proc.send_signal(signal.SIGTERM)               # `mlflow run` only, not its group
+        proc.wait(timeout=60)
+        deadline = time.time() + 90
+        while (run := client.get_run(rid)).info.status == "RUNNING" and time.time() < deadline:
+            time.sleep(1)
+        assert run.info.status == "KILLED", run.data.tags.get(tracking.TAG_FAILURE)
+        assert "SIGTERM" in run.data.tags[tracking.TAG_FAILURE]
+        while time.time() < deadline:                  # the entry point has exited too
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.5)
+        else:
+            raise AssertionError("the entry point is still running after its run ended")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
 
 
 @pytest.mark.slow
