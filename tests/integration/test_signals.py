@@ -42,6 +42,18 @@ def _env(uri: str, **extra) -> dict:
     return {**os.environ, "MLFLOW_TRACKING_URI": uri, "PYTHONPATH": str(ROOT), **extra}
 
 
+def _mlflow_run_train(uri: str, staged: Path, cwd: Path, experiment: str, out
+                      ) -> subprocess.Popen:
+    """`mlflow run . -e train` of a long smoke training, in a process group of its own."""
+    params = [x for k, v in zip(LONG[::2], LONG[1::2])
+              for x in ("-P", f"{k.removeprefix('--').replace('-', '_')}={v}")]
+    return subprocess.Popen(
+        [str(Path(sys.executable).parent / "mlflow"), "run", str(ROOT), "-e", "train",
+         "--env-manager", "local", "--experiment-name", experiment, *params,
+         "-P", f"data={staged}"],
+        stdout=out, stderr=out, text=True, cwd=cwd, env=_env(uri), start_new_session=True)
+
+
 @pytest.mark.slow
 def test_sigterm_ends_a_pipi_train_run_killed_with_the_resume_command(tiny_staged, tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -72,14 +84,7 @@ def test_signal_to_mlflow_run_ends_its_run_killed(tiny_staged, tmp_path, sig):
     job: ``mlflow run`` and its entry point; the run must end KILLED, not FAILED."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
-    params = [x for k, v in zip(LONG[::2], LONG[1::2])
-              for x in ("-P", f"{k.removeprefix('--').replace('-', '_')}={v}")]
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).parent / "mlflow"), "run", str(ROOT), "-e", "train",
-         "--env-manager", "local", "--experiment-name", "signals", *params,
-         "-P", f"data={tiny_staged}"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-        env=_env(uri), start_new_session=True)
+    proc = _mlflow_run_train(uri, tiny_staged, tmp_path, "signals", subprocess.PIPE)
     try:
         rid = _running_run(client, proc, "signals")
         os.killpg(proc.pid, sig)  # the whole process group, as a terminal or SLURM does
@@ -115,14 +120,7 @@ def test_sigterm_to_mlflow_run_alone_ends_the_entry_point_and_its_run_killed(tin
     instead of training on orphaned."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
-    params = [x for k, v in zip(LONG[::2], LONG[1::2])
-              for x in ("-P", f"{k.removeprefix('--').replace('-', '_')}={v}")]
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).parent / "mlflow"), "run", str(ROOT), "-e", "train",
-         "--env-manager", "local", "--experiment-name", "alone", *params,
-         "-P", f"data={tiny_staged}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path, env=_env(uri),
-        start_new_session=True)
+    proc = _mlflow_run_train(uri, tiny_staged, tmp_path, "alone", subprocess.DEVNULL)
     pgid = proc.pid
     try:
         rid = _running_run(client, proc, "alone")
