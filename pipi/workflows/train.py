@@ -247,6 +247,9 @@ def run(req: TrainRequest, *, experiment: str | None = None, register: bool = Tr
                                   else str(root), precision=runtime.precision), **req.tags}
     if register:  # on an auth server, a model another member registered: say so before the fit
         tracking.check_can_register(registered_name(cfg))
+        if seq and base_id is None and find_base_run(cfg, manifest["data_digest"]) is None:
+            # the base run this sequence cell will train first registers under its own name
+            tracking.check_can_register(registered_name(base_config(cfg)))
     if resume:  # the recipe the run was started with, not one naming the resolved folder
         tags[tracking.TAG_RECIPE] = tracking.get_run(resume).data.tags.get(
             tracking.TAG_RECIPE, tags[tracking.TAG_RECIPE])

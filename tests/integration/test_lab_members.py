@@ -101,6 +101,25 @@ def test_a_model_another_member_registered_is_refused_before_training(auth_lab, 
         os.environ.pop("MLFLOW_TRACKING_PASSWORD")
 
 
+def test_a_sequence_cell_whose_base_model_is_anothers_is_refused_before_any_run(
+        auth_lab, members, tiny_staged):
+    """Cell b trains its base (cell a) first when there is none; alice owns pipi-<bb>-a, so
+    bob's b is refused before its own run is even created."""
+    r = _train(_env(auth_lab, "bob", members["bob"]), "--cell", "b", "--data", str(tiny_staged),
+               "--experiment", "bob-seq")
+    line = _one_line_error(r)
+    assert line.startswith(f"error: user bob may not add versions to the registered model "
+                           f"'pipi-{BACKBONE}-a'"), r.stderr[-2000:]
+    os.environ.update(MLFLOW_TRACKING_USERNAME="bob", MLFLOW_TRACKING_PASSWORD=members["bob"])
+    try:
+        client = mlflow.MlflowClient(auth_lab.uri)
+        exp = client.get_experiment_by_name("bob-seq")
+        assert exp is None or not client.search_runs([exp.experiment_id])
+    finally:
+        os.environ.pop("MLFLOW_TRACKING_USERNAME")
+        os.environ.pop("MLFLOW_TRACKING_PASSWORD")
+
+
 def test_a_member_in_the_default_experiment_gets_one_line(auth_lab, members, tiny_staged):
     r = _train(_env(auth_lab, "bob", members["bob"]), "--cell", "pi", "--data", str(tiny_staged))
     line = _one_line_error(r)
