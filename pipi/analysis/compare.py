@@ -165,6 +165,16 @@ class Analysis:
                                     [(backbone, numerator, s) for s in seeds],
                                     [(backbone, denominator, s) for s in seeds])
 
+    def seed_bca(self, deltas) -> SeedBCaResult | None:
+        """The seed-level BCa interval of per-seed paired deltas under the options, or None
+        where it is undefined (fewer than 2 seeds, a non-finite delta)."""
+        d = np.asarray(deltas, dtype=float)
+        if d.size < 2 or not np.isfinite(d).all():
+            return None
+        o = self.options
+        return seed_delta_bca(d, n_resamples=o.n_resamples, confidence_level=o.confidence_level,
+                              rng=o.seed)
+
     @property
     def bootstrap_unit(self) -> str:
         """What the bootstrap resamples: "videos" (with the class-stratified frame fallback
@@ -245,9 +255,7 @@ def _compare(an: Analysis, backbone: str, reference: str, new: str) -> Compariso
     sf = sign_flip_test(c.deltas, n_resamples=o.n_permutations, rng=o.seed)
     wx = paired_wilcoxon(c.ref_macro, c.new_macro) if len(seeds) >= 2 else None
     boot = an.delta_ci(backbone, reference, new, seeds)
-    sb = (seed_delta_bca(c.deltas, n_resamples=o.n_resamples,
-                         confidence_level=o.confidence_level, rng=o.seed)
-          if len(seeds) >= 2 and np.isfinite(c.deltas).all() else None)
+    sb = an.seed_bca(c.deltas)
     return replace(c, stouffer_z=st.statistic if st else float("nan"),
                    stouffer_p=st.pvalue if st else float("nan"), sign_flip_p=sf.pvalue,
                    sign_flip_exact=sf.exact, wilcoxon_p=wx.pvalue if wx else float("nan"),

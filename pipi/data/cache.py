@@ -31,12 +31,20 @@ log = logging.getLogger(__name__)
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+IMAGENET_STATS = (IMAGENET_MEAN, IMAGENET_STD)
+
+
+def decode_at(im: Image.Image, size: int) -> None:
+    """The decode every frame of a model of input ``size`` gets, in training and in serving:
+    a JPEG at the smallest DCT scale that is at least ``size`` (PIL's ``draft``; no effect on
+    other formats or once the image is loaded)."""
+    im.draft("RGB", (size, size))
 
 
 def load_frame(path: Path, size: int) -> np.ndarray:
     """Decode one image to RGB uint8 ``[3, size, size]`` (bilinear, like Resize((S, S)))."""
     with Image.open(path) as im:
-        im.draft("RGB", (size, size))  # JPEG: decode at the smallest scale >= size
+        decode_at(im, size)
         im = im.convert("RGB").resize((size, size), Image.BILINEAR)
         return np.asarray(im, dtype=np.uint8).transpose(2, 0, 1)
 
@@ -132,7 +140,7 @@ def augment_draws(gen: torch.Generator, b: int) -> torch.Tensor:
 
 def augment(x: torch.Tensor, cfg: AugmentConfig, gen: torch.Generator | None, *,
             scale: float = 1.0, normalized: bool = False, return_valid: bool = False,
-            draws: torch.Tensor | None = None, stats=(IMAGENET_MEAN, IMAGENET_STD)):
+            draws: torch.Tensor | None = None, stats=IMAGENET_STATS):
     """Batched train augmentation of float ``[B, 3, H, W]`` images with values in [0, scale].
 
     Per sample: a horizontal flip and a rotation about the centre (uniform in
@@ -196,7 +204,7 @@ def augment(x: torch.Tensor, cfg: AugmentConfig, gen: torch.Generator | None, *,
     return (out, valid) if return_valid else out
 
 
-def normalize(x01: torch.Tensor, stats=(IMAGENET_MEAN, IMAGENET_STD)) -> torch.Tensor:
+def normalize(x01: torch.Tensor, stats=IMAGENET_STATS) -> torch.Tensor:
     """``(x01 - mean) / std`` per channel; ``stats``: the backbone's (mean, std)."""
     mean = _const(stats[0], x01.dtype, x01.device).view(1, 3, 1, 1)
     std = _const(stats[1], x01.dtype, x01.device).view(1, 3, 1, 1)

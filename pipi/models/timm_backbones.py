@@ -29,6 +29,7 @@ from pathlib import Path
 
 from torch import Tensor, nn
 
+from pipi.data.cache import IMAGENET_STATS as _IMAGENET_STATS
 from pipi.errors import ConfigError
 from pipi.models.backbones import Backbone, _read_state_dict, _resolve_weights, widen_first_conv
 
@@ -42,7 +43,7 @@ TIMM_PREFIX = "timm:"
 
 #: per-channel (mean, std) of an RGB input in [0, 1]
 Stats = tuple[tuple[float, float, float], tuple[float, float, float]]
-IMAGENET_STATS: Stats = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+IMAGENET_STATS: Stats = _IMAGENET_STATS
 #: OpenAI CLIP's, which open_clip (and so BiomedCLIP's image tower) was trained with
 CLIP_STATS: Stats = ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711))
 

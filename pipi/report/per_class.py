@@ -35,7 +35,6 @@ from pipi.report.tables import Table, fmt_delta, fmt_mean_sd, fmt_p, fmt_z
 from pipi.stats import (
     Family,
     adjust_families,
-    seed_delta_bca,
     sign_flip_test,
     significance_marker,
     stouffer_combine,
@@ -68,7 +67,6 @@ def per_class_table(an: Analysis, pair: tuple[str, str]) -> Table:
     a_ref, a_new = ra.auc[ri], na.auc[ni]            # (S, K)
     d = a_new - a_ref
     rows, cis, seed_cis = [], [], []
-    o = an.options
     with collect_warnings(notes):
         for j, k in enumerate(ev.classes):
             z = comp.per_class_z[:, j]
@@ -77,9 +75,7 @@ def per_class_table(an: Analysis, pair: tuple[str, str]) -> Table:
                                 rng=an.options.seed)
             bt = an.delta_ci(b, ref, new, comp.seeds, classes=[k])
             cis.append(bt)
-            sb = (seed_delta_bca(d[:, j], n_resamples=o.n_resamples,
-                                 confidence_level=o.confidence_level, rng=o.seed)
-                  if len(ri) >= 2 and np.isfinite(d[:, j]).all() else None)
+            sb = an.seed_bca(d[:, j])
             seed_cis.append(sb)
             rows.append({"class": CLASSES[k], "ref_mean": a_ref[:, j].mean(),
                          "ref_sd": a_ref[:, j].std(ddof=1) if len(ri) > 1 else float("nan"),
@@ -135,6 +131,5 @@ def per_class_table(an: Analysis, pair: tuple[str, str]) -> Table:
 def _seed_note(an: Analysis, classes, seed_cis) -> str:
     """What the per-class seed-level column resamples; which classes' intervals are unstable."""
     bad = [f"{k}: {sb.reason}" for k, sb in zip(classes, seed_cis) if sb and sb.unstable]
-    return (seed_ci_note(an).replace("per-seed paired deltas", "per-seed paired deltas of "
-                                     "the class's AUC")
+    return (seed_ci_note(an, what="per-seed paired deltas of the class's AUC")
             + (" Unstable here: " + "; ".join(bad) + "." if bad else ""))

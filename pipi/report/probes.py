@@ -9,7 +9,7 @@ from pipi.analysis import Analysis
 from pipi.models.timm_backbones import FOUNDATION
 from pipi.report.rows import ci_header, seed_ci_header
 from pipi.report.tables import fmt_ci, fmt_delta, fmt_mean_sd, fmt_p
-from pipi.stats import seed_delta_bca, sign_flip_test
+from pipi.stats import sign_flip_test
 
 __all__ = ["PROBE_CELL", "PROBE_LABELS", "probe_rows"]
 
@@ -29,8 +29,7 @@ def _paired(an: Analysis, ref: tuple[str, str], new: tuple[str, str]) -> dict | 
         return None
     d = na.macro[[na.index(s) for s in seeds]] - ra.macro[[ra.index(s) for s in seeds]]
     boot = an.bootstrap.delta([(*ref, s) for s in seeds], [(*new, s) for s in seeds])
-    sb = (seed_delta_bca(d, n_resamples=o.n_resamples, confidence_level=o.confidence_level,
-                         rng=o.seed) if len(seeds) >= 2 else None)
+    sb = an.seed_bca(d)
     sf = sign_flip_test(d, n_resamples=o.n_permutations, rng=o.seed)
     return {"seeds": seeds, "deltas": d, "boot": boot, "seed_bca": sb, "sign_flip": sf,
             "ref_runs": {s: ra.run_ids[ra.index(s)] for s in seeds}}

@@ -100,11 +100,12 @@ def delta_cis(an: Analysis, c: Comparison | None, *, digits: int = 3) -> dict:
             seed_ci_header(an): seed_ci_text(c, digits=digits) if ok else ""}
 
 
-def seed_ci_note(an: Analysis, comps=()) -> str:
-    """What the seed-level column resamples, and which of ``comps`` are unstable and why."""
+def seed_ci_note(an: Analysis, comps=(), *, what: str = "per-seed paired deltas") -> str:
+    """What the seed-level column resamples (``what``: the deltas), and which of ``comps``
+    are unstable and why."""
     o = an.options
     text = (f"BCa CI (seeds): the paper's interval, {o.n_resamples} bootstrap resamples of the "
-            "per-seed paired deltas (seeds resampled with replacement, test set fixed); it "
+            f"{what} (seeds resampled with replacement, test set fixed); it "
             "speaks to another draw of training seeds, the (videos) column to another draw of "
             "test videos. With six seeds the mean has at most 462 distinct bootstrap values: "
             "'(unstable)' marks an interval whose endpoint sits at the smallest/largest "

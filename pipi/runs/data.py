@@ -201,27 +201,34 @@ def synthetic_galar_staged(preset: str = "demo", seed: int = 0, *, log_run: bool
     return out
 
 
-def resolve_galar_data(data: str | None, *, param: str = "data") -> Path:
-    """A staged Galar folder from the ``data`` parameter ('synthetic[-tiny|-demo]' or a path);
-    ``param`` names the option in the errors (``target_data`` for calibrate)."""
+def load_galar_data(data: str | None, *, param: str = "data") -> StagedData:
+    """The staged Galar folder of a ``data`` option ('synthetic[-tiny|-demo]' or a path) and its
+    index, read once; ``param`` names the option in the errors (``target_data`` for
+    calibrate)."""
     if not data or data == "synthetic":
-        return synthetic_galar_staged("demo")
-    if data.startswith("synthetic-"):
+        path = synthetic_galar_staged("demo")
+    elif data.startswith("synthetic-"):
         preset = data.removeprefix("synthetic-")
         if preset not in GALAR_SYNTHETIC_PRESETS:
             raise ConfigError(f"{param}={data!r}: unknown synthetic preset; use a staged Galar "
                               "folder, 'synthetic', 'synthetic-tiny' or 'synthetic-demo'")
-        return synthetic_galar_staged(preset)
-    path = Path(data).expanduser().resolve()
-    if not (path / "manifest.json").is_file():
-        raise ConfigError(f"{param}={data!r}: {path} is not a staged Galar folder (no "
-                          "manifest.json); stage one with `pipi stage galar --root RELEASE "
-                          f"--out DIR`, or pass {param}=synthetic")
-    _, manifest = load_staged(path)
+        path = synthetic_galar_staged(preset)
+    else:
+        path = Path(data).expanduser().resolve()
+        if not (path / "manifest.json").is_file():
+            raise ConfigError(f"{param}={data!r}: {path} is not a staged Galar folder (no "
+                              "manifest.json); stage one with `pipi stage galar --root RELEASE "
+                              f"--out DIR`, or pass {param}=synthetic")
+    frames, manifest = load_staged(path)
     if manifest.get("dataset") != "galar":
         raise ConfigError(f"{param}={data!r}: {path} holds dataset {manifest.get('dataset')!r}, "
                           "not galar; stage Galar with `pipi stage galar`")
-    return path
+    return StagedData(path, frames, manifest)
+
+
+def resolve_galar_data(data: str | None, *, param: str = "data") -> Path:
+    """The folder of :func:`load_galar_data`."""
+    return load_galar_data(data, param=param).root
 
 
 def galar_target_data(target: str, target_data: str | None) -> StagedData | None:
@@ -236,6 +243,4 @@ def galar_target_data(target: str, target_data: str | None) -> StagedData | None
     if not target_data:
         raise ConfigError(f"target={target}: mode=train needs target_data=<a staged Galar "
                           "folder, or synthetic[-tiny|-demo]> (`pipi stage galar`)")
-    root = resolve_galar_data(target_data, param="target_data")
-    frames, manifest = load_staged(root)
-    return StagedData(root, frames, manifest)
+    return load_galar_data(target_data, param="target_data")

@@ -38,6 +38,8 @@ import numpy as np
 import pandas as pd
 from PIL import Image, UnidentifiedImageError
 
+from pipi.data.cache import decode_at
+
 from pipi.errors import DataError
 
 __all__ = ["IMAGE_KEY", "MIN_SIDE", "InputError", "Limits", "check_image", "clips_from_input",
@@ -84,8 +86,8 @@ def decode_image(data: str | bytes, *, where: str, limits: Limits) -> np.ndarray
                 raise InputError(f"{where}: a {im.format} image; send JPEG or PNG")
             w, h = im.size
             _check_size(h, w, where=where, limits=limits)
-            if limits.decode_size and im.format == "JPEG":
-                im.draft("RGB", (limits.decode_size, limits.decode_size))
+            if limits.decode_size:
+                decode_at(im, limits.decode_size)
             arr = _to_rgb8(im, where=where)
     except Image.DecompressionBombError as exc:
         # PIL refuses to even open it: its header declares more pixels than PIL's own guard

@@ -40,10 +40,14 @@ from tqdm.auto import tqdm
 from pipi import tracking
 from pipi.cells import CELLS, PER_FRAME_CELLS
 from pipi.classes import class_index
-from pipi.data.kvasir import load_staged
 from pipi.errors import ConfigError, DataError
 from pipi.galkva import BENCHMARK_VERSION, SCORING_SETS
-from pipi.runs.data import GALAR_SYNTHETIC_PRESETS, resolve_galar_data, synthetic_galar_staged
+from pipi.runs.data import (
+    GALAR_SYNTHETIC_PRESETS,
+    load_galar_data,
+    resolve_galar_data,
+    synthetic_galar_staged,
+)
 from pipi.runs.evaluate import EvalContext, Evaluation, evaluate_run, find_evaluation, plain_scorer
 from pipi.runs.prior_params import CalibratedPrior, resolve_prior
 from pipi.stats import macro_auc
@@ -269,8 +273,8 @@ def run_galar(*, runs: str, data: str | None = "synthetic", fold: str = "auto",
     ev = galar_evaluation(fold, prior)
     experiment = experiment or tracking.default_experiment()
     sources = resolve_source_runs(runs, experiment=experiment)
-    root = resolve_galar_data(data)
-    frames, manifest = load_staged(root)
+    staged = load_galar_data(data)
+    root, frames, manifest = staged.root, staged.frames, staged.manifest
     digest = manifest["data_digest"]
     scope = fold_scope(fold, frames)
     ev = replace(ev, tags={**ev.tags, TAG_SCOPE: scope})
