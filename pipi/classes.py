@@ -45,11 +45,26 @@ def slug(name: str) -> str:
     return re.sub(r"[\s\-_]+", "", name.strip().lower())
 
 
-_BY_SLUG = {slug(c): i for i, c in enumerate(CLASSES)}
+#: The label strings of the release's official two-fold split files
+#: (``official_splits/split_0.csv`` / ``split_1.csv``, columns ``filename,label``), accepted as
+#: aliases wherever a Kvasir-Capsule label is read. ``Ileo-cecal valve`` already matches
+#: ``Ileocecal valve`` by slug; it is listed so the table is complete.
+OFFICIAL_SPLIT_LABELS: dict[str, str] = {
+    "Blood": "Blood - fresh",
+    "Erythematous": "Erythema",
+    "Foreign Bodies": "Foreign Body",
+    "Ileo-cecal valve": "Ileocecal valve",
+    "Normal": "Normal clean mucosa",
+}
+
+_BY_SLUG = {slug(c): i for i, c in enumerate(CLASSES)} | {
+    slug(a): CLASSES.index(c) for a, c in OFFICIAL_SPLIT_LABELS.items()
+}
 
 
 def class_index(name: str) -> int:
-    """Index of a class given any casing/spacing of its name; KeyError if unknown."""
+    """Index of a class given any casing/spacing of its name or of an official-split label
+    (:data:`OFFICIAL_SPLIT_LABELS`); KeyError if unknown."""
     return _BY_SLUG[slug(name)]
 
 

@@ -11,6 +11,10 @@ from pipi.cli.common import PipiGroup, setup_logging
 from pipi.data.galar_mapping import MULTILABEL_RULES
 from pipi.workflows import stage as workflow
 
+_split = click.option(
+    "--split", type=click.Choice(["auto", "paper", "random"]), default="auto", show_default=True,
+    help="auto: the paper's split when the videos are the release's 43 labelled videos, the "
+         "seeded search (--seed) otherwise; paper / random force one. --split-manifest wins.")
 _link = click.option("--link", type=click.Choice(["hardlink", "symlink", "copy"]),
                      default="hardlink", show_default=True)
 
@@ -21,10 +25,12 @@ _link = click.option("--link", type=click.Choice(["hardlink", "symlink", "copy"]
 @click.option("--metadata", default="", help="metadata.csv (default: beside the images).")
 @click.option("--out", default="", help="Output folder (default under .pipi/data for synthetic).")
 @click.option("--split-manifest", default="", help="JSON with video_to_split.")
-@click.option("--seed", type=int, default=42, show_default=True)
+@_split
+@click.option("--seed", type=int, default=42, show_default=True,
+              help="Seeds the search of --split random (or auto on other data).")
 @_link
 @click.pass_context
-def stage(ctx, source, metadata, out, split_manifest, seed, link):
+def stage(ctx, source, metadata, out, split_manifest, split, seed, link):
     """Stage a release into the patient-disjoint layout pipi trains on (MLproject `stage`).
 
     Without a subcommand: synthesize-then-stage (idempotent), or stage a real release.
@@ -35,7 +41,7 @@ def stage(ctx, source, metadata, out, split_manifest, seed, link):
     tracking.configure()
     workflow.stage_source(source, metadata=metadata or None, out=out or None,
                           split_manifest=Path(split_manifest) if split_manifest else None,
-                          seed=seed, link=link)
+                          split=split, seed=seed, link=link)
 
 
 @stage.command("kvasir")
@@ -45,15 +51,17 @@ def stage(ctx, source, metadata, out, split_manifest, seed, link):
 @click.option("--out", type=click.Path(path_type=Path), required=True)
 @click.option("--split-manifest", type=click.Path(path_type=Path), default=None,
               help="JSON with video_to_split: reproduce a split exactly.")
-@click.option("--seed", type=int, default=42, show_default=True)
+@_split
+@click.option("--seed", type=int, default=42, show_default=True,
+              help="Seeds the search of --split random (or auto on other data).")
 @_link
 @click.option("--no-mlflow", is_flag=True, help="Do not log a stage run.")
-def stage_kvasir_cmd(images, metadata, out, split_manifest, seed, link, no_mlflow):
+def stage_kvasir_cmd(images, metadata, out, split_manifest, split, seed, link, no_mlflow):
     """Stage Kvasir-Capsule: split, layout, frame index, manifest, count table."""
     if not no_mlflow:
         tracking.configure()
     workflow.run_stage(images=images, metadata=metadata, out=out, split_manifest=split_manifest,
-                       seed=seed, link=link, log_run=not no_mlflow)
+                       split=split, seed=seed, link=link, log_run=not no_mlflow)
 
 
 @stage.command("galar")

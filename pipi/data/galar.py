@@ -119,6 +119,9 @@ def _label_column(name: str) -> str:
     return LABEL_PREFIX + re.sub(r"[\s\-]+", "_", name.strip().lower())
 
 
+#: How counts.md counts a frame staged under several classes (``--multilabel duplicate``).
+GALAR_PRIMARY_RULE = ("a frame staged under several classes counts once, toward the first of "
+                      "them in the mapping's multilabel priority")
 #: Columns of a staged Galar frames.parquet. Label columns hold 0/1, or -1 where the video's
 #: label file has no such column (the image-quality columns of the 27-column variant).
 #: ``anatomical_section``: the frame's section by name (LabelTable.sections; "" if unknown).
@@ -373,7 +376,9 @@ def stage_galar(
             .reset_index(drop=True)[list(GALAR_FRAME_COLUMNS)]
         )
         frames["frame_number"] = frames["frame_number"].astype("int64")
-        counts = count_table(frames)
+        prank = frames["class"].map({c: i for i, c in enumerate(mapping.priority)}).fillna(-1)
+        counts = count_table(frames.assign(  # a duplicated frame counts toward its priority class
+            primary=prank == prank.groupby(frames["filename"]).transform("min")))
         v2s = {str(v): "test" for v in sorted(systems)}
         fold_content = split_sha256({str(v): f"test:{f}" for v, f in fold.items()})
         digest = compute_data_digest(
@@ -389,8 +394,10 @@ def stage_galar(
             "split_source": "galar zero-shot: every selected video in test",
             "seed": seed,
             "classes": list(CLASSES),
-            "evaluable_classes": [c for c in CLASSES if counts.loc[c, "test"] > 0],
+            "evaluable_classes": [c for c in CLASSES if counts.loc[c, "test_per_class"] > 0],
             "counts": {s: {c: int(counts.loc[c, s]) for c in CLASSES} for s in SPLITS},
+            "counts_per_class": {s: {c: int(counts.loc[c, f"{s}_per_class"]) for c in CLASSES}
+                                 for s in SPLITS},
             "videos": {s: sorted(v for v, x in v2s.items() if x == s) for s in SPLITS},
             "n_frames": {s: int(counts.loc["Total", s]) for s in SPLITS},
             "multilabel_frames": sorted(frames.loc[frames["multilabel"], "filename"].unique()),
@@ -434,7 +441,7 @@ def stage_galar(
         frames.to_parquet(stage_dir / "frames.parquet", index=False)
         (stage_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
         (stage_dir / "counts.md").write_text(
-            format_count_table(counts) + "\n" + format_vendor_table(frames)
+            format_count_table(counts, GALAR_PRIMARY_RULE) + "\n" + format_vendor_table(frames)
         )
         counts.to_csv(stage_dir / "counts.csv")
         if out.exists():

@@ -7,7 +7,12 @@ class folders or one ``.tar.gz`` per class inside) and its ``metadata.csv``. Out
     OUT/{train,val,test}/<Canonical class>/<video_id>_<frame>.jpg
     OUT/frames.parquet   one row per (frame, class); see FRAME_COLUMNS
     OUT/manifest.json    video_to_split, counts, content_sha256, data_digest
-    OUT/counts.md        the per-class, per-split table (paper Table 1 shape)
+    OUT/counts.md        the per-class, per-split table (paper Table 1 shape), see count_table
+
+The split (``split``): an explicit ``split_manifest`` wins; otherwise ``"auto"`` (the default)
+takes the paper's split (:mod:`pipi.data.kvasir_paper`) when the staged videos are the
+release's 43 labelled videos with the paper's 13 val/test ids among them, and the seeded
+search (:func:`random_video_split`) for any other data; ``"paper"`` and ``"random"`` force one.
 
 Everything is written into a temporary directory beside ``OUT`` and renamed into place at
 the end, so a failure leaves nothing half-written.
@@ -43,7 +48,8 @@ import pandas as pd
 from PIL import Image
 from tqdm.auto import tqdm
 
-from pipi.classes import CLASSES, canonical, class_index, is_known
+from pipi.classes import ANATOMY, CLASSES, canonical, class_index, is_known
+from pipi.data.kvasir_paper import paper_split, paper_split_applies, paper_video_split
 from pipi.errors import DataError
 from pipi.paths import staging_dir
 
@@ -55,11 +61,20 @@ REQUIRED_COLUMNS = ("filename", "video_id", "frame_number", "finding_class")
 FRAME_COLUMNS = (
     "path", "filename", "class", "class_index", "video_id", "frame_number", "split", "multilabel",
 )
-#: A class seen in fewer videos than this cannot appear in train, val and test alike; the
-#: videos holding it are pinned to train (the paper's rule for its three single-video classes).
-MIN_VIDEOS_FOR_EVAL = 3
-#: Seeded re-draws tried to find a split where every evaluable class has val and test positives.
+#: A class seen in fewer videos than this is train-only: the videos holding it are pinned to
+#: train (the paper's three single-video classes). Every other class is evaluable.
+MIN_VIDEOS_FOR_EVAL = 2
+#: An evaluable class seen in at least this many videos must also have val positives (one in
+#: 2 videos, Blood - fresh on the real release, can only be in train and test).
+MIN_VIDEOS_FOR_VAL = 3
+#: Seeded re-draws tried to find a split that meets :func:`coverage_gaps`.
 SPLIT_ATTEMPTS = 2000
+#: ``stage kvasir --split`` values (see the module docstring).
+SPLIT_RULES = ("auto", "paper", "random")
+#: How a frame with several classes is counted once (the paper's Table convention).
+PRIMARY_RULE = ("a frame with several classes counts once, toward its primary class: a finding "
+                "class over an anatomical landmark (Ampulla of Vater, Ileocecal valve, Pylorus), "
+                "then the class of its first metadata.csv row")
 
 
 @dataclass(frozen=True)
@@ -214,6 +229,26 @@ def _split_sizes(n: int) -> tuple[int, int, int]:
     return n_train, n_val, n - n_train - n_val
 
 
+def required_coverage(meta: pd.DataFrame) -> list[tuple[str, str]]:
+    """The (class, split) pairs a split must give positives to (the paper's split meets it).
+
+    A class in at least ``MIN_VIDEOS_FOR_EVAL`` (2) videos is evaluable: it needs train and
+    test positives, and val positives too when it lives in at least ``MIN_VIDEOS_FOR_VAL`` (3)
+    videos. A class in a single video is train-only.
+    """
+    n = meta.groupby("class")["video_id"].nunique()
+    need = []
+    for c in (c for c in CLASSES if c in n.index and n[c] >= MIN_VIDEOS_FOR_EVAL):
+        need += [(c, "train"), (c, "test")] + ([(c, "val")] if n[c] >= MIN_VIDEOS_FOR_VAL else [])
+    return need
+
+
+def coverage_gaps(meta: pd.DataFrame, video_to_split: dict[str, str]) -> list[tuple[str, str]]:
+    """The pairs of :func:`required_coverage` that ``video_to_split`` leaves without positives."""
+    have = set(zip(meta["class"], meta["video_id"].map(video_to_split)))
+    return [p for p in required_coverage(meta) if p not in have]
+
+
 def random_video_split(meta: pd.DataFrame, *, seed: int) -> dict[str, str]:
     """Seeded patient-disjoint 70/15/15 video split.
 
@@ -221,8 +256,9 @@ def random_video_split(meta: pd.DataFrame, *, seed: int) -> dict[str, str]:
     pinned to train (such classes cannot reach val and test, as in the paper). The other
     videos are shuffled with ``seed`` and cut so that the totals are floor(0.70 N) train,
     round(0.15 N) val and the rest test (43 videos -> 30/6/7). Up to ``SPLIT_ATTEMPTS``
-    seeded re-shuffles are tried to find one where every remaining class has positives in
-    both val and test; failing that, the one covering most (class, split) pairs is kept.
+    seeded re-shuffles are tried to find one that leaves no :func:`coverage_gaps` (every
+    evaluable class in train and test, and in val where it lives in 3 or more videos);
+    failing that, the one covering most of those (class, split) pairs is kept, with a warning.
     """
     videos = sorted(meta["video_id"].unique())
     vids_per_class = meta.groupby("class")["video_id"].agg(lambda s: set(s))
@@ -236,22 +272,27 @@ def random_video_split(meta: pd.DataFrame, *, seed: int) -> dict[str, str]:
             f"only {len(free)} videos are free to split after pinning {len(pinned)} "
             f"rare-class videos to train; need {n_val + n_test} for val and test"
         )
-    evaluable = sorted(set(vids_per_class.index) - rare)
+    need = required_coverage(meta)
     classes_of = meta.groupby("video_id")["class"].agg(lambda s: set(s))
+    pinned_classes = set().union(*(classes_of[v] for v in pinned)) if pinned else set()
     rng = np.random.default_rng(seed)
     best, best_cov = None, -1
     for _ in range(SPLIT_ATTEMPTS):
         order = list(rng.permutation(free))
-        val, test = order[n_train_free:n_train_free + n_val], order[n_train_free + n_val:]
+        parts = {"train": order[:n_train_free], "val": order[n_train_free:n_train_free + n_val],
+                 "test": order[n_train_free + n_val:]}
         cov = sum(
-            any(c in classes_of[v] for v in part) for c in evaluable for part in (val, test)
+            (s == "train" and c in pinned_classes) or any(c in classes_of[v] for v in parts[s])
+            for c, s in need
         )
         if cov > best_cov:
-            best_cov, best = cov, (order[:n_train_free], val, test)
-        if cov == 2 * len(evaluable):
+            best_cov, best = cov, (parts["train"], parts["val"], parts["test"])
+        if cov == len(need):
             break
-    if best_cov < 2 * len(evaluable):
-        log.warning("no split among %d draws puts every evaluable class in val and test", SPLIT_ATTEMPTS)
+    if best_cov < len(need):
+        log.warning("no split among %d draws gives every evaluable class train and test "
+                    "positives (and val positives where it lives in %d+ videos)",
+                    SPLIT_ATTEMPTS, MIN_VIDEOS_FOR_VAL)
     train, val, test = best
     out = {v: "train" for v in pinned + train}
     out.update({v: "val" for v in val})
@@ -269,23 +310,48 @@ def _check_manifest_covers(v2s: dict[str, str], videos: set[str], source: str) -
 
 
 # --------------------------------------------------------------------------- counts
+def primary_rows(meta: pd.DataFrame) -> pd.Series:
+    """True on the row of each frame's primary class (:data:`PRIMARY_RULE`); ``meta`` holds
+    unique (filename, class) rows with their metadata.csv line in ``row``."""
+    rank = meta["class"].isin(ANATOMY).astype("int64") * (1 << 40) + meta["row"].astype("int64")
+    return rank == rank.groupby(meta["filename"]).transform("min")
+
+
+PER_CLASS = tuple(f"{s}_per_class" for s in SPLITS)
+
+
 def count_table(frames: pd.DataFrame) -> pd.DataFrame:
-    """Per-class, per-split frame counts (a multilabel frame counts once per class)."""
-    t = (
-        frames.groupby(["class", "split"]).size().unstack("split")
-        .reindex(index=list(CLASSES), columns=list(SPLITS)).fillna(0).astype(int)
-    )
-    t.loc["Total"] = t.sum()
+    """Per-class, per-split frame counts under both conventions.
+
+    Columns ``train``/``val``/``test``: each frame once, on its ``primary`` row (the paper's
+    Table convention; every row counts where ``frames`` has no ``primary`` column).
+    Columns ``train_per_class``/...: one per (frame, class) row, so a multilabel frame counts
+    once per class (pipi's frame index). The ``Total`` row counts frames in both.
+    """
+    def table(rows: pd.DataFrame) -> pd.DataFrame:
+        return (rows.groupby(["class", "split"]).size().unstack("split")
+                .reindex(index=list(CLASSES), columns=list(SPLITS)).fillna(0).astype(int))
+
+    prim = frames[frames["primary"]] if "primary" in frames else frames
+    t = pd.concat([table(prim), table(frames).set_axis(list(PER_CLASS), axis=1)], axis=1)
+    n = frames.groupby("split")["filename"].nunique().reindex(list(SPLITS)).fillna(0).astype(int)
+    t.loc["Total"] = list(n) * 2
     t.index.name = "Class"
     return t
 
 
-def format_count_table(counts: pd.DataFrame) -> str:
-    """Markdown table in the shape of the paper's Table 1 (Class | Train | Val | Test)."""
-    lines = ["| Class | Train | Val | Test |", "|---|---:|---:|---:|"]
+def format_count_table(counts: pd.DataFrame, rule: str = PRIMARY_RULE) -> str:
+    """Markdown table in the shape of the paper's Table 1 (Class | Train | Val | Test), the
+    per-(frame, class) counts beside it, and the counting rule under it."""
+    head = "| Class | Train | Val | Test | Train (per class) | Val (per class) | Test (per class) |"
+    lines = [head, "|---|---:|---:|---:|---:|---:|---:|"]
     for cls, row in counts.iterrows():
-        name = f"**{cls}**" if cls == "Total" else cls
-        lines.append(f"| {name} | {row['train']:,} | {row['val']:,} | {row['test']:,} |")
+        name = "**Total (frames)**" if cls == "Total" else cls
+        cells = " | ".join(f"{row[c]:,}" for c in (*SPLITS, *PER_CLASS))
+        lines.append(f"| {name} | {cells} |")
+    note = (f"Train/Val/Test: the paper's convention, {rule}. (per class): a frame counts once "
+            "in each of its classes (pipi's frame index). Total: frames.")
+    lines += ["", note]
     return "\n".join(lines) + "\n"
 
 
@@ -310,6 +376,7 @@ def stage_kvasir(
     out: Path,
     *,
     split_manifest: Path | None = None,
+    split: str = "auto",
     seed: int = 42,
     link: str = "hardlink",
     workers: int = 4,
@@ -319,6 +386,8 @@ def stage_kvasir(
     images, metadata, out = Path(images), Path(metadata), Path(out)
     if link not in ("hardlink", "symlink", "copy"):
         raise DataError(f"link must be hardlink, symlink or copy, got {link!r}")
+    if split not in SPLIT_RULES:
+        raise DataError(f"split must be one of {list(SPLIT_RULES)}, got {split!r}")
     if out.exists() and any(out.iterdir()):
         raise DataError(f"{out}: output folder exists and is not empty; choose a new --out")
     if not images.exists():
@@ -348,15 +417,26 @@ def stage_kvasir(
         meta["src"] = paths
 
         videos = set(meta["video_id"])
+        split_record: dict = {"split_rule": split}
         if split_manifest is not None:
             v2s = load_split_manifest(split_manifest)
             _check_manifest_covers(v2s, videos, str(split_manifest))
+            source = str(split_manifest)
+        elif split == "paper" or split == "auto" and paper_split_applies(videos):
+            v2s = paper_video_split(videos, str(metadata))
+            source = "paper"
+            ps = paper_split()
+            split_record["split_provenance"] = {"file": ps.source, "text": list(ps.provenance)}
         else:
             v2s = random_video_split(meta, seed=seed)
+            source = f"random(seed={seed})"
+        split_record["coverage_gaps"] = [list(p) for p in coverage_gaps(meta, v2s)]
+        log.info("split: %s", source)
         content = split_sha256(v2s)
 
         n_per_file = meta.groupby("filename")["class"].transform("size")
         meta["multilabel"] = n_per_file > 1
+        meta["primary"] = primary_rows(meta)
         meta["split"] = meta["video_id"].map(v2s)
         meta["path"] = [f"{s}/{c}/{f}" for s, c, f in zip(meta["split"], meta["class"], meta["filename"])]
         meta["class_index"] = [class_index(c) for c in meta["class"]]
@@ -377,7 +457,7 @@ def stage_kvasir(
             .reset_index(drop=True)[list(FRAME_COLUMNS)]
         )
         frames["frame_number"] = frames["frame_number"].astype("int64")
-        counts = count_table(frames)
+        counts = count_table(meta)
         digest = compute_data_digest(
             content, [(p, c, shas[s]) for p, c, s in zip(meta["path"], meta["class"], meta["src"])]
         )
@@ -387,10 +467,15 @@ def stage_kvasir(
             "video_to_split": v2s,
             "content_sha256": content,
             "data_digest": digest,
-            "split_source": str(split_manifest) if split_manifest else f"random(seed={seed})",
+            "split_source": source,
+            **split_record,
             "seed": seed,
             "classes": list(CLASSES),
             "counts": {s: {c: int(counts.loc[c, s]) for c in CLASSES} for s in SPLITS},
+            "counts_per_class": {s: {c: int(counts.loc[c, f"{s}_per_class"]) for c in CLASSES}
+                                 for s in SPLITS},
+            "count_rule": f"counts: {PRIMARY_RULE}; counts_per_class: once per (frame, class); "
+                          "n_frames: frames",
             "videos": {s: sorted(v for v, x in v2s.items() if x == s) for s in SPLITS},
             "n_frames": {s: int(counts.loc["Total", s]) for s in SPLITS},
             "multilabel_frames": sorted(meta.loc[meta["multilabel"], "filename"].unique().tolist()),

@@ -62,6 +62,7 @@ def run_stage(
     metadata: Path,
     out: Path,
     split_manifest: Path | None = None,
+    split: str = "auto",
     seed: int = DEFAULT_SPLIT_SEED,
     link: str = "hardlink",
     dataset: str = "kvasir-capsule",
@@ -72,13 +73,14 @@ def run_stage(
 ) -> StageResult:
     """Stage a Kvasir-format release and record it as an MLflow ``stage`` run."""
     result = stage_kvasir(
-        images, metadata, out, split_manifest=split_manifest, seed=seed, link=link,
+        images, metadata, out, split_manifest=split_manifest, split=split, seed=seed, link=link,
         progress=progress,
     )
     _log_stage_run(result, dataset=dataset, out=out, log_run=log_run, nested=nested,
                    experiment=experiment, params={
                        "stage.images": images, "stage.metadata": metadata, "stage.out": out,
                        "stage.seed": seed, "stage.split_manifest": split_manifest or "",
+                       "stage.split": split, "stage.split_source": result.manifest["split_source"],
                        "stage.link": link})
     return result
 

@@ -29,7 +29,7 @@ def test_mlflow_run_stage_synthetic(tracking, tmp_path):
     )
     assert r.returncode == 0, r.stderr[-3000:]
     # the count table in the paper's shape is printed, and where the run is
-    assert "| Class | Train | Val | Test |" in r.stdout and "| **Total** |" in r.stdout
+    assert "| Class | Train | Val | Test |" in r.stdout and "| **Total (frames)** |" in r.stdout
     assert "stage run" in r.stdout and tracking in r.stdout
     manifest = json.loads((out / "manifest.json").read_text())
     runs = mlflow.search_runs(experiment_names=["staging"])
@@ -43,7 +43,8 @@ def test_mlflow_run_stage_synthetic(tracking, tmp_path):
     inputs = run.inputs.dataset_inputs
     assert len(inputs) == 1 and inputs[0].dataset.name == "kvasir-synthetic-tiny"
     frames = pd.read_parquet(out / "frames.parquet")
-    assert run.data.metrics["frames_test"] == (frames["split"] == "test").sum()
+    # frames, not (frame, class) rows: a multilabel frame counts once
+    assert run.data.metrics["frames_test"] == frames.loc[frames["split"] == "test", "filename"].nunique()
 
 
 def test_pipi_cli_synthesize_and_stage(tmp_path, monkeypatch):
