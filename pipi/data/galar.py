@@ -79,6 +79,7 @@ from pipi.data.galar_release import (
     parse_video_spec,
     read_galar_metadata,
     resolve_frames,
+    resolve_subsets,
     select_videos,
     vendor_folds,
 )
@@ -323,8 +324,9 @@ def stage_galar(
         raise DataError(f"{root}: Galar release folder not found")
     if not isinstance(mapping, GalarMapping):
         mapping = load_mapping(mapping)
-    meta_path = root / "metadata.csv"
+    meta_path = root / mapping.metadata_csv_path
     meta = read_galar_metadata(meta_path, system_column=mapping.metadata_column)
+    subsets = resolve_subsets(meta, mapping, meta_path)
     labels_of = label_files(root, meta)
     sel = select_videos(meta, mapping, videos, capsule_systems, meta_path)
     absent = [(v, ln) for v, ln in zip(sel["video_id"], sel["line"]) if v not in labels_of]
@@ -431,6 +433,7 @@ def stage_galar(
                 "not_drawn": int(len(scan.cands) - len(kept)),
             },
             "mapping": mapping.as_dict(),
+            "capsule_system_subsets": _subset_record(subsets, meta, mapping, meta_path),
             "normal_clean_mucosa_rule": _normal_record(mapping),
             "label_files": _label_file_record(scan.tables, mapping),
             "mapping_table_counts": scan.per_column,
@@ -451,6 +454,25 @@ def stage_galar(
         shutil.rmtree(tmp, ignore_errors=True)
     log.info("staged %d Galar frames of %d videos into %s", len(frames), len(systems), out)
     return StageResult(out=out, manifest=manifest, frames=frames, counts=counts)
+
+
+def _subset_record(subsets, meta: pd.DataFrame, mapping: GalarMapping, meta_path: Path) -> dict:
+    """The mapping's stratification subsets as names and videos, and the videos per system
+    of the staged metadata.csv beside the counts the mapping states (``available_systems``)."""
+    have = meta["capsule_system"].value_counts()
+    stated = dict(mapping.available_systems)
+    differ = {s: {"stated": n, "metadata": int(have.get(s, 0))} for s, n in stated.items()
+              if int(have.get(s, 0)) != n}
+    if differ:
+        log.warning("%s: available_systems differs from %s: %s", mapping.source, meta_path, differ)
+    return {
+        "metadata_csv": str(meta_path),
+        "metadata_column": mapping.metadata_column,
+        "videos_per_system": {s: int(n) for s, n in sorted(have.items())},
+        "available_systems_stated": stated,
+        "available_systems_differ": differ,
+        **{s.key: s.as_dict() for s in subsets},
+    }
 
 
 def _normal_record(mapping: GalarMapping) -> dict | None:

@@ -134,6 +134,18 @@ class GalarMapping:
     olympus_subset: tuple[int, ...]  # ... and as Olympus (empty: no restriction)
     priority: tuple[str, ...]  # multilabel priority over the mapped classes, first wins
     ignored: tuple[str, ...] = ()  # informational keys of the file that pipi does not use
+    #: capsule-system names (values of ``metadata_column``) the subsets list, as written; the
+    #: videos they stand for are resolved against the staged metadata.csv
+    #: (:func:`pipi.data.galar_release.resolve_subsets`)
+    pillcam_systems: tuple[str, ...] = ()
+    olympus_systems: tuple[str, ...] = ()
+    available_systems: tuple[tuple[str, int], ...] = ()  # as stated: system -> number of videos
+    metadata_csv_path: str = "metadata.csv"  # relative to the release root
+
+    @property
+    def has_subsets(self) -> bool:
+        return bool(self.pillcam_subset or self.olympus_subset or self.pillcam_systems
+                    or self.olympus_systems)
 
     @property
     def used_columns(self) -> tuple[str, ...]:
@@ -165,8 +177,12 @@ class GalarMapping:
             },
             "ignored_keys": list(self.ignored),
             "metadata_column": self.metadata_column,
+            "metadata_csv_path": self.metadata_csv_path,
+            "available_systems": dict(self.available_systems),
             "pillcam_video_subset": list(self.pillcam_subset),
             "olympus_video_subset": list(self.olympus_subset),
+            "pillcam_capsule_systems": list(self.pillcam_systems),
+            "olympus_capsule_systems": list(self.olympus_systems),
             "multilabel_priority": list(self.priority),
         }
 
@@ -192,13 +208,41 @@ def _galar_column(name, source: str, text: str, what: str) -> str:
     return name.strip()
 
 
-def _video_ids(value, source: str, key: str) -> tuple[int, ...]:
+def _subset(value, source: str, text: str, key: str) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """A stratification subset: (video ids, capsule-system names). The release lists names
+    (``["PillCam SB3", "PillCam Colon2", "PillCam SB2"]``); integer ids (or digit strings)
+    are video ids. Anything else is refused, naming the file and line."""
+    if value is None:
+        return (), ()
+    if not isinstance(value, list):
+        raise DataError(f"{source}: {key} must be a list of capsule-system names (values of "
+                        f"the metadata column) or integer video ids, got {value!r}")
+    ids: set[int] = set()
+    names: list[str] = []
+    for v in value:
+        if isinstance(v, int) and not isinstance(v, bool):
+            ids.add(v)
+        elif isinstance(v, str) and v.strip().isdigit():
+            ids.add(int(v.strip()))
+        elif isinstance(v, str) and v.strip():
+            names.append(v.strip())
+        else:
+            raise DataError(
+                f"{_where(source, text, key)}: {key} lists {v!r}; expected a capsule-system "
+                "name (e.g. 'PillCam SB3') or an integer video id"
+            )
+    return tuple(sorted(ids)), tuple(dict.fromkeys(names))
+
+
+def _available_systems(value, source: str, text: str) -> tuple[tuple[str, int], ...]:
     if value is None:
         return ()
-    try:
-        return tuple(sorted({int(v) for v in value}))
-    except (TypeError, ValueError):
-        raise DataError(f"{source}: {key} must be a list of integer video ids, got {value!r}") from None
+    if not isinstance(value, dict) or not all(
+            isinstance(k, str) and isinstance(n, int) and not isinstance(n, bool)
+            for k, n in value.items()):
+        raise DataError(f"{_where(source, text, 'available_systems')}: available_systems must "
+                        f"map capsule-system names to numbers of videos, got {value!r}")
+    return tuple((k.strip(), n) for k, n in value.items())
 
 
 _USED_KEYS = frozenset({"_galar_to_kvasir_mapping_table", "_normal_clean_mucosa_derivation",
@@ -256,7 +300,10 @@ def load_mapping(path: Path | None = None) -> GalarMapping:
     Used keys: ``_galar_to_kvasir_mapping_table`` (rows ``{"galar_column", "kvasir_class"}``),
     ``_normal_clean_mucosa_derivation``, ``_capsule_system_stratification`` and pipi's own
     ``_multilabel_priority``; a plain ``{"<galar column>": "<Kvasir class>"}`` entry (a key
-    without ``_``) is a mapping row too. Other ``_`` keys are ignored. A Kvasir class that
+    without ``_``) is a mapping row too. Other ``_`` keys are ignored. In
+    ``_capsule_system_stratification``, ``pillcam_video_subset`` / ``olympus_video_subset``
+    list capsule-system names (the release's form, values of ``metadata_column``) and/or
+    integer video ids; ``available_systems`` and ``metadata_csv_path`` are read too. A Kvasir class that
     does not exist, a Galar column that does not exist, a column mapped twice or a row
     mapping to Reduced Mucosal View (not evaluable on Galar) raise :class:`DataError` naming
     the file and line.
@@ -341,13 +388,23 @@ def load_mapping(path: Path | None = None) -> GalarMapping:
     strat = doc.get("_capsule_system_stratification") or {}
     if not isinstance(strat, dict):
         raise DataError(f"{source}: _capsule_system_stratification must be an object")
-    pill = _video_ids(strat.get("pillcam_video_subset"), source, "pillcam_video_subset")
-    oly = _video_ids(strat.get("olympus_video_subset"), source, "olympus_video_subset")
+    pill, pill_names = _subset(strat.get("pillcam_video_subset"), source, text,
+                               "pillcam_video_subset")
+    oly, oly_names = _subset(strat.get("olympus_video_subset"), source, text,
+                             "olympus_video_subset")
     if set(pill) & set(oly):
         raise DataError(
             f"{source}: video(s) {sorted(set(pill) & set(oly))} are in both the PillCam and "
             "the Olympus subsets"
         )
+    both = {n.lower() for n in pill_names} & {n.lower() for n in oly_names}
+    if both:
+        raise DataError(f"{source}: capsule system(s) {sorted(both)} are in both the PillCam "
+                        "and the Olympus subsets")
+    csv_path = strat.get("metadata_csv_path") or "metadata.csv"
+    if not isinstance(csv_path, str) or Path(csv_path).is_absolute() or ".." in Path(csv_path).parts:
+        raise DataError(f"{source}: metadata_csv_path must be a path inside the release, "
+                        f"got {csv_path!r}")
 
     mapped = [k for _, k in out]
     prio_raw = doc.get("_multilabel_priority", [])
@@ -366,6 +423,9 @@ def load_mapping(path: Path | None = None) -> GalarMapping:
         source=source, table=tuple(out), normal=normal,
         metadata_column=str(strat.get("metadata_column") or "Capsule System"),
         pillcam_subset=pill, olympus_subset=oly, priority=tuple(prio), ignored=tuple(ignored),
+        pillcam_systems=pill_names, olympus_systems=oly_names,
+        available_systems=_available_systems(strat.get("available_systems"), source, text),
+        metadata_csv_path=csv_path,
     )
 
 

@@ -11,6 +11,7 @@ import hashlib
 import io
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -23,10 +24,12 @@ from pipi.errors import DataError
 __all__ = [
     "FOLDS",
     "IMAGE_EXTENSIONS",
+    "SystemSubset",
     "label_files",
     "parse_video_spec",
     "read_galar_metadata",
     "resolve_frames",
+    "resolve_subsets",
     "select_videos",
     "vendor_folds",
 ]
@@ -137,25 +140,70 @@ def label_files(root: Path, meta: pd.DataFrame) -> dict[int, Path]:
     return out
 
 
+@dataclass(frozen=True)
+class SystemSubset:
+    """One stratification subset of a mapping, resolved against Galar's metadata.csv."""
+
+    key: str  # "pillcam_video_subset" | "olympus_video_subset"
+    systems: tuple[str, ...]  # capsule-system names it lists, spelled as metadata.csv spells them
+    listed_ids: tuple[int, ...]  # video ids it lists
+    video_ids: tuple[int, ...]  # every video it stands for: the ids and the named systems' videos
+
+    def as_dict(self) -> dict:
+        return {"capsule_systems": list(self.systems), "listed_video_ids": list(self.listed_ids),
+                "video_ids": [str(v) for v in self.video_ids]}
+
+
+def resolve_subsets(meta: pd.DataFrame, mapping: GalarMapping,
+                    meta_path: Path) -> tuple[SystemSubset, SystemSubset]:
+    """The mapping's PillCam and Olympus subsets as videos of ``meta``.
+
+    A name is a value of the metadata column (matched ignoring case and surrounding spaces);
+    an unknown name, an unknown id, or an entry whose capsule system is not of the subset's
+    vendor (``pillcam`` / ``olympus`` in its name) raises :class:`DataError` naming the
+    mapping file and the entry.
+    """
+    by_id = meta.set_index("video_id")
+    spelled = {s.lower(): s for s in meta["capsule_system"]}
+    out = []
+    for key, ids, names, word in (
+            ("pillcam_video_subset", mapping.pillcam_subset, mapping.pillcam_systems, "pillcam"),
+            ("olympus_video_subset", mapping.olympus_subset, mapping.olympus_systems, "olympus")):
+        unknown = sorted(set(ids) - set(by_id.index))
+        if unknown:
+            raise DataError(f"{mapping.source}: {key} names video(s) {unknown} not in {meta_path}")
+        wrong = [v for v in ids if word not in by_id.loc[v, "capsule_system"].lower()]
+        if wrong:
+            raise DataError(
+                f"{mapping.source}: {key} lists video(s) {wrong}, whose {mapping.metadata_column!r}"
+                f" in {meta_path} is {sorted(set(by_id.loc[wrong, 'capsule_system']))}"
+            )
+        systems = []
+        for n in names:
+            if n.lower() not in spelled:
+                raise DataError(
+                    f"{mapping.source}: {key} names capsule system {n!r}, which is not a "
+                    f"{mapping.metadata_column!r} value of {meta_path} "
+                    f"(it has {sorted(set(meta['capsule_system']))})"
+                )
+            if word not in n.lower():
+                raise DataError(f"{mapping.source}: {key} names capsule system {n!r}, which is "
+                                f"not {'an Olympus' if word == 'olympus' else 'a PillCam'} system")
+            systems.append(spelled[n.lower()])
+        named = meta.loc[meta["capsule_system"].isin(systems), "video_id"]
+        out.append(SystemSubset(key=key, systems=tuple(systems), listed_ids=tuple(ids),
+                                video_ids=tuple(sorted(set(ids) | set(named.astype(int))))))
+    return out[0], out[1]
+
+
 def select_videos(
     meta: pd.DataFrame, mapping: GalarMapping, videos, capsule_systems, meta_path: Path,
 ) -> pd.DataFrame:
-    by_id = meta.set_index("video_id")
-    for name, subset, word in (("pillcam_video_subset", mapping.pillcam_subset, "pillcam"),
-                               ("olympus_video_subset", mapping.olympus_subset, "olympus")):
-        unknown = sorted(set(subset) - set(by_id.index))
-        if unknown:
-            raise DataError(f"{mapping.source}: {name} names video(s) {unknown} not in {meta_path}")
-        wrong = [v for v in subset if word not in by_id.loc[v, "capsule_system"].lower()]
-        if wrong:
-            raise DataError(
-                f"{mapping.source}: {name} lists video(s) {wrong}, whose {mapping.metadata_column!r}"
-                f" in {meta_path} is {sorted(set(by_id.loc[wrong, 'capsule_system']))}"
-            )
+    pill, oly = resolve_subsets(meta, mapping, meta_path)
     sel = meta
     ids = parse_video_spec(videos)
-    if ids is None and (mapping.pillcam_subset or mapping.olympus_subset):
-        ids = tuple(sorted(set(mapping.pillcam_subset) | set(mapping.olympus_subset)))
+    if ids is None and mapping.has_subsets:
+        ids = tuple(sorted(set(pill.video_ids) | set(oly.video_ids)))
     if ids is not None:
         unknown = sorted(set(ids) - set(meta["video_id"]))
         if unknown:

@@ -228,3 +228,83 @@ def test_empty_section_column_falls_back_to_the_one_hot_columns(release, tmp_pat
     t = read_label_file(q)
     assert t.section_form == "empty"
     assert t.sections().tolist() == _section_of(df).tolist()
+
+
+# --------------------------------------------------------------------------- capsule systems
+# The release's `_capsule_system_stratification` block, every key as published (issue 28):
+# the subsets list capsule-system NAMES, the values of metadata.csv's `Capsule System`.
+PUBLISHED_STRATIFICATION = {
+    "_purpose": "Stratify eval results by acquisition device: the PillCam subset of Galar is "
+                "within-vendor, the Olympus subset cross-vendor.",
+    "available_systems": {"PillCam SB3": 51, "Olympus": 22, "PillCam Colon2": 5,
+                          "PillCam SB2": 2},
+    "metadata_column": "Capsule System",
+    "metadata_csv_path": "metadata.csv",
+    "pillcam_video_subset": ["PillCam SB3", "PillCam Colon2", "PillCam SB2"],
+    "olympus_video_subset": ["Olympus"],
+}
+
+
+def _with_strat(**strat) -> dict:
+    return {**RELEASE_MAPPING, "_capsule_system_stratification": strat}
+
+
+def test_published_stratification_block_stages_and_is_recorded(release, tmp_path):
+    p = _write(tmp_path, _with_strat(**PUBLISHED_STRATIFICATION))
+    m = load_mapping(p)
+    assert m.pillcam_systems == ("PillCam SB3", "PillCam Colon2", "PillCam SB2")
+    assert m.olympus_systems == ("Olympus",) and m.pillcam_subset == m.olympus_subset == ()
+    assert dict(m.available_systems) == PUBLISHED_STRATIFICATION["available_systems"]
+    assert m.metadata_column == "Capsule System" and m.metadata_csv_path == "metadata.csv"
+    r = stage_galar(release, tmp_path / "o", mapping=p, progress=False)
+    # expected videos, read independently from the metadata with pandas
+    meta = pd.read_csv(release / "metadata.csv")
+    ids = {k: [str(v) for v in sorted(meta.loc[meta["Capsule System"].isin(names), "File Name"])]
+           for k, names in (("pillcam_video_subset", PUBLISHED_STRATIFICATION[
+               "pillcam_video_subset"]), ("olympus_video_subset", ["Olympus"]))}
+    rec = r.manifest["capsule_system_subsets"]
+    for key in ("pillcam_video_subset", "olympus_video_subset"):
+        assert rec[key]["capsule_systems"] == PUBLISHED_STRATIFICATION[key]
+        assert rec[key]["video_ids"] == ids[key] and ids[key]
+    assert rec["metadata_column"] == "Capsule System"
+    assert rec["available_systems_stated"] == PUBLISHED_STRATIFICATION["available_systems"]
+    assert rec["videos_per_system"] == meta["Capsule System"].value_counts().to_dict()
+    assert set(rec["available_systems_differ"]) == set(PUBLISHED_STRATIFICATION["available_systems"])
+    assert r.manifest["mapping"]["pillcam_capsule_systems"] == PUBLISHED_STRATIFICATION[
+        "pillcam_video_subset"]
+    # the two subsets cover every system, so every video is staged
+    assert sorted(r.manifest["video_to_split"]) == sorted(str(v) for v in meta["File Name"])
+
+
+def test_subset_names_select_and_ids_still_read(release, tmp_path):
+    meta = pd.read_csv(release / "metadata.csv")
+    oly = meta.loc[meta["Capsule System"] == "Olympus", "File Name"].tolist()
+    r = stage_galar(release, tmp_path / "o", progress=False,
+                    mapping=_write(tmp_path, _with_strat(olympus_video_subset=[" olympus "])))
+    assert sorted(set(r.frames["video_id"].astype(int))) == sorted(oly)
+    assert r.manifest["capsule_system_subsets"]["olympus_video_subset"]["capsule_systems"] == [
+        "Olympus"]
+    # integer ids, or digit strings, where a file gives ids
+    r2 = stage_galar(release, tmp_path / "o2", progress=False, mapping=_write(
+        tmp_path, _with_strat(olympus_video_subset=[oly[0], str(oly[-1])]), "ids.json"))
+    assert sorted(set(r2.frames["video_id"].astype(int))) == sorted({oly[0], oly[-1]})
+
+
+@pytest.mark.parametrize("strat, match", [
+    ({**PUBLISHED_STRATIFICATION, "pillcam_video_subset": ["PillCam SB3", "PillCam SB4"]},
+     (r"pillcam_video_subset names capsule system 'PillCam SB4', which is not a "
+      r"'Capsule System' value of .*metadata\.csv")),
+    ({"olympus_video_subset": ["PillCam SB3"]},
+     "olympus_video_subset names capsule system 'PillCam SB3', which is not an Olympus system"),
+    ({"pillcam_video_subset": ["Olympus"], "olympus_video_subset": ["olympus"]},
+     r"capsule system\(s\) \['olympus'\] are in both"),
+    ({"olympus_video_subset": [["Olympus"]]}, r"line \d+: olympus_video_subset lists \['Olympus'\]"),
+    ({"available_systems": ["Olympus"]}, "available_systems must map capsule-system names"),
+    ({"metadata_csv_path": "../metadata.csv"}, "metadata_csv_path must be a path inside"),
+])
+def test_bad_stratification_names_the_file(release, tmp_path, strat, match):
+    p = _write(tmp_path, _with_strat(**strat))
+    with pytest.raises(DataError, match=match) as exc:
+        stage_galar(release, tmp_path / "o", mapping=p, progress=False)
+    assert str(exc.value).startswith(str(p)) and "\n" not in str(exc.value)
+    assert not (tmp_path / "o").exists()
