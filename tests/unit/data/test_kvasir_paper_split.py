@@ -195,3 +195,21 @@ def test_official_split_labels_are_aliases(tmp_path):
     r = stage_kvasir(images, meta, tmp_path / "s", progress=False)
     assert r.manifest["split_source"] == "paper"
     assert r.manifest["counts_per_class"]["test"]["Blood - fresh"] == 1
+
+
+def test_cli_split_option_reaches_the_staging(release43, tmp_path):
+    from click.testing import CliRunner
+
+    from pipi.cli.stage import stage
+
+    images, meta = release43
+    base = ["kvasir", "--images", str(images), "--metadata", str(meta), "--no-mlflow"]
+    r = CliRunner().invoke(stage, [*base, "--out", str(tmp_path / "a"), "--split", "random",
+                                   "--seed", "5"])
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "a" / "manifest.json").read_text())["split_source"] == \
+        "random(seed=5)"
+    r = CliRunner().invoke(stage, [*base, "--out", str(tmp_path / "b")])
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "b" / "manifest.json").read_text())["split_source"] == "paper"
+    assert "| **Total (frames)** |" in r.output
