@@ -18,7 +18,7 @@ import pandas as pd
 from pipi import tracking
 from pipi.calibration.objective import TARGET_KVASIR, parse_target
 from pipi.data.galar import stage_galar
-from pipi.data.kvasir import StageResult, format_count_table, load_staged, stage_kvasir
+from pipi.data.kvasir import StageResult, load_staged, stage_kvasir
 from pipi.data.synthetic import GALAR_PRESETS, KVASIR_PRESETS, synthesize_galar, synthesize_kvasir
 from pipi.errors import ConfigError
 from pipi.paths import pipi_home
@@ -88,7 +88,7 @@ def run_stage(
 def _log_stage_run(result: StageResult, *, dataset: str, out: Path, log_run: bool,
                    nested: bool, experiment: str | None, params: dict) -> None:
     """Print the count table and record the staging as an MLflow ``stage`` run."""
-    print(format_count_table(result.counts), flush=True)
+    print((Path(out) / "counts.md").read_text(), flush=True)  # with its counting rule
     if not log_run:
         return
     with tracking.pipi_run(entry_point="stage", experiment=experiment, nested=nested,
