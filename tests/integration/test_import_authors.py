@@ -215,6 +215,18 @@ def test_published_checkpoint_scores_as_the_published_code(arch, version, alpha,
         assert np.abs(paper.to_numpy() - got).max() > 1e-3  # the prior channels matter
         assert not any(s.startswith(("hb_index", "alpha", "second_channel"))
                        for s in mine.from_file)
+        # the command line says what it took from the file (here: the run made above, reused)
+        from click.testing import CliRunner
+
+        from pipi.cli import main
+
+        r = CliRunner().invoke(main, ["import", "checkpoint", "--file", str(best), "--seed",
+                                      "43", "--data", str(tiny_staged), "--profile", "smoke",
+                                      "--experiment", exp])
+        assert r.exit_code == 0, r.output
+        assert (f"taken from the file's args: backbone={arch}, image_size={SIZE}, cell=pi, "
+                "hb_index=code, second_channel=log_gb_phi, alpha=4.0, lambda_eff=auto"
+                in r.output) and f"already imported as run {res.run_id}" in r.output
         n = len(mlflow.search_runs(experiment_names=[exp]))
         with pytest.raises(ConfigError, match="backbone=resnet18: best_model.pt's args say "
                                               "backbone efficientnet_b0"):
