@@ -164,8 +164,8 @@ SHUFFLED = [FOLDERS[i] for i in np.random.default_rng(5).permutation(len(FOLDERS
     ("convnext_tiny", "v2", 4.0, SHUFFLED),
 ])
 def test_published_checkpoint_scores_as_the_published_code(arch, version, alpha, names,
-                                                           tiny_staged, sqlite_tracking,
-                                                           tmp_path):
+                                                           tiny_staged, galar_staged,
+                                                           sqlite_tracking, tmp_path):
     frames = pd.read_parquet(tiny_staged / "frames.parquet")
     train = frames.loc[frames["split"] == "train", "path"].iloc[::4]
     model = _trained(arch, len(arch), _inputs(tiny_staged, train, alpha, version))
@@ -199,6 +199,16 @@ def test_published_checkpoint_scores_as_the_published_code(arch, version, alpha,
     assert (cfg.prior.hb_index, cfg.prior.second_channel, cfg.prior.alpha, cfg.image_size) == \
         (hb, "log_gb_phi", used, SIZE)
     if arch == "efficientnet_b0":
+        # galar on the imported run scores Galar with the file's prior, untold
+        from pipi.workflows.galar import run_galar
+
+        out = run_galar(runs=res.run_id, data=str(galar_staged), experiment=exp,
+                        progress=False)
+        child = out.table.iloc[0]["galar_run_id"]
+        g = _predictions(child, tmp_path)
+        np.testing.assert_allclose(g[[f"prob_{k:02d}" for k in range(14)]].to_numpy(),
+                                   _reference(model, galar_staged, g["path"], names, alpha,
+                                              version), atol=1e-4)
         # the per-epoch file holds the same weights: the same probabilities
         again = import_file(kind="checkpoint", file=last, seed=43, data=str(tiny_staged),
                             profile="smoke", experiment=exp, progress=False, register=False)
