@@ -4,7 +4,7 @@ Implements the paper's section "Analytic prior" (``sec:prior``) in pure torch, b
 device, with no I/O:
 
 * ``H = R / (R + G + B)`` per pixel (the published code's ``R / (G + B)`` behind
-  ``hb_index="code"``);
+  ``hb_index="code"``; its scale-fixed "v2" prior behind ``hb_index="code_v2"``, below);
 * ``H_norm``: ``H`` clipped per image to its 1st and 99th percentiles (linear interpolation,
   bit-identical to ``torch.quantile(..., interpolation="linear")``) and min-max rescaled to
   ``[0, 1]`` with those two bounds;
@@ -23,13 +23,18 @@ Conventions (not fixed by the paper, chosen here and tested):
 * ``mask="fov"`` (not the published behaviour) takes the two percentiles over the field of view
   only: the pixels ``valid`` marks (the ones a zero-filled rotation did not create), or, without
   ``valid``, the pixels that are not black in all three channels.
-* Division is made safe by clamping denominators to at least ``EPS = 1e-6``: ``R / max(S, EPS)``
-  (a black pixel has ``H = 0``), and ``log(max(G, EPS) / max(B, EPS))``. Every pixel whose
-  denominator is at least ``EPS`` gets the exact formula.
+* Division is made safe by clamping the paper index's denominator to at least ``EPS = 1e-6``:
+  ``R / max(S, EPS)`` (a black pixel has ``H = 0``); every pixel whose denominator is at least
+  ``EPS`` gets the exact formula. The published code's variants keep its own guard, ``EPS``
+  added: ``R / (G + B + EPS)``, ``(R - G) / (R + G + EPS)``, ``log((G + EPS) / (B + EPS))``,
+  so an imported checkpoint sees the inputs it was trained on.
 * A flat ``H`` (99th minus 1st percentile at most ``EPS``, e.g. a constant or grey image, where
   ``R / (R + G + B)`` differs from 1/3 only by rounding) has no contrast to rescale, and
   rescaling would only amplify rounding noise; it gets the neutral ``H_norm = 0.5`` everywhere,
   so ``P_blood = Phi / 2``.
+
+The published code's v2 prior (``hb_index="code_v2"``) has no per-image normalisation:
+``P_blood = sigmoid(max(alpha, 6) * ((R - G) / (R + G + EPS) - 0.30)) * Phi`` (no clip, no mask).
 
 The module also computes the C1 summary features of a ``P_blood`` map (``c1_features``): the
 8 global scalars of the C1_8 cells and the 13-dimensional C1_13 form with 5 connected-component
@@ -97,15 +102,23 @@ def _hb_paper(x: torch.Tensor) -> torch.Tensor:
 
 
 def _hb_code(x: torch.Tensor) -> torch.Tensor:
-    """``R / (G + B)`` (published code), denominator clamped to ``EPS``."""
-    return x[:, 0] / x[:, 1:].sum(1).clamp_min_(EPS)
+    """``R / (G + B + EPS)`` (published code)."""
+    return x[:, 0] / x[:, 1:].sum(1).add_(EPS)
+
+
+def _hb_code_v2(x: torch.Tensor) -> torch.Tensor:
+    """``(R - G) / (R + G + EPS)`` (published code's v2)."""
+    return (x[:, 0] - x[:, 1]) / (x[:, 0] + x[:, 1]).add_(EPS)
 
 
 #: Hemoglobin index variants: name -> f(x) for ``x`` ``(B, 3, H, W)``, returning ``(B, H, W)``.
 HB_INDICES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "paper": _hb_paper,
     "code": _hb_code,
+    "code_v2": _hb_code_v2,
 }
+#: Index -> (pivot, alpha floor): ``sigmoid(max(alpha, floor) * (H - pivot))``, no normalisation.
+SCALE_FIXED: dict[str, tuple[float, float]] = {"code_v2": (0.30, 6.0)}
 
 #: Second-channel variants: ``Phi`` (paper) or ``log(G / B) * Phi`` (published code).
 SECOND_CHANNELS: tuple[str, ...] = ("phi", "log_gb_phi")
@@ -131,8 +144,8 @@ class PriorConfig:
         Attenuation length of ``Phi`` in pixels; ``None`` means ``0.25 x`` the image diagonal.
     clip : tuple of float
         Per-image percentile bounds of ``H`` as fractions (paper: 1 % and 99 %).
-    hb_index : {"paper", "code"}
-        ``R / (R + G + B)`` (paper) or ``R / (G + B)`` (published code).
+    hb_index : {"paper", "code", "code_v2"}
+        ``R / (R + G + B)`` (paper), ``R / (G + B)`` or the v2 prior (published code).
     second_channel : {"phi", "log_gb_phi"}
         ``Phi`` (paper) or ``log(G / B) * Phi`` (published code).
     """
@@ -370,8 +383,8 @@ def prior_channels(
         Attenuation length of ``Phi`` in pixels; ``None``: 0.25 x the image diagonal.
     clip : tuple of float
         Per-image percentile bounds (fractions) of the hemoglobin index.
-    hb_index : {"paper", "code"}
-        ``R / (R + G + B)`` or the published code's ``R / (G + B)``.
+    hb_index : {"paper", "code", "code_v2"}
+        ``R / (R + G + B)``, the published code's ``R / (G + B)`` or its v2 prior.
     second_channel : {"phi", "log_gb_phi"}
         Channel 1: ``Phi`` or the published code's ``log(G / B) * Phi``.
     check : bool
@@ -419,6 +432,11 @@ def prior_channels(
     bsz, _, h, w = x.shape
     n = h * w
     hb = HB_INDICES[cfg.hb_index](x)  # (B, H, W), fresh tensor
+    phi = _fluence_cached(h, w, cfg.lambda_eff, x.device, x.dtype)  # (H, W), shared
+    if cfg.hb_index in SCALE_FIXED:  # no per-image normalisation (published v2)
+        pivot, floor = SCALE_FIXED[cfg.hb_index]
+        hb.sub_(pivot).mul_(max(cfg.alpha, floor)).sigmoid_().mul_(phi)
+        return _with_second(hb, phi, x, cfg, out_dtype, single)
 
     flat = hb.reshape(bsz, n)  # a copy only for non-contiguous (e.g. channels_last) input
     q_lo, q_hi = cfg.clip
@@ -437,16 +455,21 @@ def prior_channels(
     # Flat H: neutral H_norm = 0.5, i.e. a logistic argument of 0 (no test of is_flat.any(),
     # which would synchronise a GPU).
     hb.masked_fill_(is_flat.view(bsz, 1, 1), 0.0)
-    phi = _fluence_cached(h, w, cfg.lambda_eff, x.device, x.dtype)  # (H, W), shared
     hb.sigmoid_().mul_(phi)
+    return _with_second(hb, phi, x, cfg, out_dtype, single)
 
+
+def _with_second(hb: torch.Tensor, phi: torch.Tensor, x: torch.Tensor, cfg: PriorConfig,
+                 out_dtype: torch.dtype, single: bool) -> torch.Tensor:
+    """``(P_blood, second channel)`` as ``(B, 2, H, W)`` (``(2, H, W)`` for one image)."""
+    bsz, _, h, w = x.shape
     out = torch.empty((bsz, 2, h, w), dtype=out_dtype, device=x.device)
     out[:, 0] = hb
     if cfg.second_channel == "phi":
         out[:, 1] = phi
     else:
         green, blue = x[:, 1], x[:, 2]
-        out[:, 1] = torch.log(green.clamp_min(EPS) / blue.clamp_min(EPS)).mul_(phi)
+        out[:, 1] = torch.log((green + EPS) / (blue + EPS)).mul_(phi)  # published code's guard
     return out[0] if single else out
 
 

@@ -156,7 +156,8 @@ train_override_options = [
                  show_default=True, help="Prior attenuation length in px (auto: 0.25 x the "
                  "image diagonal)."),
     click.option("--hb-index", type=choice(HB_INDICES), default="paper", show_default=True,
-                 help="paper: R/(R+G+B); code: the published R/(G+B)."),
+                 help="paper: R/(R+G+B); code: the published R/(G+B); code_v2: the published "
+                      "scale-fixed v2 prior, (R-G)/(R+G) with pivot 0.30 and alpha at least 6."),
     click.option("--second-channel", type=choice(SECOND_CHANNELS), default="phi",
                  show_default=True, help="phi (paper) or log_gb_phi (published code)."),
     click.option("--prior-mask", type=choice(PRIOR_MASKS), default="none", show_default=True,

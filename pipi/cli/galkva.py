@@ -166,6 +166,9 @@ def score_cmd(file, predictions, markdown, report_path, json_path, tolerance, n_
 @click.option("--backbone", default=HEADLINE_BACKBONE, show_default=True,
               help="With --experiment: the backbone of both cells.")
 @click.option("--filter", "filter_", default="", help="With --experiment: an MLflow filter.")
+@click.option("--label", default="", help="With --experiment: use the imported runs of this "
+              "source label (`import -P label=`, e.g. released): the arms '<cell> (<label>)' "
+              "and their `galar` runs, never trained runs.")
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False), required=True)
 @click.option("--submitter-name", required=True)
 @click.option("--affiliation", required=True)
@@ -184,7 +187,7 @@ def score_cmd(file, predictions, markdown, report_path, json_path, tolerance, n_
 @with_options(_resampling)
 @_errors
 def submission_cmd(predictions, experiment, method_cell, baseline_cell, backbone, filter_,
-                   out, submitter_name, affiliation, email, method_name, description,
+                   label, out, submitter_name, affiliation, email, method_name, description,
                    trained_on, code_url, preprint_url, notes, benchmark_version,
                    n_resamples, seed) -> None:
     """Write a valid submission whose every number is computed from predictions.
@@ -198,13 +201,17 @@ def submission_cmd(predictions, experiment, method_cell, baseline_cell, backbone
         raise click.UsageError("give exactly one of --predictions DIR and --experiment NAME")
     if experiment is not None:
         tracking.configure()
-        runs = experiment_galkva_runs(experiment, method=method_cell, baseline=baseline_cell,
-                                      backbone=backbone, filter_string=filter_)
-        method_name = method_name or f"pipi {method_cell} vs {baseline_cell} ({backbone})"
+        arm = (lambda c: f"{c} ({label.strip()})") if label.strip() else (lambda c: c)
+        runs = experiment_galkva_runs(experiment, method=arm(method_cell),
+                                      baseline=arm(baseline_cell), backbone=backbone,
+                                      filter_string=filter_)
+        source = f", {label.strip()}" if label.strip() else ""
+        method_name = method_name or f"pipi {method_cell} vs {baseline_cell} ({backbone}{source})"
         description = description or (
             f"pipi cell {method_cell} ({CELLS[method_cell].description}) against the RGB "
             f"baseline cell {baseline_cell}, {backbone}, trained on Kvasir-Capsule and scored "
-            f"zero-shot on Galar; runs of MLflow experiment {experiment!r}.")
+            f"zero-shot on Galar; " + (f"imported {label.strip()} checkpoints, " if source else "")
+            + f"runs of MLflow experiment {experiment!r}.")
     else:
         if not method_name or not description:
             raise click.UsageError("--predictions needs --method-name and --description")

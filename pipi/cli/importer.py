@@ -9,7 +9,6 @@ from pipi.cells import PER_FRAME_CELLS
 from pipi.cli.common import (
     Auto,
     PipiGroup,
-    backbone_option,
     choice,
     data_option,
     experiment_option,
@@ -19,20 +18,47 @@ from pipi.cli.common import (
     with_options,
 )
 from pipi.errors import ConfigError
+from pipi.models.backbones import ARCHS
+from pipi.prior import HB_INDICES, PRIOR_MASKS, SECOND_CHANNELS
 from pipi.workflows import importer as workflow
+
+
+def _auto(value: str):
+    return None if value in ("auto", "") else value
+
 
 _options = [
     click.option("--file", default="", help="The checkpoint (torch state dict) or prediction "
                  "file (CSV, Parquet or NPZ) to import."),
-    click.option("--cell", default="pi", show_default=True, type=choice(PER_FRAME_CELLS),
-                 help="The per-frame cell the file belongs to."),
-    backbone_option,
+    click.option("--cell", default="auto", show_default=True,
+                 type=choice(["auto", *PER_FRAME_CELLS]),
+                 help="The per-frame cell the file belongs to (auto: the published checkpoint's "
+                      "args, use_physics_prior -> pi or a; else pi)."),
+    click.option("--backbone", default="auto", show_default=True, type=choice(["auto", *ARCHS]),
+                 help="The checkpoint's backbone (auto: the published checkpoint's "
+                      "args.model_name, else efficientnet_b0)."),
     click.option("--seed", type=int, default=42, show_default=True,
                  help="The seed the released model was trained with."),
     data_option,
     profile_option,
     click.option("--image-size", type=Auto(int, minimum=16), default="auto", show_default=True,
-                 help="Resolution the checkpoint is scored at in px (auto: the profile's)."),
+                 help="Resolution the checkpoint is scored at in px (auto: the published "
+                      "checkpoint's args.image_size, else the profile's)."),
+    click.option("--alpha", type=Auto(float, minimum=0, strict=True), default="auto",
+                 show_default=True, help="Prior steepness, as train takes it (auto: the "
+                 "published checkpoint's args.physics_alpha, else 4.0)."),
+    click.option("--lambda-eff", type=Auto(float, minimum=0, strict=True), default="auto",
+                 show_default=True, help="Prior attenuation length in px (auto: the file's "
+                 "args.physics_lambda_eff, else 0.25 x the image diagonal)."),
+    click.option("--hb-index", type=choice(["auto", *HB_INDICES]), default="auto",
+                 show_default=True, help="Hemoglobin index, as train takes it (auto: code or "
+                 "code_v2 for a published +PI checkpoint, by args.physics_prior_version; else "
+                 "paper)."),
+    click.option("--second-channel", type=choice(["auto", *SECOND_CHANNELS]), default="auto",
+                 show_default=True, help="phi or log_gb_phi (auto: log_gb_phi for a published "
+                 "+PI checkpoint, else phi)."),
+    click.option("--prior-mask", type=choice(["auto", *PRIOR_MASKS]), default="auto",
+                 show_default=True, help="none or fov, as train takes it (auto: none)."),
     click.option("--label", default="released", show_default=True,
                  help="Name of the source; aggregate shows the arm as '<cell> (<label>)'."),
     model_prefix_option,
@@ -41,15 +67,22 @@ _options = [
 
 
 def _run(kind: str, *, file, cell, backbone, seed, data, profile, image_size, label,
-         model_prefix, experiment) -> None:
+         model_prefix, experiment, alpha, lambda_eff, hb_index, second_channel,
+         prior_mask) -> None:
     setup_logging()
     tracking.set_model_prefix(model_prefix)
     if not file:
         raise ConfigError(f"pass --file: the {kind} file to import")
     tracking.configure()
-    res = workflow.import_file(kind=kind, file=file, cell=cell, backbone=backbone, seed=seed,
-                               data=data, profile=profile, image_size=image_size, label=label,
-                               experiment=experiment or None)
+    res = workflow.import_file(kind=kind, file=file, cell=_auto(cell),
+                               backbone=_auto(backbone), seed=seed, data=data, profile=profile,
+                               image_size=image_size, label=label,
+                               experiment=experiment or None, alpha=alpha,
+                               lambda_eff=lambda_eff, hb_index=_auto(hb_index),
+                               second_channel=_auto(second_channel),
+                               prior_mask=_auto(prior_mask))
+    if res.from_file:
+        click.echo(f"taken from the file's args: {', '.join(res.from_file)}")
     what = "already imported as" if res.reused else "imported as"
     click.echo(f"{file} (sha256 {res.sha256[:12]}) {what} run {res.run_id}: {res.cell}/"
                f"{res.backbone}/seed {res.seed}, test macro-AUC {res.test_macro_auc:.4f}")

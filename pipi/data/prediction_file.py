@@ -1,9 +1,12 @@
 """Per-frame prediction files made outside pipi, read and joined to the staged frames.
 
-Accepted forms (one row per frame, 14 class probabilities that sum to 1):
+Accepted forms (one row per frame, 14 class probabilities that sum to 1; a frame listed once
+per label, as pipi's own predictions list a multilabel frame, is one frame when its rows
+agree to :data:`REPEAT_TOLERANCE`):
 
 * CSV (``.csv``, ``.csv.gz``, ``.tsv``) or Parquet (``.parquet``, ``.pq``): the frame as
-  ``filename`` (the image's file name, or its path inside the staged folder) or as
+  ``filename`` (the image's file name, or its path inside the staged folder; a ``path``
+  column beside it that holds staged paths is used first) or as
   ``video_id`` + ``frame_number``; then one probability column per class, named by class
   (any casing, spacing, hyphens or underscores: ``Blood - fresh``, ``blood_fresh``,
   ``BloodFresh``). Columns that describe the frame (``label``, ``split``,
@@ -28,12 +31,15 @@ import pandas as pd
 from pipi.classes import CLASSES, NUM_CLASSES, class_index, is_known
 from pipi.errors import DataError
 
-__all__ = ["INFO_COLUMNS", "SUM_TOLERANCE", "Joined", "join_predictions",
+__all__ = ["INFO_COLUMNS", "REPEAT_TOLERANCE", "SUM_TOLERANCE", "Joined", "join_predictions",
            "read_prediction_file"]
 
 #: Largest |sum of a row's probabilities - 1| accepted (a CSV written with 4 decimals is
 #: off by at most 14 * 0.00005 = 0.0007).
 SUM_TOLERANCE = 1e-3
+#: Largest difference between the probabilities of two rows of one frame (a multilabel frame
+#: is listed once per label, with the same probabilities) that still reads as one prediction.
+REPEAT_TOLERANCE = 1e-6
 #: Names of the frame key columns (the first of each group that is present is used).
 FILENAME_COLUMNS = ("filename", "file_name", "file", "image", "path")
 #: Columns that describe a frame rather than give a probability (ignored).
@@ -73,10 +79,6 @@ def read_prediction_file(path: Path) -> tuple[pd.DataFrame, np.ndarray]:
     else:
         keys, probs = _read_table(path, kind)
     _check_probs(path, probs, keys)
-    dup = keys.duplicated(keep=False)
-    if dup.any():
-        raise _fail(path, f"{int(dup.sum())} rows name the same frame twice (e.g. "
-                    f"{_examples(_key_text(keys[dup]))})")
     return keys.reset_index(drop=True), probs
 
 
@@ -96,6 +98,9 @@ def _read_table(path: Path, kind: str) -> tuple[pd.DataFrame, np.ndarray]:
     if name_col is not None:
         keys = pd.DataFrame({"filename": df[cols[name_col]].astype(str).str.strip()})
         used = {name_col}
+        if "path" in lower and lower["path"] != name_col:  # the staged path, beside the name
+            keys["path"] = df[cols[lower["path"]]].astype(str).str.strip()
+            used.add(lower["path"])
     elif "video_id" in lower and "frame_number" in lower:
         frame = pd.to_numeric(df[cols[lower["frame_number"]]], errors="coerce")
         if frame.isna().any() or (frame % 1 != 0).any():
@@ -222,6 +227,7 @@ def join_predictions(path: Path, keys: pd.DataFrame, probs: np.ndarray,
     """
     frames = frames.reset_index(drop=True)
     theirs, staged, key = _keys(path, keys, frames)
+    theirs, keys, probs = _merge_repeats(path, theirs, keys, probs)
     pos = pd.Index(theirs).get_indexer(staged)       # staged row -> file row, -1: none
     splits = frames["split"].astype(str).to_numpy()
     names = np.asarray(_key_text(keys))
@@ -255,6 +261,27 @@ def join_predictions(path: Path, keys: pd.DataFrame, probs: np.ndarray,
     return Joined(split, out, tuple(covered), key)
 
 
+def _merge_repeats(path: Path, theirs: np.ndarray, keys: pd.DataFrame, probs: np.ndarray
+                   ) -> tuple[np.ndarray, pd.DataFrame, np.ndarray]:
+    """One row per frame: rows that name the same frame (a multilabel frame listed once per
+    label) are one prediction when their probabilities agree to ``REPEAT_TOLERANCE``."""
+    dup = pd.Series(theirs).duplicated(keep=False).to_numpy()
+    if not dup.any():
+        return theirs, keys, probs
+    groups = pd.DataFrame(probs[dup]).groupby(theirs[dup], sort=False)
+    spread = (groups.max() - groups.min()).max(axis=1)
+    bad = spread[spread > REPEAT_TOLERANCE]
+    if len(bad):
+        names = np.asarray(_key_text(keys))[dup]
+        first = {k: n for k, n in zip(theirs[dup][::-1], names[::-1], strict=True)}
+        raise _fail(path, f"{len(bad)} frames are listed more than once with different "
+                    f"probabilities (e.g. {_examples([first[k] for k in bad.index])}; largest "
+                    f"difference {bad.max():.3g}); the rows of one frame must agree to "
+                    f"{REPEAT_TOLERANCE:g}")
+    keep = ~pd.Series(theirs).duplicated(keep="first").to_numpy()
+    return theirs[keep], keys[keep].reset_index(drop=True), probs[keep]
+
+
 def _keys(path: Path, keys: pd.DataFrame, frames: pd.DataFrame
           ) -> tuple[np.ndarray, np.ndarray, str]:
     """(key of each file row, key of each staged row, the key used)."""
@@ -266,6 +293,10 @@ def _keys(path: Path, keys: pd.DataFrame, frames: pd.DataFrame
                 pair(frames["video_id"], frames["frame_number"]), "video_id+frame_number")
     names = keys["filename"].astype(str).str.replace("\\", "/", regex=False)
     paths = frames["path"].astype(str)
+    if "path" in keys:  # the staged path, where the file gives one beside the name
+        given = keys["path"].astype(str).str.replace("\\", "/", regex=False)
+        if given.isin(paths).all():
+            return given.to_numpy(), paths.to_numpy(), "path"
     if names.isin(paths).all():
         return names.to_numpy(), paths.to_numpy(), "path"
     base = (frames["filename"] if "filename" in frames else paths.str.rsplit("/", n=1).str[-1]

@@ -23,14 +23,19 @@ from torch import Tensor, nn
 
 from pipi.errors import ConfigError
 
-__all__ = ["ARCHS", "FEATURE_DIMS", "PRIOR_INITS", "Backbone", "build_backbone", "check_weights",
+__all__ = ["ARCHS", "FEATURE_DIMS", "PAPER_ARCHS", "PRIOR_INITS", "Backbone", "build_backbone", "check_weights",
            "widen_first_conv"]
 
 log = logging.getLogger(__name__)
 
-ARCHS: tuple[str, ...] = ("efficientnet_b0", "resnet18", "convnext_tiny")
+#: ``resnet50`` (ImageNet weights only; the published code's fourth backbone and the paper's
+#: C1 limitation experiment) is built and loaded exactly as ``resnet18``.
+ARCHS: tuple[str, ...] = ("efficientnet_b0", "resnet18", "convnext_tiny", "resnet50")
+#: The three backbones of the paper's cross-backbone replication.
+PAPER_ARCHS: tuple[str, ...] = ARCHS[:3]
 # Width of the pooled embedding, i.e. the channel count of the pre-pool feature map.
-FEATURE_DIMS: dict[str, int] = {"efficientnet_b0": 1280, "resnet18": 512, "convnext_tiny": 768}
+FEATURE_DIMS: dict[str, int] = {"efficientnet_b0": 1280, "resnet18": 512, "convnext_tiny": 768,
+                                "resnet50": 2048}
 # How the prior channels of a widened first conv start: "kaiming" as the paper states,
 # "zeros" as the published code does (a widened model then starts as the RGB model).
 PRIOR_INITS: tuple[str, ...] = ("kaiming", "zeros")
@@ -66,7 +71,7 @@ def _strip_efficientnet(body: nn.Module) -> None:
 
 
 def _strip_resnet(body: nn.Module) -> None:
-    body.fc = nn.Identity()  # was Linear(512, 1000)
+    body.fc = nn.Identity()  # was Linear(512 or 2048, 1000)
 
 
 def _strip_convnext(body: nn.Module) -> None:
@@ -109,6 +114,8 @@ _SPECS: dict[str, _ArchSpec] = {
         pool=_avg_pool_norm,
     ),
 }
+#: ResNet-50: the same cut as ResNet-18 (7x7 stride-2 conv 3 -> 64, ``fc`` 2048 -> 1000).
+_SPECS["resnet50"] = _SPECS["resnet18"]
 
 
 def _get_submodule(root: nn.Module, path: tuple[str, ...]) -> nn.Module:

@@ -8,54 +8,209 @@ outputs (``efficientnet_b0``: ``classifier.1``, ``resnet18``: ``fc``, ``convnext
 P_blood + Phi). pipi's own key names (``backbone.body.*``, ``head.*``) are accepted too.
 A ``distill`` checkpoint may carry pipi's auxiliary decoder (``aux.*``); without it the
 decoder keeps its initial weights (it is not used at deployment).
+
+The published code's own checkpoints (``train_stage2_pi.py``: ``best_model.pt`` and the
+per-epoch ``last_model.pt``) are a dict with the state dict of its ``ImageClassifierPI`` under
+``model_state`` beside ``class_names`` (the output order: ImageFolder's sorted class folders),
+``args`` (its command line) and training state; the keys are ``backbone.<torchvision key>``
+(the classifier removed, ConvNeXt's LayerNorm2d kept) and ``head.1.*`` (``head`` is
+``Sequential(Dropout, Linear)``). :func:`read_checkpoint` reads either form,
+:func:`load_external_state` maps the keys and orders the head's rows by ``class_names``, and
+:func:`file_settings` says what ``args`` fixes (backbone, image size, cell, prior).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
+from pipi.classes import CLASSES, class_index, is_known
 from pipi.errors import DataError
+from pipi.models.backbones import ARCHS
 
-__all__ = ["HEAD_KEYS", "WRAPPER_PREFIXES", "load_external_state", "read_state_dict"]
+__all__ = ["HEAD_KEYS", "WRAPPER_PREFIXES", "ExternalCheckpoint", "file_settings",
+           "load_external_state", "read_checkpoint", "read_state_dict"]
 
 #: The torchvision module whose Linear is the classifier head, per architecture.
 HEAD_KEYS: dict[str, str] = {"efficientnet_b0": "classifier.1", "resnet18": "fc",
-                             "convnext_tiny": "classifier.2"}
+                             "convnext_tiny": "classifier.2", "resnet50": "fc"}
+#: The published code's classifier head (``Sequential(Dropout, Linear)``) and trunk prefix.
+AUTHORS_HEAD, AUTHORS_TRUNK = "head.1.", "backbone."
 #: Prefixes a wrapper puts before every key (stripped, repeatedly, when all keys have one).
 WRAPPER_PREFIXES: tuple[str, ...] = ("module.", "model.", "_orig_mod.")
 #: Entries of a checkpoint dict that hold the state dict (first found wins).
-_CONTAINERS = ("state_dict", "model_state_dict", "model", "net")
+_CONTAINERS = ("model_state", "state_dict", "model_state_dict", "model", "net")
 #: At most this many keys of each kind are named in an error.
 _SHOWN = 40
 
 
-def read_state_dict(path: Path) -> dict[str, Tensor]:
-    """The tensors of a torch save file: a state dict, or a checkpoint dict holding one."""
+@dataclass(frozen=True)
+class ExternalCheckpoint:
+    """A torch save file read for import.
+
+    Attributes
+    ----------
+    state : Mapping[str, Tensor]
+        The state dict (the file itself, or its ``model_state`` / ``state_dict`` / ... entry).
+    container : str
+        The entry the state dict was under (``""``: the file is a bare state dict).
+    class_names : tuple of str or None
+        The file's output order (``class_names`` of the published layout), if it says one.
+    args : Mapping
+        The training arguments the file records (``args``; empty if none).
+    """
+
+    state: Mapping[str, Tensor]
+    container: str = ""
+    class_names: tuple[str, ...] | None = None
+    args: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _numpy_scalar_globals() -> list:
+    """What a pickled numpy scalar needs (sklearn metrics in a checkpoint's ``history`` and
+    ``best_val_macro_f1``): the scalar constructor, under numpy 1's and numpy 2's module
+    names, and the plain numeric dtypes. No ndarray, no code."""
+    scalar = np._core.multiarray.scalar if hasattr(np, "_core") else np.core.multiarray.scalar
+    dtypes = [type(np.dtype(t)) for t in ("float64", "float32", "float16", "int64", "int32",
+                                          "int16", "int8", "uint8", "bool")]
+    return [(scalar, "numpy.core.multiarray.scalar"),
+            (scalar, "numpy._core.multiarray.scalar"), np.dtype, *dtypes]
+
+
+def _load(path: Path):
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        with torch.serialization.safe_globals(_numpy_scalar_globals()):
+            return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - torch raises several types for unreadable files
         first = (str(exc).strip().splitlines() or [""])[0]
         if "weights only load failed" in first.lower():  # torch's advice would load code
-            first = "not a torch save file holding only tensors"
+            first = "not a torch save file holding only tensors and plain data"
         raise DataError(f"{path}: cannot read it as a torch state dict ({type(exc).__name__}: "
                         f"{first[:160]}); pass a file saved with torch.save(model.state_dict(), "
                         "path)") from None
-    if isinstance(obj, Mapping) and not all(isinstance(v, Tensor) for v in obj.values()):
+
+
+def _is_state(obj) -> bool:
+    return isinstance(obj, Mapping) and bool(obj) and all(isinstance(v, Tensor)
+                                                          for v in obj.values())
+
+
+def read_checkpoint(path: Path) -> ExternalCheckpoint:
+    """Read a torch save file: a state dict, or a checkpoint dict holding one.
+
+    Loaded with ``weights_only=True`` (tensors and plain data; numpy scalars allowed, nothing
+    that runs code). Raises :class:`DataError` (one line) for an unreadable file, a file
+    without a state dict, or ``class_names`` / ``args`` of the wrong type.
+    """
+    obj = _load(path)
+    container = ""
+    outer = obj if isinstance(obj, Mapping) else {}
+    if isinstance(obj, Mapping) and not _is_state(obj):
         for key in _CONTAINERS:
-            inner = obj.get(key)
-            if isinstance(inner, Mapping) and inner and all(isinstance(v, Tensor)
-                                                            for v in inner.values()):
-                obj = inner
+            if _is_state(obj.get(key)):
+                obj, container = obj[key], key
                 break
-    if not isinstance(obj, Mapping) or not obj or not all(isinstance(v, Tensor)
-                                                          for v in obj.values()):
+    if not _is_state(obj):
         raise DataError(f"{path}: holds no state dict (a mapping of parameter names to tensors, "
                         f"or a checkpoint dict with one under {' / '.join(_CONTAINERS)})")
-    return {str(k): v for k, v in obj.items()}
+    names = outer.get("class_names") if container else None
+    if names is not None and not (isinstance(names, (list, tuple))
+                                  and all(isinstance(n, str) for n in names)):
+        raise DataError(f"{path}: class_names must be a list of class names, got "
+                        f"{type(names).__name__}")
+    args = outer.get("args") if container else None
+    if args is not None and not isinstance(args, Mapping):
+        raise DataError(f"{path}: args must be a mapping of training arguments, got "
+                        f"{type(args).__name__}")
+    return ExternalCheckpoint({str(k): v for k, v in obj.items()}, container,
+                              tuple(names) if names is not None else None, dict(args or {}))
+
+
+def read_state_dict(path: Path) -> dict[str, Tensor]:
+    """The tensors of a torch save file: a state dict, or a checkpoint dict holding one."""
+    return dict(read_checkpoint(path).state)
+
+
+#: ``physics_prior_version`` of the published code -> pipi's ``hb_index``.
+CODE_PRIORS = {"v1": "code", "v2": "code_v2"}
+#: ``ablate_input_channels`` of a +PI file (channels zeroed in training and test) -> cell.
+ABLATED_CELLS = {"": "pi", "4": "pblood_only", "3": "phi_only"}
+#: The published v2 prior's pivot and alpha floor (pipi.prior.SCALE_FIXED["code_v2"]).
+CODE_V2_PIVOT, CODE_V2_MIN_ALPHA = 0.30, 6.0
+
+
+def _number(args: Mapping, key: str, path: Path, *, positive: bool = True) -> float | None:
+    value = args.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) or not (
+            math.isfinite(float(value)) and (float(value) > 0 or not positive)):
+        raise DataError(f"{path}: args.{key}={value!r} is not a positive number")
+    return float(value)
+
+
+def file_settings(ckpt: ExternalCheckpoint, path: Path) -> dict[str, Any]:
+    """What a published checkpoint's ``args`` fixes, in pipi's option names.
+
+    ``model_name`` -> ``backbone``, ``image_size``, ``use_physics_prior`` -> ``cell`` (``pi``
+    or ``a``; ``pblood_only`` / ``phi_only`` when ``ablate_input_channels`` zeroed channel 4 /
+    3) and, for a +PI file, the prior: ``hb_index`` (``code`` for
+    ``physics_prior_version=v1``, ``code_v2`` for v2), ``second_channel=log_gb_phi``,
+    ``alpha`` (``physics_alpha``; at least 6 for v2, as the code applies it) and
+    ``lambda_eff`` (``physics_lambda_eff``; ``None`` is 0.25 x the diagonal). Keys the file
+    does not give are absent. Raises :class:`DataError` for a value pipi cannot reproduce
+    (an unknown backbone or prior version, a v2 pivot other than 0.30).
+    """
+    args, out = ckpt.args, {}
+    if not args:
+        return out
+    name = args.get("model_name")
+    if name is not None:
+        if name not in ARCHS:
+            raise DataError(f"{path}: args.model_name={name!r} is not a backbone pipi has "
+                            f"({', '.join(ARCHS)})")
+        out["backbone"] = name
+    size = args.get("image_size")
+    if size is not None:
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 16:
+            raise DataError(f"{path}: args.image_size={size!r} is not an integer >= 16")
+        out["image_size"] = int(size)
+    use = args.get("use_physics_prior")
+    if use is None:
+        return out
+    out["cell"] = "pi" if use else "a"
+    if not use:
+        return out
+    ablate = str(args.get("ablate_input_channels") or "").replace(" ", "")
+    if ablate not in ABLATED_CELLS:
+        raise DataError(f"{path}: args.ablate_input_channels={ablate!r} has no pipi cell; "
+                        f"pipi has {', '.join(f'{k!r} ({v})' for k, v in ABLATED_CELLS.items())}")
+    out["cell"] = ABLATED_CELLS[ablate]
+    version = args.get("physics_prior_version", "v1")
+    if version not in CODE_PRIORS:
+        raise DataError(f"{path}: args.physics_prior_version={version!r} is unknown; pipi "
+                        f"reproduces the published code's {' and '.join(CODE_PRIORS)}")
+    out["hb_index"] = CODE_PRIORS[version]
+    out["second_channel"] = "log_gb_phi"
+    alpha = _number(args, "physics_alpha", path)
+    if alpha is None:
+        alpha = 4.0  # the published code's default
+    if version == "v2":
+        pivot = _number(args, "physics_pivot_v2", path, positive=False)
+        if pivot is not None and abs(pivot - CODE_V2_PIVOT) > 1e-12:
+            raise DataError(f"{path}: args.physics_pivot_v2={pivot}; pipi's code_v2 prior has "
+                            f"the published pivot {CODE_V2_PIVOT} only")
+        alpha = max(alpha, CODE_V2_MIN_ALPHA)
+    out["alpha"] = alpha
+    out["lambda_eff"] = _number(args, "physics_lambda_eff", path)
+    return out
 
 
 def _strip_wrappers(sd: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -69,10 +224,20 @@ def _strip_wrappers(sd: dict[str, Tensor]) -> dict[str, Tensor]:
     return sd
 
 
+def _is_authors(sd: Mapping[str, Tensor]) -> bool:
+    """The published code's ImageClassifierPI keys: ``backbone.<tv key>`` and ``head.1.*``."""
+    return (any(k.startswith(AUTHORS_HEAD) for k in sd)
+            and not any(k.startswith("backbone.body.") for k in sd)
+            and all(k.startswith((AUTHORS_TRUNK, AUTHORS_HEAD)) for k in sd))
+
+
 def _to_pipi_names(sd: dict[str, Tensor], arch: str) -> dict[str, Tensor]:
-    """torchvision key names -> pipi frame model names (pipi's own names stay)."""
+    """torchvision or published-code key names -> pipi frame model names (pipi's stay)."""
     if any(k.startswith("backbone.body.") for k in sd):
         return sd
+    if _is_authors(sd):
+        return {("head." + k[len(AUTHORS_HEAD):] if k.startswith(AUTHORS_HEAD)
+                 else "backbone.body." + k[len(AUTHORS_TRUNK):]): v for k, v in sd.items()}
     head = HEAD_KEYS[arch] + "."
     out = {}
     for k, v in sd.items():
@@ -85,24 +250,47 @@ def _to_pipi_names(sd: dict[str, Tensor], arch: str) -> dict[str, Tensor]:
     return out
 
 
+def _class_order(names: tuple[str, ...], source: str) -> list[int]:
+    """For each of pipi's classes, the file's output row (``class_names`` matched by slug)."""
+    unknown = [n for n in names if not is_known(n)]
+    if unknown:
+        raise DataError(f"{source}: class_names has classes pipi does not know: {unknown}; "
+                        f"pipi's classes: {list(CLASSES)}")
+    index = [class_index(n) for n in names]
+    twice = sorted({names[i] for i, k in enumerate(index) if index.count(k) > 1})
+    missing = [c for k, c in enumerate(CLASSES) if k not in index]
+    if twice or missing:
+        raise DataError(f"{source}: class_names must name each of the {len(CLASSES)} classes "
+                        f"once; " + "; ".join(p for p in (
+                            f"named twice: {twice}" if twice else "",
+                            f"missing: {missing}" if missing else "") if p))
+    return [index.index(k) for k in range(len(CLASSES))]
+
+
 def _named(keys: list[str]) -> str:
     shown = ", ".join(keys[:_SHOWN])
     return f"[{shown}{f', ... and {len(keys) - _SHOWN} more' if len(keys) > _SHOWN else ''}]"
 
 
 def load_external_state(model: nn.Module, sd: Mapping[str, Tensor], *, arch: str,
-                        cell: str, source: str) -> dict[str, str]:
+                        cell: str, source: str,
+                        class_names: tuple[str, ...] | None = None) -> dict[str, str]:
     """Load an outside state dict into ``model`` (a pipi frame model of ``arch``).
 
-    Returns facts for the run's tags (``key_form``: the wrapper prefix found, ``aux_head``
-    for ``distill``). Raises one :class:`DataError` naming every key that does not match
-    (missing and unexpected, with pipi's name and the file's), or the first convolution
-    whose input channels differ from what ``cell`` needs, or a shape that differs.
+    ``class_names`` (the file's output order) reorders the head's rows into pipi's class
+    order (names matched by slug; an unknown, repeated or missing class is refused).
+    Returns facts for the run's tags (``key_form``: the wrapper prefix and key names found,
+    ``class_order``, ``aux_head`` for ``distill``). Raises one :class:`DataError` naming every
+    key that does not match (missing and unexpected, with pipi's name and the file's), or the
+    first convolution whose input channels differ from what ``cell`` needs, or a shape that
+    differs.
     """
     raw = dict(sd)
     stripped = _strip_wrappers(raw)
     prefix = next(iter(raw))[: len(next(iter(raw))) - len(next(iter(stripped)))]
+    authors = _is_authors(stripped)
     theirs = _to_pipi_names(stripped, arch)
+    order = _class_order(class_names, source) if class_names is not None else None
     expected = model.state_dict()
     optional = {k for k in expected if k.startswith("aux.")}  # distill's decoder
     missing = [k for k in expected if k not in theirs and k not in optional]
@@ -125,6 +313,13 @@ def load_external_state(model: nn.Module, sd: Mapping[str, Tensor], *, arch: str
         raise DataError(f"{source}: its first convolution ({_tv(conv, arch)}) takes {got} input "
                         f"channels; cell {cell} needs {want} ({what}): pass the cell the "
                         "checkpoint was trained as")
+    if order is not None:
+        rows = theirs["head.weight"].shape[0]
+        if rows != len(class_names):
+            raise DataError(f"{source}: its head has {rows} outputs but class_names names "
+                            f"{len(class_names)} classes")
+        theirs = {**theirs, **{k: theirs[k][order] for k in ("head.weight", "head.bias")
+                               if k in theirs}}
     shapes = [k for k in expected if k in theirs and theirs[k].shape != expected[k].shape]
     if shapes:
         detail = ", ".join(f"{_tv(k, arch)} file {tuple(theirs[k].shape)} model "
@@ -134,8 +329,11 @@ def load_external_state(model: nn.Module, sd: Mapping[str, Tensor], *, arch: str
     model.load_state_dict({**{k: v for k, v in expected.items() if k in optional},
                            **theirs}, strict=True)
     pipi_names = any(k.startswith("backbone.body.") for k in stripped)
-    facts = {"key_form": (f"prefix {prefix}" if prefix else "no prefix") + ", "
-                         + ("pipi" if pipi_names else "torchvision") + " names"}
+    form = ("pipi" if pipi_names else "published code (backbone.*, head.1.*)" if authors
+            else "torchvision")
+    facts = {"key_form": (f"prefix {prefix}" if prefix else "no prefix") + f", {form} names",
+             "class_order": ("the file's class_names" if order is not None
+                             else "pipi's class order")}
     if optional:
         have = optional & set(theirs)
         facts["aux_head"] = ("loaded" if have == optional else "partly loaded" if have

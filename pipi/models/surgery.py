@@ -131,6 +131,10 @@ SUBSETS: dict[str, dict[str, Subset]] = {
         ["layer1"], ["layer2", "layer3"], ["layer4"], [],
         all_blocks=["layer1", "layer2", "layer3", "layer4"],
     ),
+    "resnet50": _subsets(  # the same stages as ResNet-18 (bottleneck blocks)
+        ["layer1"], ["layer2", "layer3"], ["layer4"], [],
+        all_blocks=["layer1", "layer2", "layer3", "layer4"],
+    ),
     "convnext_tiny": _subsets(
         _features(1), _features(2, 3, 4, 5), _features(6, 7), ["classifier.0"],
         all_blocks=[*_features(*range(1, 8)), "classifier.0"],

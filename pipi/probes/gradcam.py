@@ -51,6 +51,7 @@ CAM_LAYERS: dict[str, str] = {
     "efficientnet_b0": "features.8",
     "resnet18": "layer4",
     "convnext_tiny": "features.7",
+    "resnet50": "layer4",
 }
 assert set(CAM_LAYERS) == set(ARCHS), "every backbone needs its Grad-CAM layer"
 

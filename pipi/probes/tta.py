@@ -68,7 +68,7 @@ PAPER_VARIANTS: tuple[str, ...] = ("aux_sgd", "embed_mlp", "fmap_align")
 #: Every variant; ``bn_tent`` is not in the paper.
 VARIANTS: tuple[str, ...] = (*PAPER_VARIANTS, "bn_tent")
 #: Backbones with BatchNorm layers (``bn_tent`` needs them).
-BN_ARCHS: tuple[str, ...] = ("efficientnet_b0", "resnet18")
+BN_ARCHS: tuple[str, ...] = ("efficientnet_b0", "resnet18", "resnet50")
 
 NULL_NOTE = ("paper PI-TTA probe: backbone and classifier frozen, the adapted module is not on "
              "the classifier's path, so class predictions equal the un-adapted baseline by "

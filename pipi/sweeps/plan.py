@@ -20,7 +20,7 @@ from pipi import tracking
 from pipi.cells import get_cell
 from pipi.config import TrainConfig, make_config
 from pipi.errors import ConfigError
-from pipi.models.backbones import ARCHS
+from pipi.models.backbones import PAPER_ARCHS
 from pipi.models.timm_backbones import FOUNDATION
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
     Study("per_frame", "the per-frame arms: RGB, +PI input fusion, distillation",
           ("a", "pi", "distill")),
     Study("cross_backbone", "a and pi on EfficientNet-B0, ResNet-18 and ConvNeXt-Tiny",
-          ("a", "pi"), backbones=ARCHS),
+          ("a", "pi"), backbones=PAPER_ARCHS),
     Study("channel_train", "training-time channel ablation: both, P_blood only, Phi only",
           ("pi", "pblood_only", "phi_only")),
     Study("probe", "frozen foundation backbone + linear probe (DINOv2, BiomedCLIP); pass "

@@ -32,7 +32,12 @@ from pipi.data.kvasir import load_staged
 from pipi.data.prediction_file import join_predictions, read_prediction_file
 from pipi.errors import ConfigError
 from pipi.runs.evaluate import EvalContext, device_for, log_scores, plain_scorer, score_splits
-from pipi.models.external import load_external_state, read_state_dict
+from pipi.models.external import (
+    ExternalCheckpoint,
+    file_settings,
+    load_external_state,
+    read_checkpoint,
+)
 from pipi.paths import pipi_home
 from pipi.tracking.logged_model import log_frame_model
 from pipi.training.frames import build_frame_model, tmpdir
@@ -48,6 +53,10 @@ KINDS = ("checkpoint", "predictions")
 SOURCE_EXTERNAL = "external"
 #: Splits an import scores (a prediction file may cover test only).
 SPLITS = ("val", "test")
+#: The prior options of ``train`` that ``import`` takes (None: not set).
+PRIOR_OPTIONS = ("alpha", "lambda_eff", "hb_index", "second_channel", "prior_mask")
+#: What a setting left out (and not given by the file's ``args``) is.
+DEFAULTS = {"cell": "pi", "backbone": "efficientnet_b0"}
 
 
 @dataclass(frozen=True)
@@ -61,6 +70,8 @@ class ImportResult:
     sha256: str
     reused: bool = False
     registered: str | None = None
+    #: Settings taken from the checkpoint's ``args`` (``"backbone=resnet18"``, ...).
+    from_file: tuple[str, ...] = ()
 
 
 def file_sha256(path: Path) -> str:
@@ -88,48 +99,98 @@ def import_command(*, kind: str, file: Path, cfg: TrainConfig, data: str | None,
             "-P", f"backbone={cfg.backbone}", "-P", f"seed={cfg.seed}",
             "-P", f"profile={cfg.profile}", "-P", f"label={label}"]
     if kind == "checkpoint":
-        args += ["-P", f"image_size={cfg.image_size}"]
+        lam = "auto" if cfg.prior.lambda_eff is None else cfg.prior.lambda_eff
+        args += ["-P", f"image_size={cfg.image_size}", "-P", f"alpha={cfg.prior.alpha}",
+                 "-P", f"lambda_eff={lam}", "-P", f"hb_index={cfg.prior.hb_index}",
+                 "-P", f"second_channel={cfg.prior.second_channel}",
+                 "-P", f"prior_mask={cfg.prior.mask}"]
     if data:
         args += ["-P", f"data={data}"]
     return shlex.join(args)
 
 
-def import_file(*, kind: str, file: str | Path, cell: str, backbone: str, seed: int,
+def _settings(kind: str, path: Path, ckpt: ExternalCheckpoint | None,
+              given: dict) -> tuple[dict, tuple[str, ...]]:
+    """The import's settings: what the user gave, else the file's ``args``, else defaults.
+
+    Returns the settings and the ``key=value`` strings taken from the file. A cell or
+    backbone the user gave that the file's ``args`` contradict is refused in one line.
+    """
+    given = {k: v for k, v in given.items() if v is not None}
+    if kind != "checkpoint":
+        extra = sorted(k for k in given if k in PRIOR_OPTIONS)
+        if extra:
+            raise ConfigError(f"{', '.join(extra)}: a prediction file carries its "
+                              "probabilities; these options apply to kind=checkpoint only")
+        return {**DEFAULTS, **{k: v for k, v in given.items() if k != "image_size"}}, ()
+    found = file_settings(ckpt, path) if ckpt is not None else {}
+    for key in ("cell", "backbone"):
+        if key in given and key in found and given[key] != found[key]:
+            raise ConfigError(f"{key}={given[key]}: {path.name}'s args say {key} "
+                              f"{found[key]}; leave {key} out or pass {found[key]}")
+    taken = {k: v for k, v in found.items() if k not in given}
+    shown = tuple(f"{k}={'auto' if v is None else v}" for k, v in taken.items())
+    return {**DEFAULTS, **taken, **given}, shown
+
+
+def import_file(*, kind: str, file: str | Path, cell: str | None = None,
+                backbone: str | None = None, seed: int = 42,
                 data: str | None = None, profile: str = "auto", image_size: int | None = None,
                 label: str = "released", experiment: str | None = None,
-                register: bool = True, progress: bool = True) -> ImportResult:
+                register: bool = True, progress: bool = True, alpha: float | None = None,
+                lambda_eff: float | None = None, hb_index: str | None = None,
+                second_channel: str | None = None,
+                prior_mask: str | None = None) -> ImportResult:
     """Import ``file`` as an evaluation run of (cell, backbone, seed); see the module docstring.
+
+    ``cell``, ``backbone``, ``image_size`` and the prior options (``alpha``, ``lambda_eff``,
+    ``hb_index``, ``second_channel``, ``prior_mask``, as ``train`` spells them) left as
+    ``None`` are taken from a published checkpoint's ``args`` where it has them (listed in
+    :attr:`ImportResult.from_file`), else the defaults (cell ``pi``, EfficientNet-B0, the
+    profile's image size, the paper's prior).
 
     Raises
     ------
     ConfigError
-        An unknown kind, a sequence cell, a bad label, a missing file.
+        An unknown kind, a sequence cell, a bad label, a missing file, a cell or backbone
+        that the file's ``args`` contradict, prior options for a prediction file.
     DataError
         A checkpoint whose keys or shapes do not fit the cell's model (one line naming
-        them), a prediction file that is unreadable, lacks or adds frames or classes, or
-        whose probabilities do not sum to 1. Nothing is logged then.
+        them), unknown ``class_names``, ``args`` pipi cannot reproduce, a prediction file that
+        is unreadable, lacks or adds frames or classes, or whose probabilities do not sum
+        to 1. Nothing is logged then.
     """
     if kind not in KINDS:
         raise ConfigError(f"kind={kind!r}: use one of {list(KINDS)}")
-    if get_cell(cell).is_sequence:
-        raise ConfigError(f"cell={cell!r} is a sequence cell; import takes per-frame cells "
-                          f"{list(PER_FRAME_CELLS)} (a sequence model is more than one state "
-                          "dict)")
     label = check_label(label)
     path = Path(file).expanduser()
     if not path.is_file():
         raise ConfigError(f"file={str(file)!r}: no such file")
     path = path.resolve()
+    ckpt = read_checkpoint(path) if kind == "checkpoint" else None
+    prior = {"alpha": alpha, "lambda_eff": lambda_eff, "hb_index": hb_index,
+             "second_channel": second_channel, "prior_mask": prior_mask}
+    settings, from_file = _settings(kind, path, ckpt, {"cell": cell, "backbone": backbone,
+                                                        "image_size": image_size, **prior})
+    cell, backbone = settings.pop("cell"), settings.pop("backbone")
+    if get_cell(cell).is_sequence:
+        raise ConfigError(f"cell={cell!r} is a sequence cell; import takes per-frame cells "
+                          f"{list(PER_FRAME_CELLS)} (a sequence model is more than one state "
+                          "dict)")
+    if from_file:
+        log.info("taken from %s's args: %s", path.name, ", ".join(from_file))
     root = resolve_data(data)
     frames, manifest = load_staged(root)
     profile = resolve_profile(profile, manifest.get("dataset", ""))
     cfg = make_config(cell=cell, backbone=backbone, seed=seed, profile=profile, weights="none",
-                      image_size=image_size)
+                      **settings)
     data_arg = None if data in (None, "", "synthetic") else str(root)
     if kind == "checkpoint":  # everything is checked before a run starts
         model = build_frame_model(cfg)
-        facts = load_external_state(model, read_state_dict(path), arch=backbone, cell=cell,
-                                    source=str(path))
+        facts = load_external_state(model, ckpt.state, arch=backbone, cell=cell,
+                                    source=str(path), class_names=ckpt.class_names)
+        if from_file:
+            facts["from_args"] = ", ".join(from_file)
     else:
         keys, probs = read_prediction_file(path)
         joined = join_predictions(path, keys, probs, frames)
@@ -159,7 +220,7 @@ def import_file(*, kind: str, file: str | Path, cell: str, backbone: str, seed: 
                  found.info.run_id)
         return ImportResult(found.info.run_id, kind, cell, backbone, seed,
                             found.data.metrics.get("test/macro_auc", float("nan")), sha,
-                            reused=True)
+                            reused=True, from_file=from_file)
     images = None
     if kind == "checkpoint":
         images = build_cache(root, frames, size=cfg.image_size, digest=digest,
@@ -193,7 +254,7 @@ def import_file(*, kind: str, file: str | Path, cell: str, backbone: str, seed: 
                                                                "source_label": label})
                 registered = out.get("registered")
             return ImportResult(run.info.run_id, kind, cell, backbone, seed, auc, sha,
-                                registered=registered)
+                                registered=registered, from_file=from_file)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -292,7 +292,9 @@ def test_prediction_file_errors_are_one_line_and_log_nothing(tiny_staged, sqlite
                 "rows have probabilities that do not sum to 1"),
         "unknown": (good.rename(columns={"Polyp": "Tumour"}), "unknown class columns ['Tumour']"),
         "lacking": (good.drop(columns=["Polyp"]), "no probability column for classes ['Polyp']"),
-        "duplicate": (pd.concat([good, good.iloc[[0]]]), "rows name the same frame twice"),
+        "duplicate": (pd.concat([good, good.iloc[[0]].assign(Ulcer=good["Polyp"].iloc[0],
+                                                             Polyp=good["Ulcer"].iloc[0])]),
+                      "1 frames are listed more than once with different probabilities"),
     }
     for name, (df, message) in cases.items():
         path = tmp_path / f"{name}.csv"

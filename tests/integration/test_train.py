@@ -16,7 +16,7 @@ from fakes import FakeTracker
 
 from pipi.cells import PER_FRAME_CELLS
 from pipi.config import make_config
-from pipi.models import ARCHS
+from pipi.models.backbones import PAPER_ARCHS as ARCHS  # ResNet-50: the unit cell matrix
 from pipi.training.frames import (
     PROB_COLUMNS,
     TrainingDiverged,

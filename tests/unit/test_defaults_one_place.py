@@ -20,10 +20,16 @@ def test_alpha_default_is_the_prior_modules_everywhere():
     spec = yaml.safe_load((ROOT / "MLproject").read_text())["entry_points"]
     declared = {name: ep["parameters"]["alpha"]["default"] for name, ep in spec.items()
                 if "alpha" in ep.get("parameters", {})}
+    # import: auto = a published checkpoint's args.physics_alpha, else make_config's default
+    auto = {name for name, v in declared.items() if v == "auto"}
+    assert auto <= {"import"}, auto
+    declared = {k: v for k, v in declared.items() if k not in auto}
     assert declared and set(declared.values()) == {DEFAULT_ALPHA}, declared
     for name in declared:
         opt = next(p for p in ENTRY_POINTS[name].params if p.name == "alpha")
         assert float(opt.default) == DEFAULT_ALPHA, (name, opt.default)
+    opt = next(p for p in ENTRY_POINTS["import"].params if p.name == "alpha")
+    assert opt.type.convert(opt.default, None, None) is None  # not set: make_config decides
     assert PriorConfig().alpha == DEFAULT_ALPHA == make_config(cell="pi").prior.alpha
 
 

@@ -43,6 +43,46 @@ def test_a_frame_staged_under_two_labels_takes_its_one_prediction_row(tmp_path):
     np.testing.assert_array_equal(joined.probs[:3], probs[[0, 0, 1]])
 
 
+def _per_label_csv(out, names, probs, **extra):
+    """A prediction file as pipi's own test predictions list frames: one row per (frame,
+    label), exported to CSV with a filename column and the class names as columns."""
+    df = pd.DataFrame(probs, columns=list(CLASSES)).assign(filename=names, **extra)
+    df.to_csv(out, index=False, float_format="%.9f")
+    return out
+
+
+def test_a_multilabel_frame_listed_once_per_label_is_one_frame(tmp_path):
+    from pipi.data.prediction_file import join_predictions, read_prediction_file
+
+    frames = _staged_like([
+        ("test/Erosion/v1_7.jpg", "v1_7.jpg", "v1", 7, "test"),
+        ("test/Pylorus/v1_7.jpg", "v1_7.jpg", "v1", 7, "test"),   # the same image, 2 labels
+        ("test/Ulcer/v2_3.jpg", "v2_3.jpg", "v2", 3, "test"),
+    ])
+    rng = np.random.default_rng(0)
+    p = rng.dirichlet(np.ones(14), size=2)
+    same = p[[0, 0, 1]]
+    same[1] += 4e-7 * (np.arange(14) % 2 - 0.5)                   # agrees to 1e-6
+    path = _per_label_csv(tmp_path / "rows.csv", ["v1_7.jpg", "v1_7.jpg", "v2_3.jpg"], same,
+                          label=[4, 11, 13])
+    joined = join_predictions(path, *read_prediction_file(path), frames)
+    assert joined.key == "filename" and list(joined.split) == ["test"] * 3
+    np.testing.assert_allclose(joined.probs, p[[0, 0, 1]], atol=1e-6)
+    # the rows disagree: refused, naming the frame
+    other = same.copy()
+    other[1] = np.roll(other[1], 1)
+    bad = _per_label_csv(tmp_path / "bad.csv", ["v1_7.jpg", "v1_7.jpg", "v2_3.jpg"], other)
+    with pytest.raises(DataError, match=r"1 frames are listed more than once with different "
+                                        r"probabilities \(e.g. v1_7.jpg; largest difference"):
+        join_predictions(bad, *read_prediction_file(bad), frames)
+    # where the file gives the staged path, rows join by it: each label row its own values
+    by_path = _per_label_csv(tmp_path / "paths.csv", ["v1_7.jpg", "v1_7.jpg", "v2_3.jpg"],
+                             other, path=frames["path"].tolist())
+    joined = join_predictions(by_path, *read_prediction_file(by_path), frames)
+    assert joined.key == "path"
+    np.testing.assert_allclose(joined.probs, other, atol=1e-8)
+
+
 def test_names_shared_by_several_videos_must_be_told_apart(tmp_path):
     from pipi.data.prediction_file import join_predictions, read_prediction_file
 
@@ -54,8 +94,8 @@ def test_names_shared_by_several_videos_must_be_told_apart(tmp_path):
     by_name = tmp_path / "names.csv"
     pd.DataFrame(probs, columns=list(CLASSES)).assign(filename=["frame_000001.png"] * 2) \
         .to_csv(by_name, index=False)
-    with pytest.raises(DataError, match="same frame twice"):
-        read_prediction_file(by_name)
+    with pytest.raises(DataError, match="frame names are not unique in the staged release"):
+        join_predictions(by_name, *read_prediction_file(by_name), frames)
     one = tmp_path / "one.csv"
     pd.DataFrame(probs[:1], columns=list(CLASSES)).assign(filename=["frame_000001.png"]) \
         .to_csv(one, index=False)

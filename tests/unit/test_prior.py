@@ -62,7 +62,7 @@ def ref_prior(x, alpha=4.0, lambda_eff=None, clip=(0.01, 0.99), hb="paper", seco
         if hb == "paper":
             index = red / torch.clamp(red + green + blue, min=1e-6)
         else:
-            index = red / torch.clamp(green + blue, min=1e-6)
+            index = red / (green + blue + 1e-6)  # the published code's guard
         lo = torch.quantile(index.flatten(), clip[0], interpolation="linear")
         hi = torch.quantile(index.flatten(), clip[1], interpolation="linear")
         if hi - lo > 1e-6:
@@ -73,7 +73,7 @@ def ref_prior(x, alpha=4.0, lambda_eff=None, clip=(0.01, 0.99), hb="paper", seco
         if second == "phi":
             out[i, 1] = phi
         else:
-            out[i, 1] = torch.log(green.clamp(min=1e-6) / blue.clamp(min=1e-6)) * phi
+            out[i, 1] = torch.log((green + 1e-6) / (blue + 1e-6)) * phi  # published guard
     return out
 
 
@@ -198,11 +198,12 @@ def test_tiny_image_code_variants():
     p = prior_channels(x, clip=(0.0, 1.0), hb_index="code", second_channel="log_gb_phi")
     # H = R / (G + B) = 1.5, 0.25, 3/7, 1.0; min 0.25, max 1.5
     hn = [(v - 0.25) / 1.25 for v in (1.5, 0.25, 3 / 7, 1.0)]
+    # (the published code's EPS = 1e-6 added to the denominators moves them by < 1e-5)
     assert p[0].flatten().tolist() == pytest.approx(
-        [sigmoid(4 * (v - 0.5)) * corner(2) for v in hn], abs=1e-12
+        [sigmoid(4 * (v - 0.5)) * corner(2) for v in hn], abs=1e-5
     )
     gb = [math.log(0.2 / 0.2), math.log(0.2 / 0.6), math.log(0.3 / 0.4), math.log(1.0)]
-    assert p[1].flatten().tolist() == pytest.approx([v * corner(2) for v in gb], abs=1e-12)
+    assert p[1].flatten().tolist() == pytest.approx([v * corner(2) for v in gb], abs=1e-5)
 
 
 def test_flat_image_is_neutral():
@@ -575,3 +576,35 @@ def test_fov_mask_ignores_zero_filled_corners():
     assert not torch.allclose(every, fov)
     with pytest.raises(ConfigError, match="prior_mask"):
         PriorConfig(mask="bogus")
+
+
+def test_code_v2_hand_values():
+    """hb_index=code_v2: sigmoid(max(alpha, 6) * ((R - G) / (R + G) - 0.30)) * Phi, no
+    per-image normalisation (clip and mask do not enter); alpha below 6 is raised to 6."""
+    x = _two_by_two()
+    r, g = x[0], x[1]
+    h = ((r - g) / (r + g)).flatten().tolist()
+    for alpha, used in ((4.0, 6.0), (9.0, 9.0)):
+        p = prior_channels(x, alpha=alpha, hb_index="code_v2", second_channel="log_gb_phi")
+        assert p[0].flatten().tolist() == pytest.approx(
+            [sigmoid(used * (v - 0.30)) * corner(2) for v in h], abs=1e-5)
+        q = prior_channels(x, alpha=alpha, hb_index="code_v2", second_channel="log_gb_phi",
+                           clip=(0.2, 0.8), mask="fov")
+        assert torch.equal(p, q)
+
+
+def test_code_v2_matches_the_published_definition():
+    """The published v2 form, written here: (R-G)/(R+G+eps), pivot 0.30, alpha floored at 6,
+    Phi in the input dtype; the AFI channel log((G+eps)/(B+eps)) * Phi."""
+    x = rand_images(3, 40, 36, seed=11)
+    eps = 1e-6
+    hh, ww = x.shape[-2:]
+    ys = torch.arange(hh, dtype=torch.float32).view(-1, 1) - (hh - 1) / 2
+    xs = torch.arange(ww, dtype=torch.float32).view(1, -1) - (ww - 1) / 2
+    phi = torch.exp(-torch.sqrt(ys ** 2 + xs ** 2) / (0.25 * (hh ** 2 + ww ** 2) ** 0.5))
+    idx = (x[:, 0] - x[:, 1]) / (x[:, 0] + x[:, 1] + eps)
+    want0 = torch.sigmoid(6.0 * (idx - 0.30)) * phi
+    want1 = torch.log((x[:, 1] + eps) / (x[:, 2] + eps)) * phi
+    got = prior_channels(x, alpha=4.0, hb_index="code_v2", second_channel="log_gb_phi")
+    torch.testing.assert_close(got[:, 0], want0, atol=1e-5, rtol=0)
+    torch.testing.assert_close(got[:, 1], want1, atol=1e-5, rtol=0)

@@ -32,7 +32,8 @@ from pipi.models import (
 )
 
 # First conv of each torchvision model: (out_channels, kernel size), from the architectures.
-FIRST_CONV = {"efficientnet_b0": (32, 3), "resnet18": (64, 7), "convnext_tiny": (96, 4)}
+FIRST_CONV = {"efficientnet_b0": (32, 3), "resnet18": (64, 7), "convnext_tiny": (96, 4),
+              "resnet50": (64, 7)}
 
 
 def assert_close_scaled(actual, expected, *, rel=1e-5):
@@ -171,7 +172,8 @@ def test_state_dict_file_loading(arch, tmp_path):
 
     # 3-channel file into a 5-channel backbone: loaded, then widened
     wide = build_backbone(arch, weights=full, in_channels=5, prior_init="zeros")
-    conv_key = {"resnet18": "conv1.weight"}.get(arch, "features.0.0.weight")
+    conv_key = {"resnet18": "conv1.weight", "resnet50": "conv1.weight"}.get(
+        arch, "features.0.0.weight")
     assert torch.equal(wide.first_conv.weight[:, :3], tv_sd[conv_key])
     assert torch.count_nonzero(wide.first_conv.weight[:, 3:]) == 0
 

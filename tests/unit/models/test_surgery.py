@@ -26,10 +26,13 @@ from pipi.models.surgery import (
 NUM_CLASSES = 14
 STEM = {"efficientnet_b0": ("backbone.body.features.0.",),
         "resnet18": ("backbone.body.conv1.", "backbone.body.bn1."),
-        "convnext_tiny": ("backbone.body.features.0.",)}
+        "convnext_tiny": ("backbone.body.features.0.",),
+        "resnet50": ("backbone.body.conv1.", "backbone.body.bn1.")}
 # (kind, layers, tensors) the norm transplant moves; EfficientNet-B0's 49 / 245 are the paper's.
 NORMS = {"efficientnet_b0": ("batchnorm", 49, 245), "resnet18": ("batchnorm", 20, 100),
-         "convnext_tiny": ("layernorm", 23, 46)}
+         "convnext_tiny": ("layernorm", 23, 46),
+         # ResNet-50: bn1, 16 bottlenecks x 3, 4 downsample BNs
+         "resnet50": ("batchnorm", 1 + 16 * 3 + 4, 5 * (1 + 16 * 3 + 4))}
 
 
 def _randomize(model: nn.Module, seed: int) -> nn.Module:
@@ -76,7 +79,8 @@ def test_first_conv_and_channel_norms(arch):
         assert isinstance(conv, nn.Conv2d) and conv.in_channels == cin
         assert dict(model.named_modules())[first_conv_path(model)] is conv
         assert first_conv(model.backbone) is conv  # a bare Backbone works too
-    assert first_conv_path(rgb) == {"resnet18": "backbone.body.conv1"}.get(
+    assert first_conv_path(rgb) == {"resnet18": "backbone.body.conv1",
+                                    "resnet50": "backbone.body.conv1"}.get(
         arch, "backbone.body.features.0.0")
     norms = channel_norms(pi)
     assert list(norms) == ["R", "G", "B", "P_blood", "Phi"]
