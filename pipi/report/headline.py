@@ -200,7 +200,8 @@ def paired_tests_tables(an: Analysis) -> tuple[Table, Table]:
             "sign-flip p (BH)": f"{fmt_p(c.sign_flip_p)} ({fmt_p(c.adjusted.get('sign_flip_bh'))})",
             ci_header(an, "percentile"): ci_text(bt, an, kind="percentile"),
             ci_header(an): ci_text(bt, an),
-            seed_ci_header(an): seed_ci_text(c)})
+            seed_ci_header(an): seed_ci_text(c),
+            seed_ci_header(an, "percentile"): seed_ci_text(c, kind="percentile")})
         ids.append(c.run_ids())
         for i, s in enumerate(c.seeds):
             drows.append({"reference": c.reference, "new": c.new, "seed": s,

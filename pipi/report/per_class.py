@@ -115,6 +115,8 @@ def per_class_table(an: Analysis, pair: tuple[str, str]) -> Table:
         ci_header(an): [ci_text(bt, an) for bt in cis],
         seed_ci_header(an): [seed_bca_text(sb) if sb else "n/a (< 2 seeds)"
                              for sb in seed_cis],
+        seed_ci_header(an, "percentile"): [seed_bca_text(sb, kind="percentile") if sb
+                                           else "n/a (< 2 seeds)" for sb in seed_cis],
         "test videos": data["test_videos"]})
     ids = tuple(comp.run_ids() for _ in range(len(data)))
     notes = [(f"cell ({ref}) vs cell ({new}) over seeds {seeds_text(comp.seeds)}; AUC mean ± sd "

@@ -72,6 +72,54 @@ def test_per_class_seed_bca_column_equals_scipy_class_by_class(six):
         assert abs(row["seed_ci_bca_high"] - ref.confidence_interval.high) < 1e-9
 
 
+def _scipy_pct(deltas, opts):
+    return stats.bootstrap((deltas,), np.mean, n_resamples=opts.n_resamples,
+                           confidence_level=opts.confidence_level, method="percentile",
+                           rng=np.random.default_rng(opts.seed)).confidence_interval
+
+
+@pytest.mark.parametrize("key", ["per_frame", "paired_tests", "cross_backbone"])
+def test_seed_percentile_column_beside_the_seed_bca_equals_scipy(six, key):
+    """Issue 28: the seed-level percentile interval (the paper's "[-0.005, +0.032]") is
+    scipy.stats.bootstrap(method="percentile") over the per-seed deltas, same resamples."""
+    ev, opts, rep = six
+    t = rep.table(key)
+    cols = list(t.display.columns)
+    assert cols.index("95% percentile CI (seeds)") == cols.index("95% BCa CI (seeds)") + 1
+    data = t.data
+    col = {"per_frame": "cell", "cross_backbone": "backbone"}.get(key)
+    i = 0 if col is None else list(data[col]).index("pi" if key == "per_frame" else B0)
+    row = data.iloc[i]
+    new = "pi" if key != "paired_tests" else row["new"]
+    ref = "a" if key != "paired_tests" else row["reference"]
+    deltas = ev.arm(B0, new).macro - ev.arm(B0, ref).macro
+    want = _scipy_pct(deltas, opts)
+    assert abs(row["seed_ci_percentile_low"] - want.low) < 1e-12
+    assert abs(row["seed_ci_percentile_high"] - want.high) < 1e-12
+    assert row["seed_ci_percentile_low"] != row["seed_ci_bca_low"]
+    assert t.display.iloc[i]["95% percentile CI (seeds)"] == f"[{want.low:+.3f}, {want.high:+.3f}]"
+    assert any("percentile CI (seeds)" in n for n in t.notes)
+
+
+def test_per_class_seed_percentile_column_equals_scipy(six):
+    from sklearn.metrics import roc_auc_score
+
+    from pipi.classes import CLASSES
+
+    ev, opts, rep = six
+    t = rep.table("per_class_per_frame")
+    assert "95% percentile CI (seeds)" in t.display.columns
+    a, pi = ev.arm(B0, "a"), ev.arm(B0, "pi")
+    for _, row in t.data.iterrows():
+        k = CLASSES.index(row["class"])
+        deltas = np.array([roc_auc_score(ev.labels == k, pi.probs[i][:, k].astype(float))
+                           - roc_auc_score(ev.labels == k, a.probs[i][:, k].astype(float))
+                           for i in range(len(SEEDS))])
+        want = _scipy_pct(deltas, opts)
+        assert abs(row["seed_ci_percentile_low"] - want.low) < 1e-9, row["class"]
+        assert abs(row["seed_ci_percentile_high"] - want.high) < 1e-9, row["class"]
+
+
 # --------------------------------------------------------------------------- 4: figures, per class
 
 
