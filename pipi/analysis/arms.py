@@ -29,6 +29,14 @@ PR_FOCAL_CLASSES = ("Lymphangiectasia", "Blood - fresh", "Angiectasia", "Erosion
 FIGURE_PAIR = ("a", "pi")
 #: Training-time channel ablation: arms compared with the full +PI cell.
 CHANNEL_TRAIN_ARMS = ("a", "pblood_only", "phi_only")
+#: The training-time channel ablation's BH family beyond the comparisons with +PI: the
+#: single-channel arms against RGB. With them the family is the paper's "five paired tests in
+#: the table" (full - RGB, P_blood-only - RGB, Phi-only - RGB, full - P_blood-only,
+#: full - Phi-only); the authors' channel_ablation_summary lists the same five.
+CHANNEL_TRAIN_VS_RGB = (("a", "pblood_only"), ("a", "phi_only"))
+#: BH families of the training-time channel ablation (``aggregate -P channel_family=``):
+#: "paper" = the five paired tests, "vs_pi" = only the three comparisons with full +PI.
+CHANNEL_FAMILIES = ("paper", "vs_pi")
 #: Inference-time channel ablation variants of ``pi`` (``ablate -P study=channel_infer``).
 CHANNEL_INFER_ARMS = ("pi@zero_phi", "pi@zero_pblood", "pi@zero_both")
 #: PI-TTA probes of ``ablate -P study=pi_tta`` (evaluations of the ``a`` runs): the paper's

@@ -141,9 +141,70 @@ def test_channel_ablation_for_every_backbone_with_runs(paper):
     keys = [t.key for t in rep.tables]
     assert {"channel_train", "channel_infer", f"channel_train_{CNX}"} <= set(keys)
     assert f"channel_infer_{CNX}" not in keys  # no pi@zero_* runs of ConvNeXt-Tiny
-    t = rep.table(f"channel_train_{CNX}").data.set_index("arm")
+    t = rep.table(f"channel_train_{CNX}").data
+    t = t[t["reference"] == "pi"].set_index("arm")
     a, pb = ev.arm(CNX, "pi"), ev.arm(CNX, "pblood_only")
     assert t.loc["pblood_only", "delta"] == pytest.approx(np.mean(pb.macro - a.macro), abs=1e-12)
+
+
+#: The paper's five paired tests of the training-time channel ablation, as (reference, new).
+FIVE = [("pi", "a"), ("pi", "pblood_only"), ("pi", "phi_only"), ("a", "pblood_only"),
+        ("a", "phi_only")]
+
+
+def _bh_by_hand(ps):
+    """Benjamini-Hochberg step-up adjusted p-values, written out (no library)."""
+    ps = np.asarray(ps, float)
+    m = len(ps)
+    order = np.argsort(ps)
+    adj = np.empty(m)
+    running = 1.0
+    for rank in range(m, 0, -1):
+        i = order[rank - 1]
+        running = min(running, ps[i] * m / rank)
+        adj[i] = running
+    return adj
+
+
+def test_channel_train_bh_family_is_the_papers_five_paired_tests(paper):
+    """Issue 28: BH over the five paired tests of tab:channel-ablation-train (full - RGB,
+    P_blood-only - RGB, Phi-only - RGB, full - P_blood-only, full - Phi-only), each Wilcoxon p
+    from scipy on the per-seed macro-AUCs, adjusted by hand and by scipy; printed under the
+    table."""
+    ev, rep = paper
+    t = rep.table("channel_train")
+    got = t.data[t.data["reference"] != ""].set_index(["reference", "arm"])
+    assert sorted(got.index) == sorted(FIVE)
+    macro = {c: ev.arm(B0, c).macro for c in ("a", "pi", "pblood_only", "phi_only")}
+    raw = [stats.wilcoxon(macro[n] - macro[r]).pvalue for r, n in FIVE]
+    want = _bh_by_hand(raw)
+    np.testing.assert_allclose(want, stats.false_discovery_control(raw, method="bh"),
+                               atol=1e-12)
+    for (r, n), p, bh in zip(FIVE, raw, want, strict=True):
+        assert got.loc[(r, n), "wilcoxon_p"] == pytest.approx(p, abs=1e-12)
+        assert got.loc[(r, n), "wilcoxon_p_bh"] == pytest.approx(bh, abs=1e-12)
+    fam = [x for x in t.notes if x.startswith("BH family (5 paired tests")]
+    assert len(fam) == 1 and "P_blood-only (Phi zeroed) - (a) RGB-only" in fam[0]
+
+
+def test_the_papers_bh_of_a_six_of_six_wilcoxon_over_five_tests():
+    """The paper's p_BH = 0.156 for P_blood-only vs full (Wilcoxon 0.031, 6/6 seeds): the
+    smallest of five p-values, times 5; the same rule as the table's."""
+    from pipi.stats import adjust_pvalues
+
+    p66 = stats.wilcoxon([0.012, 0.049, 0.004, 0.012, 0.002, 0.006]).pvalue
+    assert p66 == pytest.approx(0.03125)
+    ps = [p66, 0.44, 1.0, 0.69, 0.84]
+    assert adjust_pvalues(np.array(ps), method="bh")[0] == pytest.approx(0.15625)
+
+
+def test_channel_family_vs_pi_keeps_the_three_comparisons_with_full_pi(paper):
+    ev, _ = paper
+    rep = build_report(ev, analysis.AggregateOptions(n_resamples=50, figures=False,
+                                                     channel_family="vs_pi"))
+    t = rep.table("channel_train")
+    assert sorted(t.data.loc[t.data["reference"] != "", "reference"]) == ["pi"] * 3
+    assert any(x.startswith("BH family (3 paired tests") for x in t.notes)
 
 
 def _ece_brute(y, p, bins=15):
