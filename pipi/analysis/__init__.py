@@ -16,6 +16,7 @@ from pipi.analysis.arms import (
     CHANNEL_INFER_ARMS,
     CHANNEL_TRAIN_ARMS,
     CHANNEL_TRAIN_VS_RGB,
+    CLASS_STOUFFER_LABEL,
     FIGURE_PAIR,
     FOCAL_CLASSES,
     HEADLINE_BACKBONE,
@@ -57,7 +58,7 @@ from pipi.analysis.tidy import aggregate_over_seeds, tidy_metrics
 __all__ = [
     "ABLATION_CELLS", "ADJUSTED_TESTS", "BACKBONES", "BREAKDOWN_PAIRS", "CELL_LABELS",
     "CHANNEL_FAMILIES", "CHANNEL_INFER_ARMS", "CHANNEL_TRAIN_ARMS", "CHANNEL_TRAIN_VS_RGB",
-    "FIGURE_PAIR", "FOCAL_CLASSES",
+    "CLASS_STOUFFER_LABEL", "FIGURE_PAIR", "FOCAL_CLASSES",
     "HEADLINE_BACKBONE", "OTHER_STUDIES", "PAIRED_TESTS", "PER_CLASS_TABLES", "PER_FRAME_CELLS",
     "PI_TTA_ARMS", "PI_TTA_PAPER", "PR_FOCAL_CLASSES", "STOUFFER_LABEL", "AggregateOptions", "Analysis", "Arm",
     "Comparison", "Evidence", "adjust_comparisons", "aggregate_over_seeds", "build_evidence",

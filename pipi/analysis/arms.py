@@ -79,6 +79,10 @@ CELL_LABELS: dict[str, str] = {
 }
 
 STOUFFER_LABEL = "Stouffer (assumes independent seeds)"
+#: The published code's macro z (compute_paired_tests.py): per-class DeLong z, Stouffer over
+#: seeds, then over classes (no covariance between classes).
+CLASS_STOUFFER_LABEL = ("macro z, published code's form (per-class z, Stouffer over seeds, "
+                        "then classes)")
 
 
 def imported_arm(cell: str) -> tuple[str, str]:

@@ -307,3 +307,26 @@ def test_strip_and_serve_never_computes_the_prior(monkeypatch):
 
 
 # --------------------------------------------------------------------------- the HTML report
+
+
+def test_paired_tests_macro_z_in_the_published_codes_form_beside_pipis(six):
+    """Issue 28: the paired-test table's macro z in the authors' form (per-class DeLong z from
+    the pairwise kernel, Stouffer over seeds, then over classes), beside pipi's covariance
+    form, each labelled."""
+    from brute import kernel_delong_z
+
+    from pipi.analysis import CLASS_STOUFFER_LABEL, STOUFFER_LABEL
+
+    ev, _, rep = six
+    t = rep.table("paired_tests")
+    assert {CLASS_STOUFFER_LABEL, f"{STOUFFER_LABEL} z"} <= set(t.display.columns)
+    row = t.data.iloc[0]
+    ra, na = ev.arm(B0, row["reference"]), ev.arm(B0, row["new"])
+    z = np.array([[kernel_delong_z(ev.labels == k, ra.probs[i][:, k].astype(float),
+                                   na.probs[i][:, k].astype(float)) for k in ev.classes]
+                  for i in range(len(SEEDS))])
+    want = (z.sum(0) / np.sqrt(len(SEEDS))).sum() / np.sqrt(len(ev.classes))
+    assert row["class_stouffer_z"] == pytest.approx(want, rel=1e-7)
+    assert row["class_stouffer_p"] == pytest.approx(2 * stats.norm.sf(abs(want)), rel=1e-6)
+    assert row["class_stouffer_z"] != pytest.approx(row["stouffer_z"], rel=1e-3)
+    assert any(n.startswith("Macro z, two forms") for n in t.notes)
