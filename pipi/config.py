@@ -25,6 +25,9 @@ from pipi.runtime import check_runtime
 #: The paper's six seeds (46 dropped in the paper; see paper.tex "Dataset and split").
 PAPER_SEEDS = (41, 42, 43, 44, 45, 47)
 SELECT_METRICS = ("macro_auc", "macro_f1")
+#: The distill cell's target: the prior of the frame before colour jitter, moved with the
+#: flip/rotation (the paper's P_blood(x)), or of the augmented input (the published code).
+DISTILL_TARGETS = ("frame", "augmented")
 #: Prior fields exposed flat (run params, MLproject parameters) -> PriorConfig field.
 PRIOR_PARAMS = {"alpha": "alpha", "lambda_eff": "lambda_eff", "hb_index": "hb_index",
                 "second_channel": "second_channel", "prior_mask": "mask"}
@@ -54,6 +57,9 @@ class TrainConfig:
     prior: PriorConfig = field(default_factory=PriorConfig)
     prior_init: str = "kaiming"      # extra first-conv channels: kaiming (paper) | zeros (code)
     distill_lambda: float = 1.0      # weight of the auxiliary BCE (distill cell)
+    distill_target: str = "frame"    # the distill cell's P_blood target: frame (the paper:
+                                     # the frame's own colours, moved with flip/rotation) |
+                                     # augmented (the published code: after colour jitter)
     select_metric: str = "macro_auc"  # checkpoint selection + early stopping on val: macro_auc
                                       # (paper) | macro_f1 (the published code)
     # temporal / C3 (sequence cells)
@@ -94,6 +100,9 @@ class TrainConfig:
                     and (value > 0 if name == "lr" else value >= 0)):
                 raise ConfigError(f"{name}={value!r}: must be a finite number "
                                   f"{'> 0' if name == 'lr' else '>= 0'}")
+        if self.distill_target not in DISTILL_TARGETS:
+            raise ConfigError(f"distill_target={self.distill_target!r}; use one of "
+                              f"{list(DISTILL_TARGETS)}")
         if self.prior_init not in ("kaiming", "zeros"):
             raise ConfigError(f"prior_init={self.prior_init!r}; use kaiming (paper) or zeros")
         if not isinstance(self.prior, PriorConfig):
@@ -225,7 +234,7 @@ def run_params(cfg: TrainConfig) -> dict:
 #: Options of ``mlflow run . -e train`` beyond cell/seed/backbone/profile/weights/data.
 TRAIN_OVERRIDES = ("epochs", "image_size", "lr", "batch_size", "patience", "alpha",
                    "lambda_eff", "hb_index", "second_channel", "prior_mask", "prior_init",
-                   "distill_lambda", "select_metric", "device", "precision", "channels_last",
+                   "distill_lambda", "distill_target", "select_metric", "device", "precision", "channels_last",
                    "compile", "deterministic", "graph", "data_path")
 
 

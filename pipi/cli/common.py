@@ -10,7 +10,12 @@ import click
 
 from pipi import tracking
 from pipi.cells import CELLS
-from pipi.config import PROFILE_CHOICES, SELECT_METRICS, TRAIN_OVERRIDES
+from pipi.config import (
+    DISTILL_TARGETS,
+    PROFILE_CHOICES,
+    SELECT_METRICS,
+    TRAIN_OVERRIDES,
+)
 from pipi.errors import PipiError
 from pipi.models.backbones import ARCHS, PRIOR_INITS
 from pipi.models.timm_backbones import FOUNDATION
@@ -166,6 +171,10 @@ train_override_options = [
                  help="Init of the extra first-conv channels: kaiming (paper) or zeros (code)."),
     click.option("--distill-lambda", type=Auto(float, minimum=0), default="1.0",
                  show_default=True, help="Weight of the distill cell's auxiliary loss."),
+    click.option("--distill-target", type=choice(DISTILL_TARGETS), default="frame",
+                 show_default=True, help="The distill cell's P_blood target: frame (paper: the "
+                 "prior of the frame before colour jitter, moved with its flip/rotation) or "
+                 "augmented (the published code: the prior of the augmented input)."),
     click.option("--select-metric", type=choice(SELECT_METRICS), default="macro_auc",
                  show_default=True, help="Validation metric that selects the checkpoint and "
                  "stops early: macro_auc (paper) or macro_f1 (the published code)."),

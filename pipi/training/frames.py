@@ -27,7 +27,14 @@ from tqdm.auto import tqdm
 
 from pipi.classes import CLASSES, NUM_CLASSES
 from pipi.config import TrainConfig
-from pipi.data.cache import AugmentConfig, augment, batches, build_cache, normalize
+from pipi.data.cache import (
+    AugmentConfig,
+    augment,
+    augment_draws,
+    batches,
+    build_cache,
+    normalize,
+)
 from pipi.data.kvasir import load_staged
 from pipi.errors import PipiError
 from pipi.models import DistillClassifier, FrameClassifier, build_backbone, distill_loss
@@ -133,6 +140,15 @@ class FrameInputs:
         compute_prior = cell.distill or (cell.input_channels == 5 and not strip_prior)
         aug = AugmentConfig(cfg.hflip, cfg.rotation_deg, *cfg.jitter)
         valid = None
+        target_src = None
+        if train and cell.distill and cfg.distill_target == "frame":
+            # The distill target is the prior of the frame itself (paper: P_blood(x)): the
+            # same flip/rotation as the input (so target and input stay aligned), no colour
+            # jitter. One draw serves both passes, the same numbers augment would draw.
+            if draws is None:
+                draws = augment_draws(gen, x01.shape[0]).to(x01.device)
+            geometry = AugmentConfig(cfg.hflip, cfg.rotation_deg, 0.0, 0.0, 0.0)
+            target_src = augment(x01, geometry, None, scale=scale, draws=draws)
         if train and not need_prior:
             # RGB-only: augmentation and normalisation in one fused pass
             return augment(x01, aug, gen, scale=scale, normalized=True, draws=draws,
@@ -146,9 +162,10 @@ class FrameInputs:
             x01 = x01 / scale
         prior = None
         if compute_prior:
-            # The prior is computed after augmentation, on the un-normalised image (paper).
-            prior = prior_channels(x01, **asdict(cfg.prior), valid=valid,
-                                   check=self.check)
+            # The prior is computed after augmentation, on the un-normalised image (paper);
+            # the distill target (distill_target=frame) before the colour jitter.
+            prior = prior_channels(x01 if target_src is None else target_src,
+                                   **asdict(cfg.prior), valid=valid, check=self.check)
         x = normalize(x01, self.stats)
         if cell.input_channels == 5:
             p = (x01.new_zeros((x01.shape[0], 2, *x01.shape[2:])) if strip_prior

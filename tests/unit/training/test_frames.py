@@ -91,3 +91,43 @@ def test_checkpoint_selection_metric():
                          val_frames=val, classes=[0, 1], tracker=FakeTracker())
         best[metric] = out["best"]["epoch"]
     assert best == {"macro_auc": 0, "macro_f1": 1}
+
+
+@pytest.mark.parametrize("rotation", [0.0, 10.0])
+def test_distill_target_is_the_prior_of_the_frame_not_of_the_jittered_input(rotation):
+    """Issue 28: the distill cell's target is P_blood(x) of the frame itself (paper), moved with
+    the input's flip/rotation but not its colour jitter; distill_target=augmented is the
+    published code's prior of the augmented input. Both draw the same random numbers and feed
+    the model the same input."""
+    from dataclasses import asdict, replace
+
+    from pipi.data.cache import AugmentConfig, augment
+    from pipi.prior import prior_channels
+
+    x = torch.rand(4, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    cfg = make_config(cell="distill", profile="smoke", hflip=1.0, rotation_deg=rotation)
+    assert cfg.distill_target == "frame"
+    g1, g2 = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
+    x_frame, target = FrameInputs(cfg)(x, train=True, gen=g1)
+    aug_cfg = replace(cfg, distill_target="augmented")
+    x_aug, target_aug = FrameInputs(aug_cfg)(x, train=True, gen=g2)
+    assert torch.equal(x_frame, x_aug) and torch.equal(g1.get_state(), g2.get_state())
+    if rotation == 0.0:   # the frame's own prior, mirrored like the input (Phi is radial)
+        want = prior_channels(x, **asdict(cfg.prior))[:, :1].flip(-1)
+    else:                 # the same flip/rotation of the frame, without colour jitter
+        geo = augment(x, AugmentConfig(1.0, rotation, 0.0, 0.0, 0.0),
+                      torch.Generator().manual_seed(7))
+        want = prior_channels(geo, **asdict(cfg.prior))[:, :1]
+    torch.testing.assert_close(target, want, atol=1e-5, rtol=0)
+    jittered = augment(x, AugmentConfig(1.0, rotation, *cfg.jitter),
+                       torch.Generator().manual_seed(7))
+    torch.testing.assert_close(target_aug, prior_channels(jittered, **asdict(cfg.prior))[:, :1],
+                               atol=1e-5, rtol=0)
+    assert (target - target_aug).abs().max() > 1e-3   # colour jitter moves the prior
+
+
+def test_distill_target_is_validated():
+    from pipi.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="distill_target='jitter'"):
+        make_config(cell="distill", distill_target="jitter")
