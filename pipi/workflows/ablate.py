@@ -46,7 +46,6 @@ from pipi.probes.tta import (
     variants_for,
 )
 from pipi.runs.data import resolve_data
-from pipi.runs.prior_params import check_prior_params, resolve_prior
 from pipi.runs.evaluate import (
     CHANNEL_VARIANTS,
     EvalContext,
@@ -55,6 +54,7 @@ from pipi.runs.evaluate import (
     evaluate_run,
     find_evaluation,
 )
+from pipi.runs.prior_params import check_prior_params, resolve_prior
 from pipi.sweeps.local import run_local
 from pipi.sweeps.plan import (
     EXECUTORS,

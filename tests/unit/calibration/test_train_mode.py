@@ -197,7 +197,7 @@ def test_mode_train_fits_alpha_with_lambda_eff_fixed_by_default(monkeypatch):
 
 
 def test_search_alpha_and_lambda_eff_fits_both(monkeypatch):
-    st, cfgs, base, _ = _run_train_trials(monkeypatch, ("alpha", "lambda_eff"), 16)
+    st, cfgs, _, _ = _run_train_trials(monkeypatch, ("alpha", "lambda_eff"), 16)
     assert all(set(t.params) == {"alpha", "lambda_eff_fraction"} for t in st.trials)
     alphas, fracs = np.geomspace(1.0, 12.0, 4), np.linspace(0.1, 1.0, 4)
     scores = [(_target_fn(a, f), a, f) for a in alphas for f in fracs]

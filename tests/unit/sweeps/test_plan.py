@@ -69,8 +69,8 @@ def test_a_calibrated_prior_reaches_the_children_that_use_one():
     from pipi.calibration.objective import PriorParams
 
     st = ablate.get_study("per_frame")
-    kw = dict(seeds=(41,), backbones=("resnet18",), profile="smoke", weights="none",
-              digest="d" * 64)
+    kw = {"seeds": (41,), "backbones": ("resnet18",), "profile": "smoke", "weights": "none",
+          "digest": "d" * 64}
     plain = {k.cfg.cell: k for k in plan(st, **kw)}
     tuned = {k.cfg.cell: k for k in plan(st, prior=PriorParams(6.5, 0.4), **kw)}
     assert set(tuned) == {"a", "pi", "distill"}
