@@ -231,7 +231,7 @@ def paired_tests_tables(an: Analysis) -> tuple[Table, Table]:
          "published code's (compute_paired_tests.py, the form behind the paper's z): per class, "
          "Stouffer over seeds of the per-class DeLong z, then Stouffer over the classes "
          "(sum / sqrt(K)); it treats classes, which share the test frames, as independent "
-         "too, so its |z| is larger. Its p is not adjusted."),
+         "too. Its p is not adjusted."),
         f"Sign-flip: exact when 2^seeds <= {an.options.n_permutations}.",
         bootstrap_note(an), seed_ci_note(an, comps),
         ("Bonferroni and BH are applied once over the comparisons of this table (one family "

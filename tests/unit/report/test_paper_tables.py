@@ -365,3 +365,24 @@ def test_per_class_distillation_vs_rgb_table(six):
 def test_per_class_distillation_lift_figure(paper):
     _, rep = paper
     assert rep.figures["per_class_lift_distill"][:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_probe_rows_seed_percentile_equals_scipy(tmp_path):
+    """The foundation-probe rows of the per-frame table carry the seed-level percentile
+    interval too (scipy's percentile bootstrap of probe - (a) per seed)."""
+    import pandas as pd
+
+    runs, dirs = make_runs(tmp_path / "b0", {"a": SEEDS, "pi": SEEDS})
+    pr, pdirs = make_runs(tmp_path / "dino", {"probe": SEEDS}, start=7)
+    pr["backbone"] = "dinov2_vitb14"
+    pr["recipe"] = pr["recipe"].str.replace(B0, "dinov2_vitb14")
+    ev = evidence_of(pd.concat([runs, pr], ignore_index=True), {**dirs, **pdirs})
+    opts = analysis.AggregateOptions(n_resamples=200, figures=False)
+    t = build_report(ev, opts).table("per_frame")
+    i = list(t.data["cell"]).index("probe")
+    row = t.data.iloc[i]
+    deltas = ev.arm("dinov2_vitb14", "probe").macro - ev.arm(B0, "a").macro
+    want = _scipy_pct(deltas, opts)
+    assert row["vs_a_seed_ci_percentile_low"] == pytest.approx(want.low, abs=1e-12)
+    assert row["vs_a_seed_ci_percentile_high"] == pytest.approx(want.high, abs=1e-12)
+    assert t.display.iloc[i]["95% percentile CI (seeds)"] == f"[{want.low:+.3f}, {want.high:+.3f}]"
