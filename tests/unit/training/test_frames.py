@@ -131,3 +131,22 @@ def test_distill_target_is_validated():
 
     with pytest.raises(ConfigError, match="distill_target='jitter'"):
         make_config(cell="distill", distill_target="jitter")
+
+
+def test_augment_false_trains_on_frames_as_evaluation_sees_them():
+    """Issue 28: -P augment=false (the cached probe recipe's): a training batch is the frame
+    normalised by hand, no flip, rotation or jitter, and no random number is drawn."""
+    from pipi.data.cache import IMAGENET_MEAN, IMAGENET_STD
+
+    x = torch.rand(3, 3, 32, 32, generator=torch.Generator().manual_seed(2))
+    cfg = make_config(cell="a", profile="smoke", augment=False, hflip=1.0)
+    g = torch.Generator().manual_seed(5)
+    state = g.get_state()
+    got, _ = FrameInputs(cfg)(x, train=True, gen=g)
+    want = (x - torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)) / torch.tensor(
+        IMAGENET_STD).view(1, 3, 1, 1)
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
+    assert torch.equal(g.get_state(), state)
+    aug, _ = FrameInputs(make_config(cell="a", profile="smoke", hflip=1.0))(
+        x, train=True, gen=torch.Generator().manual_seed(5))
+    assert (aug - want).abs().max() > 1e-2
