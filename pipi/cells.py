@@ -43,6 +43,12 @@ class CellConfig:
         return self.base_cell is not None
 
     @property
+    def takes_prior_params(self) -> bool:
+        """Whether a calibrated prior (``-P prior_params=``) applies: the 5-channel cells,
+        distill and the sequence cells (whose C1 summaries and bases use the prior)."""
+        return self.is_sequence or self.input_channels == 5 or self.distill
+
+    @property
     def streams(self) -> tuple[str, ...]:
         s = []
         if self.input_channels == 5:

@@ -25,6 +25,20 @@ from pipi.runtime import check_runtime
 #: The paper's six seeds (46 dropped in the paper; see paper.tex "Dataset and split").
 PAPER_SEEDS = (41, 42, 43, 44, 45, 47)
 SELECT_METRICS = ("macro_auc", "macro_f1")
+#: The distill cell's target: the prior of the frame before colour jitter, moved with the
+#: flip/rotation (the paper's P_blood(x)), or of the augmented input (the published code).
+DISTILL_TARGETS = ("frame", "augmented")
+#: How the ``probe`` cell trains its head: on features extracted once and cached (the
+#: published probe scripts), or through the frozen model every epoch (pipi's earlier recipe).
+PROBE_RECIPES = ("cached", "end_to_end")
+#: The published probe scripts' recipes (dinov2_linear_probe.py, biomedclip_linear_probe.py):
+#: AdamW + cosine, best validation epoch of all (no early stop), no augmentation.
+PROBE_RECIPE = {
+    "dinov2_vitb14": {"epochs": 40, "batch_size": 512, "lr": 1e-3, "weight_decay": 1e-4,
+                      "class_weights": True, "augment": False, "patience": 40},
+    "biomedclip_vitb16": {"epochs": 80, "batch_size": 256, "lr": 5e-4, "weight_decay": 1e-3,
+                          "class_weights": False, "augment": False, "patience": 80},
+}
 #: Prior fields exposed flat (run params, MLproject parameters) -> PriorConfig field.
 PRIOR_PARAMS = {"alpha": "alpha", "lambda_eff": "lambda_eff", "hb_index": "hb_index",
                 "second_channel": "second_channel", "prior_mask": "mask"}
@@ -54,6 +68,14 @@ class TrainConfig:
     prior: PriorConfig = field(default_factory=PriorConfig)
     prior_init: str = "kaiming"      # extra first-conv channels: kaiming (paper) | zeros (code)
     distill_lambda: float = 1.0      # weight of the auxiliary BCE (distill cell)
+    distill_target: str = "frame"    # the distill cell's P_blood target: frame (the paper:
+                                     # the frame's own colours, moved with flip/rotation) |
+                                     # augmented (the published code: after colour jitter)
+    class_weights: bool = True       # inverse-frequency class weights in the loss (paper)
+    augment: bool = True             # flip, rotation and colour jitter in training (paper)
+    probe_recipe: str = "cached"     # probe cell: head on features extracted once and cached
+                                     # (the published probe scripts) | end_to_end (through
+                                     # the frozen model each epoch)
     select_metric: str = "macro_auc"  # checkpoint selection + early stopping on val: macro_auc
                                       # (paper) | macro_f1 (the published code)
     # temporal / C3 (sequence cells)
@@ -94,6 +116,12 @@ class TrainConfig:
                     and (value > 0 if name == "lr" else value >= 0)):
                 raise ConfigError(f"{name}={value!r}: must be a finite number "
                                   f"{'> 0' if name == 'lr' else '>= 0'}")
+        if self.probe_recipe not in PROBE_RECIPES:
+            raise ConfigError(f"probe_recipe={self.probe_recipe!r}; use one of "
+                              f"{list(PROBE_RECIPES)}")
+        if self.distill_target not in DISTILL_TARGETS:
+            raise ConfigError(f"distill_target={self.distill_target!r}; use one of "
+                              f"{list(DISTILL_TARGETS)}")
         if self.prior_init not in ("kaiming", "zeros"):
             raise ConfigError(f"prior_init={self.prior_init!r}; use kaiming (paper) or zeros")
         if not isinstance(self.prior, PriorConfig):
@@ -191,6 +219,8 @@ def make_config(*, cell: str, backbone: str = "efficientnet_b0", seed: int = 42,
         raise ConfigError(f"profile={profile!r} is unknown. Available: {list(PROFILES)}")
     values: dict = {}
     values.update(CROSS_BACKBONE.get(backbone, {}))
+    if get_cell(cell).frozen and overrides.get("probe_recipe") in (None, "cached"):
+        values.update(PROBE_RECIPE.get(backbone, {}))  # the published probe scripts
     if get_cell(cell).is_sequence:
         values.update(SEQUENCE_RECIPE)
         # the per-frame step's options: a sweep passes them to every child, and a sequence
@@ -199,6 +229,7 @@ def make_config(*, cell: str, backbone: str = "efficientnet_b0", seed: int = 42,
     prof = dict(PROFILES[profile])
     if "epochs" in prof and "epochs" in values:
         values.pop("epochs")
+        values.pop("patience", None)  # a profile's epochs come with its patience
     values.update(prof)
     values.update({k: v for k, v in overrides.items() if v is not None})
     prior = {PRIOR_PARAMS[k]: values.pop(k) for k in list(values) if k in PRIOR_PARAMS}
@@ -225,7 +256,8 @@ def run_params(cfg: TrainConfig) -> dict:
 #: Options of ``mlflow run . -e train`` beyond cell/seed/backbone/profile/weights/data.
 TRAIN_OVERRIDES = ("epochs", "image_size", "lr", "batch_size", "patience", "alpha",
                    "lambda_eff", "hb_index", "second_channel", "prior_mask", "prior_init",
-                   "distill_lambda", "select_metric", "device", "precision", "channels_last",
+                   "distill_lambda", "distill_target", "weight_decay", "class_weights",
+                   "augment", "probe_recipe", "select_metric", "device", "precision", "channels_last",
                    "compile", "deterministic", "graph", "data_path")
 
 

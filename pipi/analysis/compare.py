@@ -6,7 +6,9 @@ arm is better):
 * per seed: paired DeLong test of the macro-AUC over the headline classes
   (:func:`pipi.stats.delong_macro_test`), per-class DeLong z, McNemar at the argmax;
 * across seeds: Stouffer's combination of the per-seed z (the paper's method; it
-  **assumes independent seeds**, which seeds sharing one test set are not), the exact
+  **assumes independent seeds**, which seeds sharing one test set are not), beside it the
+  published code's macro z (per-class z combined over seeds, then over classes:
+  :func:`pipi.stats.stouffer_over_classes`, which also treats classes as independent), the exact
   sign-flip permutation test of the per-seed deltas, Wilcoxon signed-rank, and a
   bootstrap of the cross-seed mean delta (one resample of the test videos, or frames,
   applied to every seed and arm, over a fixed class set) with percentile and BCa intervals
@@ -42,6 +44,7 @@ from pipi.stats import (
     seed_delta_bca,
     sign_flip_test,
     stouffer_combine,
+    stouffer_over_classes,
 )
 
 __all__ = ["ADJUSTED_TESTS", "Analysis", "Comparison", "adjust_comparisons", "collect_warnings",
@@ -68,6 +71,8 @@ class Comparison:
     accuracy_delta: np.ndarray             # (S,)
     stouffer_z: float = float("nan")
     stouffer_p: float = float("nan")
+    class_stouffer_z: float = float("nan")  # the published code's macro z (over classes)
+    class_stouffer_p: float = float("nan")
     sign_flip_p: float = float("nan")
     sign_flip_exact: bool = False
     wilcoxon_p: float = float("nan")
@@ -252,12 +257,15 @@ def _compare(an: Analysis, backbone: str, reference: str, new: str) -> Compariso
         np.array([m.pvalue for m in mc]), np.array([m.delta for m in mc]))
     z = c.delong_z
     st = stouffer_combine(z) if np.isfinite(z).all() else None
+    cs = stouffer_over_classes(c.per_class_z)
     sf = sign_flip_test(c.deltas, n_resamples=o.n_permutations, rng=o.seed)
     wx = paired_wilcoxon(c.ref_macro, c.new_macro) if len(seeds) >= 2 else None
     boot = an.delta_ci(backbone, reference, new, seeds)
     sb = an.seed_bca(c.deltas)
     return replace(c, stouffer_z=st.statistic if st else float("nan"),
-                   stouffer_p=st.pvalue if st else float("nan"), sign_flip_p=sf.pvalue,
+                   stouffer_p=st.pvalue if st else float("nan"),
+                   class_stouffer_z=cs.statistic, class_stouffer_p=cs.pvalue,
+                   sign_flip_p=sf.pvalue,
                    sign_flip_exact=sf.exact, wilcoxon_p=wx.pvalue if wx else float("nan"),
                    bootstrap=boot, seed_bca=sb)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipi.analysis.arms import HEADLINE_BACKBONE
+from pipi.analysis.arms import CHANNEL_FAMILIES, HEADLINE_BACKBONE
 from pipi.errors import ConfigError
 from pipi.stats import RESAMPLE
 
@@ -24,9 +24,14 @@ class AggregateOptions:
     figures: bool = True
     resample: str = "video"            # bootstrap unit: test videos (clustered) | frames
                                        # (the published code's frame-level resampling)
+    channel_family: str = "paper"      # BH family of the training-time channel ablation: the
+                                       # paper's five paired tests | vs_pi (the three vs +PI)
 
     def __post_init__(self):
         if self.resample not in RESAMPLE:
             raise ConfigError(f"resample must be one of {list(RESAMPLE)}, got {self.resample!r}")
+        if self.channel_family not in CHANNEL_FAMILIES:
+            raise ConfigError(f"channel_family must be one of {list(CHANNEL_FAMILIES)}, got "
+                              f"{self.channel_family!r}")
         if int(self.n_resamples) != self.n_resamples or self.n_resamples < 2:
             raise ConfigError(f"n_resamples must be an integer >= 2, got {self.n_resamples!r}")

@@ -110,6 +110,75 @@ def parse_prior_params(doc, source: str) -> PriorParams:
     return PriorParams(alpha, frac, source, mode)
 
 
+# --------------------------------------------------------------------------- search space
+#: What ``calibrate -P search=`` may fit: alpha alone (lambda_eff fixed), or both.
+SEARCHES = {"alpha": ("alpha",), "alpha,lambda_eff": ("alpha", "lambda_eff")}
+#: ``search=auto``: mode=train fits alpha (the paper: alpha "fit on a held-out validation
+#: subset", lambda_eff "set to 0.25 x the image diagonal"); mode=frozen both.
+DEFAULT_SEARCH = {"train": "alpha", "frozen": "alpha,lambda_eff"}
+
+
+def parse_search(search: str | None, *, mode: str) -> tuple[str, ...]:
+    """``auto`` -> the mode's default; ``alpha`` or ``alpha,lambda_eff`` (any order)."""
+    text = (search or "auto").strip().lower().replace(" ", "")
+    if text == "auto":
+        text = DEFAULT_SEARCH.get(mode, "alpha,lambda_eff")
+    names = set(text.split(","))
+    for params in SEARCHES.values():
+        if names == set(params):
+            return params
+    raise ConfigError(f"search={search!r}: use auto, alpha (lambda_eff fixed) or "
+                      "alpha,lambda_eff")
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """The prior parameters a study searches, and the values of those it keeps fixed."""
+
+    params: tuple[str, ...]            # ("alpha",) or ("alpha", "lambda_eff")
+    alpha: float                       # the configuration's own values: the fixed ones, and
+    lambda_eff_fraction: float         # the baseline trial
+
+    @classmethod
+    def of(cls, cfg: TrainConfig, params) -> SearchSpace:
+        """``cfg``'s own prior (lambda_eff ``auto`` = 0.25 x the diagonal) as fixed values."""
+        frac = (0.25 if cfg.prior.lambda_eff is None
+                else cfg.prior.lambda_eff / diagonal(cfg.image_size))
+        return cls(tuple(params), float(cfg.prior.alpha), float(frac))
+
+    @property
+    def key(self) -> str:
+        return ",".join(self.params)
+
+    def suggest(self, trial) -> tuple[float, float]:
+        """(alpha, lambda_eff fraction) of an Optuna trial: suggested, or fixed."""
+        alpha = (trial.suggest_float("alpha", *ALPHA_RANGE, log=True)
+                 if "alpha" in self.params else self.alpha)
+        frac = (trial.suggest_float("lambda_eff_fraction", *LAMBDA_FRACTION_RANGE)
+                if "lambda_eff" in self.params else self.lambda_eff_fraction)
+        return alpha, frac
+
+    def values(self, trial_params) -> dict:
+        """``alpha`` and ``lambda_eff_fraction`` of a finished trial (fixed ones filled in;
+        None where a searched one is missing, e.g. a trial that failed before suggesting)."""
+        return {"alpha": (trial_params.get("alpha") if "alpha" in self.params
+                          else self.alpha),
+                "lambda_eff_fraction": (trial_params.get("lambda_eff_fraction")
+                                        if "lambda_eff" in self.params
+                                        else self.lambda_eff_fraction)}
+
+    def baseline(self) -> dict | None:
+        """The configuration's own prior as a first trial (searched params only), if inside
+        the search space."""
+        if not (ALPHA_RANGE[0] <= self.alpha <= ALPHA_RANGE[1]
+                and LAMBDA_FRACTION_RANGE[0] <= self.lambda_eff_fraction
+                <= LAMBDA_FRACTION_RANGE[1]):
+            return None
+        both = {"alpha": self.alpha, "lambda_eff_fraction": self.lambda_eff_fraction}
+        return {k: v for k, v in both.items()
+                if (k if k == "alpha" else "lambda_eff") in self.params}
+
+
 # --------------------------------------------------------------------------- targets, folds
 def parse_target(target: str) -> tuple[str, str | None]:
     """``kvasir-val`` -> ("kvasir-val", None); ``galar:<system>`` -> ("galar", system)."""
@@ -289,6 +358,7 @@ def score_on_fold(model: torch.nn.Module, cfg: TrainConfig, images: np.ndarray,
         model.train(training)
 
 
-__all__ = ["ALPHA_RANGE", "CALIBRATE_MODES", "LAMBDA_FRACTION_RANGE", "CalibrationObjective", "Fold",
-           "PriorParams", "TrialCost", "calibration_fold", "diagonal", "interleaved_order",
-           "parse_prior_params", "parse_target", "prior_params_document", "score_on_fold"]
+__all__ = ["ALPHA_RANGE", "CALIBRATE_MODES", "DEFAULT_SEARCH", "LAMBDA_FRACTION_RANGE",
+           "SEARCHES", "CalibrationObjective", "Fold", "PriorParams", "SearchSpace", "TrialCost",
+           "calibration_fold", "diagonal", "interleaved_order", "parse_prior_params",
+           "parse_search", "parse_target", "prior_params_document", "score_on_fold"]

@@ -77,20 +77,24 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
                           f"({reason[0] if reason else type(exc).__name__})") from None
 
 
-def grid_axes(trials: int) -> dict[str, list[float]]:
-    """A k x k grid (k = ceil(sqrt(trials)), at least 2): alpha log-spaced, fraction linear."""
+def grid_axes(trials: int, params=("alpha", "lambda_eff")) -> dict[str, list[float]]:
+    """A k x k grid (k = ceil(sqrt(trials)), at least 2): alpha log-spaced, fraction linear;
+    alpha alone (``params=("alpha",)``): ``trials`` points (at least 2)."""
+    if "lambda_eff" not in params:
+        return {"alpha": [float(v) for v in np.geomspace(*ALPHA_RANGE, max(2, trials))]}
     k = max(2, math.ceil(math.sqrt(trials)))
     return {"alpha": [float(v) for v in np.geomspace(*ALPHA_RANGE, k)],
             "lambda_eff_fraction": [float(v) for v in np.linspace(*LAMBDA_FRACTION_RANGE, k)]}
 
 
-def make_sampler(name: str, *, seed: int, trials: int) -> optuna.samplers.BaseSampler:
+def make_sampler(name: str, *, seed: int, trials: int,
+                 params=("alpha", "lambda_eff")) -> optuna.samplers.BaseSampler:
     factories = {
         "tpe": lambda: optuna.samplers.TPESampler(seed=seed),
         "gp": lambda: optuna.samplers.GPSampler(seed=seed),
         # one grid order in every worker (trial n takes grid point n; Optuna asks for a
         # fixed seed per process in distributed optimisation, else workers repeat points)
-        "grid": lambda: optuna.samplers.GridSampler(grid_axes(trials), seed=0),
+        "grid": lambda: optuna.samplers.GridSampler(grid_axes(trials, params), seed=0),
     }
     if name not in factories:
         raise ConfigError(f"sampler={name!r} is unknown. Available: {list(SAMPLERS)}")

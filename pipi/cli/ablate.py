@@ -14,6 +14,7 @@ from pipi.cli.common import (
     experiment_option,
     model_prefix_option,
     overrides_from,
+    prior_params_option,
     profile_option,
     setup_logging,
     train_override_options,
@@ -42,10 +43,11 @@ from pipi.workflows.ablate import run_ablation
 @data_option
 @weights_option
 @with_options(train_override_options)
+@prior_params_option
 @model_prefix_option
 @experiment_option
 def ablate(study, seeds, backbones, cells, profile, executor, parallel, data, weights,
-           model_prefix, experiment, **kw):
+           prior_params, model_prefix, experiment, **kw):
     """Sweep cells x seeds x backbones as nested runs; idempotent (docs/entry-points.md, "ablate")."""
     setup_logging()
     tracking.set_model_prefix(model_prefix)  # the children (local or SLURM) inherit it
@@ -58,8 +60,8 @@ def ablate(study, seeds, backbones, cells, profile, executor, parallel, data, we
     tracking.configure()
     result = run_ablation(study=study, seeds=seeds, backbones=backbones, cells=cells,
                           profile=profile, executor=executor, parallel=parallel, data=data,
-                          weights=weights,
-                          overrides=overrides, experiment=experiment or None)
+                          weights=weights, overrides=overrides,
+                          experiment=experiment or None, prior_params=prior_params)
     click.echo(result.table)
     click.echo(tracking.ui_hint(result.parent_run_id))
     if result.failed:

@@ -24,11 +24,15 @@ from pipi.workflows.aggregate import run_aggregate
 @click.option("--pair-imported", type=click.BOOL, default=False, show_default=True,
               help="Let imported runs (entry point import) join the arm of their cell; by "
                    "default they form arms of their own, e.g. 'a (released)'.")
-def aggregate(experiment, filter_, out, resample, pair_imported):
+@click.option("--channel-family", type=click.Choice(["paper", "vs_pi"]), default="paper",
+              show_default=True, help="BH family of the training-time channel ablation: the "
+              "paper's five paired tests, or only the three against full +PI.")
+def aggregate(experiment, filter_, out, resample, pair_imported, channel_family):
     """Paper tables, cross-seed statistics, figures and a dashboard from per-frame predictions."""
     setup_logging()
     tracking.configure()
     res = run_aggregate(experiment=experiment or tracking.default_experiment(),
                         filter_string=filter_, out=Path(out) if out else None,
-                        resample=resample, pair_imported=pair_imported)
+                        resample=resample, pair_imported=pair_imported,
+                        channel_family=channel_family)
     click.echo(res.summary)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from pipi import tracking
-from pipi.calibration.objective import parse_target
+from pipi.calibration.objective import parse_search, parse_target
 from pipi.calibration.study import PRUNERS, SAMPLERS, check_storage_url
 from pipi.cli.common import (
     Auto,
@@ -34,6 +34,10 @@ from pipi.workflows.train import train as train_run  # mode=train: each trial on
 @click.option("--target", default="kvasir-val", show_default=True,
               help="kvasir-val (the validation split) or galar:<capsule system> (that "
                    "system's calibration fold of a staged Galar folder).")
+@click.option("--search", default="auto", show_default=True,
+              help="The prior parameters fitted: alpha (lambda_eff fixed at 0.25 x the "
+                   "diagonal, or the run's own), alpha,lambda_eff (both), or auto (mode=train: "
+                   "alpha, as the paper fits it; mode=frozen: both).")
 @click.option("--trials", type=click.IntRange(min=1), default=40, show_default=True,
               help="Trials this call runs (split over the workers); the study keeps them all.")
 @click.option("--sampler", type=choice(SAMPLERS), default="tpe", show_default=True)
@@ -68,8 +72,8 @@ from pipi.workflows.train import train as train_run  # mode=train: each trial on
 @experiment_option
 @click.option(WORKER_SPEC_OPTION, "worker_spec", default="", hidden=True,
               help="Internal: a SLURM task of mode=train runs the worker this file describes.")
-def calibrate(mode, run, target, trials, sampler, pruner, storage, study, workers, executor,
-              epochs, backbone, seed, profile, weights, data, target_data, experiment,
+def calibrate(mode, run, target, search, trials, sampler, pruner, storage, study, workers,
+              executor, epochs, backbone, seed, profile, weights, data, target_data, experiment,
               worker_spec):
     """Fit alpha and lambda_eff of a frozen model's prior on a held-out fold (docs/entry-points.md)."""
     setup_logging()
@@ -78,6 +82,7 @@ def calibrate(mode, run, target, trials, sampler, pruner, storage, study, worker
         click.echo(f"worker {r.worker}: trials {r.trials} (trained {r.trained}, reused {r.reused})")
         return
     parse_target(target)                  # every option checked before anything starts
+    parse_search(search, mode=mode)
     check_storage_url(storage)
     tracking.configure()
     train_options = ({} if mode == "frozen" else {
@@ -87,7 +92,8 @@ def calibrate(mode, run, target, trials, sampler, pruner, storage, study, worker
         train_options["target_data"] = target_data
     r = run_calibration(mode=mode, run=run, target=target, trials=trials, sampler=sampler,
                         pruner=pruner, storage=storage, study=study, workers=workers,
-                        data=data or None, experiment=experiment or None, **train_options)
+                        data=data or None, experiment=experiment or None, search=search,
+                        **train_options)
     own = "the default" if r.mode == "train" else "the run's own"
     base = ("" if r.baseline_value is None
             else f" ({own} prior: {r.baseline_value:.4f})")
@@ -97,7 +103,8 @@ def calibrate(mode, run, target, trials, sampler, pruner, storage, study, worker
     if r.mode == "train":
         click.echo(f"{len(r.trained)} trial(s) trained a pi run, {len(r.reused)} reused a "
                    "FINISHED run with the same configuration")
+    fixed = " (fixed)" if parse_search(search, mode=mode) == ("alpha",) else ""
     click.echo(f"best alpha {r.best.alpha:.4f}, lambda_eff {r.best.lambda_eff_fraction:.4f} x "
-               f"diagonal: macro-AUC {r.best_value:.4f} on {target}{base}")
+               f"diagonal{fixed}: macro-AUC {r.best_value:.4f} on {target}{base}")
     click.echo(f"calibrate run {r.run_id}: use it with -P prior_params={r.run_id}")
     click.echo(tracking.ui_hint(r.run_id))

@@ -10,7 +10,13 @@ import click
 
 from pipi import tracking
 from pipi.cells import CELLS
-from pipi.config import PROFILE_CHOICES, SELECT_METRICS, TRAIN_OVERRIDES
+from pipi.config import (
+    DISTILL_TARGETS,
+    PROBE_RECIPES,
+    PROFILE_CHOICES,
+    SELECT_METRICS,
+    TRAIN_OVERRIDES,
+)
 from pipi.errors import PipiError
 from pipi.models.backbones import ARCHS, PRIOR_INITS
 from pipi.models.timm_backbones import FOUNDATION
@@ -111,6 +117,20 @@ class Auto(click.ParamType):
         return v
 
 
+class AutoBool(click.ParamType):
+    """``true``, ``false`` or ``auto`` (also empty): "not set", the recipe decides. -> None."""
+
+    name = "true|false|auto"
+
+    def convert(self, value, param, ctx):
+        text = "" if value is None else str(value).strip().lower()
+        if text in ("auto", ""):
+            return None
+        if text in ("true", "false"):
+            return text == "true"
+        self.fail(f"{value!r} is not true, false or 'auto'", param, ctx)
+
+
 def choice(values) -> click.Choice:
     return click.Choice(list(values))
 
@@ -167,6 +187,23 @@ train_override_options = [
                  help="Init of the extra first-conv channels: kaiming (paper) or zeros (code)."),
     click.option("--distill-lambda", type=Auto(float, minimum=0), default="1.0",
                  show_default=True, help="Weight of the distill cell's auxiliary loss."),
+    click.option("--distill-target", type=choice(DISTILL_TARGETS), default="frame",
+                 show_default=True, help="The distill cell's P_blood target: frame (paper: the "
+                 "prior of the frame before colour jitter, moved with its flip/rotation) or "
+                 "augmented (the published code: the prior of the augmented input)."),
+    click.option("--weight-decay", type=Auto(float, minimum=0), default="auto",
+                 show_default=True, help="AdamW weight decay (auto: the recipe's)."),
+    click.option("--class-weights", type=AutoBool(), default="auto", show_default=True,
+                 help="true/false: inverse-frequency class weights in the loss (auto: the "
+                      "recipe's; paper true, BiomedCLIP probe false)."),
+    click.option("--augment", type=AutoBool(), default="auto", show_default=True,
+                 help="true/false: flip, rotation, colour jitter in training (auto: the "
+                      "recipe's; the cached probe recipe has none)."),
+    click.option("--probe-recipe", type=choice(PROBE_RECIPES), default="cached",
+                 show_default=True, help="probe cell: cached (the published probe scripts: "
+                 "features extracted once and cached, the head trained on them with their "
+                 "epochs, batch, lr, weight decay) or end_to_end (through the frozen model "
+                 "each epoch with the torchvision recipe)."),
     click.option("--select-metric", type=choice(SELECT_METRICS), default="macro_auc",
                  show_default=True, help="Validation metric that selects the checkpoint and "
                  "stops early: macro_auc (paper) or macro_f1 (the published code)."),

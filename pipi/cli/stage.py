@@ -8,6 +8,7 @@ import click
 
 from pipi import tracking
 from pipi.cli.common import PipiGroup, setup_logging
+from pipi.data.galar import GALAR_PRESETS
 from pipi.data.galar_mapping import MULTILABEL_RULES
 from pipi.workflows import stage as workflow
 
@@ -81,10 +82,14 @@ def stage_kvasir_cmd(images, metadata, out, split_manifest, split, seed, link, n
                    "`calibrate -P target=galar:<system>`); `galar` scores every video anyway "
                    "unless asked for fold=evaluation. 0: no calibration fold.")
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--preset", type=click.Choice(sorted(GALAR_PRESETS)), default=None,
+              help="paper-subset: the paper's 10-video subset rules (10,000 frames per class, "
+                   "the first ones; first mapped class of a multi-label frame); the 10 video "
+                   "ids are not published: pass them with --videos.")
 @_link
 @click.option("--no-mlflow", is_flag=True, help="Do not log a stage run.")
 def stage_galar_cmd(root, out, mapping, frames_per_class, capsule_systems, videos, multilabel,
-                    calibration_fraction, seed, link, no_mlflow):
+                    calibration_fraction, seed, preset, link, no_mlflow):
     """Stage Galar for zero-shot evaluation: mapped classes, vendor folds, Kvasir layout."""
     if not no_mlflow:
         tracking.configure()
@@ -92,4 +97,4 @@ def stage_galar_cmd(root, out, mapping, frames_per_class, capsule_systems, video
                              frames_per_class=frames_per_class, capsule_systems=capsule_systems,
                              videos=videos, multilabel=multilabel,
                              calibration_fraction=calibration_fraction, seed=seed, link=link,
-                             log_run=not no_mlflow)
+                             log_run=not no_mlflow, preset=preset)

@@ -50,7 +50,7 @@ import shutil
 from collections import Counter
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -103,7 +103,10 @@ log = logging.getLogger(__name__)
 __all__ = [
     "FOLDS",
     "GALAR_FRAME_COLUMNS",
+    "GALAR_PRESETS",
     "LABEL_PREFIX",
+    "SAMPLE_RULES",
+    "GalarPreset",
     "format_vendor_table",
     "parse_video_spec",
     "read_galar_metadata",
@@ -131,16 +134,46 @@ GALAR_FRAME_COLUMNS: tuple[str, ...] = FRAME_COLUMNS + (
     _label_column(c) for c in _LABEL_SOURCE
 )
 _SEED_SAMPLE = 0x53414D50  # domain separation of the sampling generator
+#: How ``frames_per_class`` keeps frames: a seeded uniform draw, or the first frames of each
+#: class in (video id, frame) order (the published staging script's cap).
+SAMPLE_RULES = ("random", "first")
+
+
+@dataclass(frozen=True)
+class GalarPreset:
+    """A named staging recipe (``stage galar --preset``)."""
+
+    frames_per_class: int
+    sample: str
+    claim: str               # "table": a multi-label frame goes to its first class in the
+                             # mapping table's order (the published script); else the priority
+    n_videos: int            # videos the recipe needs (its ids must be given: --videos)
+    n_frames: int            # the frames the paper reports for it
+    note: str
+
+
+#: The paper's Galar subset (sec:galar-zeroshot: "a 10-video subset (15,298 frames) covering
+#: 13 of the 14 Kvasir-Capsule labels"). The rules are those of the published staging script
+#: (setup_galar.py: at most 10,000 frames per class, the first ones in video/frame order, a
+#: multi-label frame to its first class in the mapping table, every section). Which 10 videos
+#: is not determinable: neither the paper nor the released code or benchmark names them.
+GALAR_PRESETS = {"paper-subset": GalarPreset(
+    frames_per_class=10_000, sample="first", claim="table", n_videos=10, n_frames=15_298,
+    note="the paper's 10-video Galar subset; its video ids are not published, pass them "
+         "with --videos")}
 
 
 # --------------------------------------------------------------------------- sampling
-def _sample(cands: pd.DataFrame, frames_per_class: int | None, seed: int) -> pd.DataFrame:
+def _sample(cands: pd.DataFrame, frames_per_class: int | None, seed: int,
+            rule: str = "random") -> pd.DataFrame:
     if frames_per_class is None:
         return cands
     parts = []
     for cls, grp in cands.groupby("class", sort=True):
         grp = grp.sort_values(["vid", "frame_number"])
-        if len(grp) > frames_per_class:
+        if len(grp) > frames_per_class and rule == "first":
+            grp = grp.iloc[:frames_per_class]
+        elif len(grp) > frames_per_class:
             rng = np.random.default_rng(
                 np.random.SeedSequence([int(seed), _SEED_SAMPLE, class_index(cls)])
             )
@@ -246,6 +279,23 @@ def _check_args(frames_per_class, link, multilabel, calibration_fraction, out: P
         raise DataError(f"{out}: output folder exists and is not empty; choose a new --out")
 
 
+def _preset(name, videos, frames_per_class, sample) -> GalarPreset | None:
+    """The preset of ``stage_galar``, its options checked (one line each)."""
+    if name is None:
+        return None
+    if name not in GALAR_PRESETS:
+        raise DataError(f"preset={name!r} is unknown. Available: {list(GALAR_PRESETS)}")
+    pre = GALAR_PRESETS[name]
+    if frames_per_class not in (None, pre.frames_per_class) or sample not in ("random",
+                                                                              pre.sample):
+        raise DataError(f"preset={name} sets frames_per_class={pre.frames_per_class} and "
+                        f"sample={pre.sample}; leave them out")
+    ids = parse_video_spec(videos) or ()
+    if len(ids) != pre.n_videos:
+        raise DataError(f"preset={name}: {pre.note} ({pre.n_videos} ids, got {len(ids)})")
+    return pre
+
+
 def _verify_images(kept: pd.DataFrame, tables, workers: int, progress: bool) -> dict[Path, str]:
     """Fully decode and hash every kept image; errors name the label file and line."""
     row_of = {s: (v, r) for s, v, r in zip(kept["src"], kept["vid"], kept["row"])}
@@ -281,6 +331,8 @@ def stage_galar(
     calibration_fraction: float = 0.5,
     workers: int = 4,
     progress: bool = True,
+    sample: str = "random",
+    preset: str | None = None,
 ) -> StageResult:
     """Stage a Galar release for zero-shot evaluation; see the module docstring.
 
@@ -308,6 +360,12 @@ def stage_galar(
         (:func:`pipi.data.galar_mapping.assign_classes`).
     calibration_fraction : float
         Share of each capsule system's videos in the calibration fold.
+    sample : {"random", "first"}
+        How ``frames_per_class`` keeps frames: a seeded draw, or the first ones of each class
+        in video/frame order (the published staging script).
+    preset : str, optional
+        A :data:`GALAR_PRESETS` recipe (``"paper-subset"``): its frame cap, sampling and
+        multi-label rule; ``videos`` must name its number of videos.
     workers : int
         Threads that verify images.
     progress : bool
@@ -319,11 +377,18 @@ def stage_galar(
         As :func:`pipi.data.kvasir.stage_kvasir`; ``frames`` has :data:`GALAR_FRAME_COLUMNS`.
     """
     root, out = Path(root), Path(out)
+    pre = _preset(preset, videos, frames_per_class, sample)
+    if pre is not None:
+        frames_per_class, sample = pre.frames_per_class, pre.sample
     _check_args(frames_per_class, link, multilabel, calibration_fraction, out)
+    if sample not in SAMPLE_RULES:
+        raise DataError(f"sample must be one of {list(SAMPLE_RULES)}, got {sample!r}")
     if not root.is_dir():
         raise DataError(f"{root}: Galar release folder not found")
     if not isinstance(mapping, GalarMapping):
         mapping = load_mapping(mapping)
+    if pre is not None and pre.claim == "table":  # the first mapped class in the table wins
+        mapping = replace(mapping, priority=tuple(dict.fromkeys(k for _, k in mapping.table)))
     meta_path = root / mapping.metadata_csv_path
     meta = read_galar_metadata(meta_path, system_column=mapping.metadata_column)
     subsets = resolve_subsets(meta, mapping, meta_path)
@@ -350,7 +415,7 @@ def stage_galar(
     # 2. vendor folds and the seeded draw
     systems = dict(zip(sel["video_id"].astype(int), sel["capsule_system"]))
     fold = vendor_folds(systems, seed=seed, calibration_fraction=calibration_fraction)
-    kept = _sample(scan.cands, frames_per_class, seed).copy()
+    kept = _sample(scan.cands, frames_per_class, seed, sample).copy()
     kept["vid"] = kept["vid"].astype(int)
     kept = kept.sort_values(["vid", "frame_number", "class"]).reset_index(drop=True)
 
@@ -425,6 +490,10 @@ def stage_galar(
                 "capsule_systems": None if capsule_systems is None
                 else sorted(set(systems.values())),
                 "frames_per_class": frames_per_class,
+                "sample": sample,
+                "preset": None if pre is None else {
+                    "name": preset, "note": pre.note, "n_videos": pre.n_videos,
+                    "paper_n_frames": pre.n_frames, "staged_n_frames": len(frames)},
             },
             "label_rows": scan.n_rows,
             "unstaged_rows": {
@@ -453,6 +522,9 @@ def stage_galar(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     log.info("staged %d Galar frames of %d videos into %s", len(frames), len(systems), out)
+    if pre is not None and len(frames) != pre.n_frames:
+        log.warning("preset %s: %d frames staged, the paper reports %d (other videos than "
+                    "the paper's?)", preset, len(frames), pre.n_frames)
     return StageResult(out=out, manifest=manifest, frames=frames, counts=counts)
 
 

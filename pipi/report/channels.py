@@ -1,7 +1,11 @@
 """Channel ablations: prior channels removed in training (single-channel arms) and zeroed at
 inference (``pi@zero_*`` variants), each against the full +PI cell; one table per backbone
 that has the runs (the headline backbone's keyed ``channel_train`` / ``channel_infer``, the
-others ``channel_train_<backbone>``, as the paper's ConvNeXt-Tiny replication)."""
+others ``channel_train_<backbone>``, as the paper's ConvNeXt-Tiny replication).
+
+The training-time table's BH family is by default the paper's five paired tests (the three
+against +PI and the two single-channel arms against RGB; ``channel_family="vs_pi"`` keeps only
+the three), listed in a note under the table."""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import pandas as pd
 from pipi.analysis import (
     CHANNEL_INFER_ARMS,
     CHANNEL_TRAIN_ARMS,
+    CHANNEL_TRAIN_VS_RGB,
     Analysis,
     cell_label,
     compare_pairs,
@@ -29,7 +34,7 @@ from pipi.report.rows import (
 )
 from pipi.report.tables import Table, fmt_delta, fmt_mean_sd, fmt_p
 
-__all__ = ["channel_infer_table", "channel_tables", "channel_train_table"]
+__all__ = ["channel_infer_table", "channel_tables", "channel_train_table", "family_note"]
 
 
 def _channel_table(an: Analysis, *, key: str, title: str, paper: str, reference: str,
@@ -69,9 +74,23 @@ def _channel_table(an: Analysis, *, key: str, title: str, paper: str, reference:
         ids.append({n: run_map(arm)} | ({r: dict(c.ref_runs)} if ok else {}))
     notes.append(f"Δ = arm - reference, paired by seed; the reference is ({reference}) unless "
                  "the row names another ('X vs Y': X - Y). BH over the comparisons of this table.")
+    notes.append(family_note(comps))
     notes.append(seed_ci_note(an, comps))
     return Table(key, title, pd.DataFrame(rows), pd.DataFrame(disp), tuple(ids), tuple(notes),
                  paper=paper)
+
+
+def family_note(comps) -> str:
+    """The BH family of a channel table, printed under it: each paired test with its raw and
+    BH-adjusted Wilcoxon p."""
+    tested = [c for c in comps if c.available]
+    if not tested:
+        return "BH family: no comparison could be tested."
+    parts = [f"{cell_label(c.new)} - {cell_label(c.reference)}: Wilcoxon p "
+             f"{fmt_p(c.wilcoxon_p)} -> BH {fmt_p(c.adjusted.get('wilcoxon_bh'))}"
+             for c in tested]
+    return (f"BH family ({len(tested)} paired tests, Benjamini-Hochberg over these alone): "
+            + "; ".join(parts) + ".")
 
 
 def _key(base: str, an: Analysis, b: str) -> str:
@@ -87,9 +106,10 @@ def channel_train_table(an: Analysis, backbone: str | None = None) -> Table:
         return no_runs(key, title, "tab:channel-ablation-train",
                         "no pblood_only / phi_only runs; run `mlflow run . -e ablate -P "
                         "study=channel_train`")
+    extra = CHANNEL_TRAIN_VS_RGB if an.options.channel_family == "paper" else ()
     return _channel_table(an, key=key, title=title,
                           paper="tab:channel-ablation-train", reference="pi",
-                          arms=CHANNEL_TRAIN_ARMS, backbone=b)
+                          arms=CHANNEL_TRAIN_ARMS, extra=extra, backbone=b)
 
 
 def channel_infer_table(an: Analysis, backbone: str | None = None) -> Table:

@@ -227,7 +227,8 @@ def all_figures(an: Analysis, tables: Sequence[Table], curve_data: dict):
                       "recall; band ±1 sd over seeds.")
         runs["roc"] = runs["pr"] = {c: a["run_ids"] for c, a in curve_data["arms"].items()}
     for key, name in (("per_class", "per_class_lift"),
-                      ("per_class_per_frame", "per_class_lift_per_frame")):
+                      ("per_class_per_frame", "per_class_lift_per_frame"),
+                      ("per_class_distill", "per_class_lift_distill")):
         pc = by.get(key)
         if pc is not None and pc.ok and len(pc.data):
             figs[name] = per_class_lift(pc)

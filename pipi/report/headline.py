@@ -9,6 +9,7 @@ import pandas as pd
 from pipi.analysis import (
     ABLATION_CELLS,
     BACKBONES,
+    CLASS_STOUFFER_LABEL,
     PAIRED_TESTS,
     PER_FRAME_CELLS,
     STOUFFER_LABEL,
@@ -187,6 +188,7 @@ def paired_tests_tables(an: Analysis) -> tuple[Table, Table]:
             "stouffer_z": c.stouffer_z, "stouffer_p": c.stouffer_p,
             "stouffer_p_bonferroni": c.adjusted.get("stouffer_bonferroni", float("nan")),
             "stouffer_p_bh": c.adjusted.get("stouffer_bh", float("nan")),
+            "class_stouffer_z": c.class_stouffer_z, "class_stouffer_p": c.class_stouffer_p,
             "sign_flip_p": c.sign_flip_p, "sign_flip_exact": c.sign_flip_exact,
             "sign_flip_p_bh": c.adjusted.get("sign_flip_bh", float("nan")),
             "wilcoxon_p": c.wilcoxon_p, **ci_cols(c)})
@@ -197,10 +199,12 @@ def paired_tests_tables(an: Analysis) -> tuple[Table, Table]:
             f"{STOUFFER_LABEL} z": fmt_z(c.stouffer_z),
             "Stouffer p (Bonf / BH)": (f"{fmt_p(c.stouffer_p)} ({fmt_p(c.adjusted.get('stouffer_bonferroni'))}"
                                        f" / {fmt_p(c.adjusted.get('stouffer_bh'))})"),
+            CLASS_STOUFFER_LABEL: f"{fmt_z(c.class_stouffer_z)} (p {fmt_p(c.class_stouffer_p)})",
             "sign-flip p (BH)": f"{fmt_p(c.sign_flip_p)} ({fmt_p(c.adjusted.get('sign_flip_bh'))})",
             ci_header(an, "percentile"): ci_text(bt, an, kind="percentile"),
             ci_header(an): ci_text(bt, an),
-            seed_ci_header(an): seed_ci_text(c)})
+            seed_ci_header(an): seed_ci_text(c),
+            seed_ci_header(an, "percentile"): seed_ci_text(c, kind="percentile")})
         ids.append(c.run_ids())
         for i, s in enumerate(c.seeds):
             drows.append({"reference": c.reference, "new": c.new, "seed": s,
@@ -222,6 +226,12 @@ def paired_tests_tables(an: Analysis) -> tuple[Table, Table]:
          "opposite sign for (b) vs (b+) etc."),
         (f"{STOUFFER_LABEL}: sum of per-seed DeLong z / sqrt(n). Seeds share one test set, so "
          "their z-scores are correlated and this p-value is anti-conservative."),
+        ("Macro z, two forms. pipi's (the Stouffer column): per seed, the DeLong z of the "
+         "macro-AUC delta with the covariance between classes, then Stouffer over seeds. The "
+         "published code's (compute_paired_tests.py, the form behind the paper's z): per class, "
+         "Stouffer over seeds of the per-class DeLong z, then Stouffer over the classes "
+         "(sum / sqrt(K)); it treats classes, which share the test frames, as independent "
+         "too. Its p is not adjusted."),
         f"Sign-flip: exact when 2^seeds <= {an.options.n_permutations}.",
         bootstrap_note(an), seed_ci_note(an, comps),
         ("Bonferroni and BH are applied once over the comparisons of this table (one family "

@@ -1,9 +1,10 @@
 """Per-class tables (paper Table per-class): one per breakdown pair whose arms have runs.
 
 ``per_class`` compares (b) with (e+), the paper's table; ``per_class_per_frame`` compares (a)
-with (+PI), the paper's Lymphangiectasia 0.238 -> 0.337. Rows are the headline classes (all
-classes with test positives); each class's p-value is in one Bonferroni/BH family per table,
-and each row says how its bootstrap interval was resampled.
+with (+PI), the paper's Lymphangiectasia 0.238 -> 0.337; ``per_class_distill`` compares (a)
+with the distillation cell, the paper's Reduced Mucosal View +0.069. Rows are the headline
+classes (all classes with test positives); each class's p-value is in one Bonferroni/BH family
+per table, and each row says how its bootstrap interval was resampled.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from pipi.analysis import (
+    PER_CLASS_PAPER,
     PER_CLASS_TABLES,
     Analysis,
     cell_label,
@@ -53,10 +55,11 @@ def per_class_table(an: Analysis, pair: tuple[str, str]) -> Table:
     ev, b = an.evidence, an.headline
     ref, new = pair
     key = PER_CLASS_TABLES.get(pair, f"per_class_{ref}_vs_{new}")
+    paper, claim = PER_CLASS_PAPER.get(pair, ("tab:perclass", ""))
     title = f"Per-class test AUC: cell ({ref}) vs cell ({new}) ({b})"
     if not (ev.arm(b, ref) and ev.arm(b, new)):
         lacking = [c for c in pair if not ev.arm(b, c)]
-        return no_runs(key, title, "tab:perclass",
+        return no_runs(key, title, paper,
                        f"{', '.join(lacking)} ({b}): no runs; {cell_label(ref)} vs "
                        f"{cell_label(new)} needs runs of both")
     notes: list[str] = []
@@ -115,6 +118,8 @@ def per_class_table(an: Analysis, pair: tuple[str, str]) -> Table:
         ci_header(an): [ci_text(bt, an) for bt in cis],
         seed_ci_header(an): [seed_bca_text(sb) if sb else "n/a (< 2 seeds)"
                              for sb in seed_cis],
+        seed_ci_header(an, "percentile"): [seed_bca_text(sb, kind="percentile") if sb
+                                           else "n/a (< 2 seeds)" for sb in seed_cis],
         "test videos": data["test_videos"]})
     ids = tuple(comp.run_ids() for _ in range(len(data)))
     notes = [(f"cell ({ref}) vs cell ({new}) over seeds {seeds_text(comp.seeds)}; AUC mean ± sd "
@@ -124,8 +129,8 @@ def per_class_table(an: Analysis, pair: tuple[str, str]) -> Table:
               f"seeds); adjusted over the {len(ev.classes)} classes (one family) by Bonferroni "
               "(markers on Δ) and BH (marker after BH p): * < 0.05, ** < 0.01, *** < 0.001."),
              bootstrap_note(an), _seed_note(an, data["class"], seed_cis), *comp.notes,
-             *notes]
-    return Table(key, title, data, display, ids, tuple(notes), paper="tab:perclass")
+             *notes, *([claim] if claim else [])]
+    return Table(key, title, data, display, ids, tuple(notes), paper=paper)
 
 
 def _seed_note(an: Analysis, classes, seed_cis) -> str:

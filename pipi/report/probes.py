@@ -70,7 +70,13 @@ def probe_rows(an: Analysis) -> tuple[list[dict], list[dict], list[dict], list[s
                     f"vs_{tag}_seed_ci_bca_low": (v["seed_bca"].confidence_interval.low
                                                   if v and v["seed_bca"] else float("nan")),
                     f"vs_{tag}_seed_ci_bca_high": (v["seed_bca"].confidence_interval.high
-                                                   if v and v["seed_bca"] else float("nan"))}
+                                                   if v and v["seed_bca"] else float("nan")),
+                    f"vs_{tag}_seed_ci_percentile_low": (
+                        v["seed_bca"].percentile_interval.low
+                        if v and v["seed_bca"] else float("nan")),
+                    f"vs_{tag}_seed_ci_percentile_high": (
+                        v["seed_bca"].percentile_interval.high
+                        if v and v["seed_bca"] else float("nan"))}
         rows.append(row)
 
         def delta_text(v) -> str:
@@ -85,6 +91,9 @@ def probe_rows(an: Analysis) -> tuple[list[dict], list[dict], list[dict], list[s
                      "sign-flip p": fmt_p(va["sign_flip"].pvalue) if va else "",
                      ci_header(an): fmt_ci(*va["boot"].bca) if va else "",
                      seed_ci_header(an): _seed_text(va["seed_bca"]) if va else "",
+                     seed_ci_header(an, "percentile"): (
+                         fmt_ci(*va["seed_bca"].percentile_interval)
+                         if va and va["seed_bca"] else ("n/a (< 2 seeds)" if va else "")),
                      "paired Δ vs +PI [videos; seeds]": (
                          f"{delta_text(vp)} {fmt_ci(*vp['boot'].bca)}; "
                          f"{_seed_text(vp['seed_bca'])}" if vp else "n/a")})

@@ -51,10 +51,13 @@ def ci_cols(c: Comparison | DeltaCI | None, prefix: str = "") -> dict:
 
 
 def seed_cols(sb: SeedBCaResult | None, prefix: str = "") -> dict:
-    """The seed-level BCa columns of a row (``seed_ci_*``; NaN / empty without one)."""
+    """The seed-level interval columns of a row (``seed_ci_*``: BCa and percentile from the
+    same resamples of the seeds; NaN / empty without one)."""
     nan = float("nan")
     return {f"{prefix}seed_ci_bca_low": sb.confidence_interval.low if sb else nan,
             f"{prefix}seed_ci_bca_high": sb.confidence_interval.high if sb else nan,
+            f"{prefix}seed_ci_percentile_low": sb.percentile_interval.low if sb else nan,
+            f"{prefix}seed_ci_percentile_high": sb.percentile_interval.high if sb else nan,
             f"{prefix}seed_ci_unit": "seeds" if sb else "",
             f"{prefix}seed_ci_n_seeds": sb.n_seeds if sb else 0,
             f"{prefix}seed_ci_unstable": sb.unstable if sb else None,
@@ -74,30 +77,38 @@ def ci_text(b: DeltaCI | None, an: Analysis, *, kind: str = "bca", digits: int =
     return text if b.unit == an.bootstrap_unit else f"{text} [{b.unit}]"
 
 
-def seed_ci_header(an: Analysis) -> str:
-    """Column title of the seed-level interval: ``95% BCa CI (seeds)``."""
-    return f"{round(100 * an.options.confidence_level)}% BCa CI (seeds)"
+def seed_ci_header(an: Analysis, kind: str = "BCa") -> str:
+    """Column title of a seed-level interval: ``95% BCa CI (seeds)``, ``95% percentile CI
+    (seeds)``."""
+    return f"{round(100 * an.options.confidence_level)}% {kind} CI (seeds)"
 
 
-def seed_ci_text(c: Comparison | None, *, digits: int = 3) -> str:
-    """The seed-level BCa interval of a comparison, ``(unstable)`` where n seeds cannot carry it."""
+def seed_ci_text(c: Comparison | None, *, kind: str = "bca", digits: int = 3) -> str:
+    """The seed-level interval of a comparison (``kind``: "bca", ``(unstable)`` where n seeds
+    cannot carry it, or "percentile")."""
     sb = c.seed_bca if c is not None else None
     if sb is None:
         return "n/a (< 2 seeds)" if c is not None and c.available else ""
-    return seed_bca_text(sb, digits=digits)
+    return seed_bca_text(sb, kind=kind, digits=digits)
 
 
-def seed_bca_text(sb: SeedBCaResult, *, digits: int = 3) -> str:
-    """A seed-level BCa interval, ``(unstable)`` where n seeds cannot carry it."""
+def seed_bca_text(sb: SeedBCaResult, *, kind: str = "bca", digits: int = 3) -> str:
+    """A seed-level BCa interval, ``(unstable)`` where n seeds cannot carry it; with
+    ``kind="percentile"`` the percentile interval of the same resamples."""
+    if kind == "percentile":
+        return fmt_ci(*sb.percentile_interval, digits=digits)
     text = fmt_ci(*sb.confidence_interval, digits=digits)
     return f"{text} (unstable)" if sb.unstable else text
 
 
 def delta_cis(an: Analysis, c: Comparison | None, *, digits: int = 3) -> dict:
-    """Both display intervals of a cross-seed delta, each titled with what it resamples."""
+    """The display intervals of a cross-seed delta, each titled with what it resamples: the
+    (videos) BCa, the seed-level BCa and the seed-level percentile interval."""
     ok = c is not None and c.available
     return {ci_header(an): ci_text(c.bootstrap, an, digits=digits) if ok else "",
-            seed_ci_header(an): seed_ci_text(c, digits=digits) if ok else ""}
+            seed_ci_header(an): seed_ci_text(c, digits=digits) if ok else "",
+            seed_ci_header(an, "percentile"): (seed_ci_text(c, kind="percentile", digits=digits)
+                                               if ok else "")}
 
 
 def seed_ci_note(an: Analysis, comps=(), *, what: str = "per-seed paired deltas") -> str:
@@ -105,10 +116,12 @@ def seed_ci_note(an: Analysis, comps=(), *, what: str = "per-seed paired deltas"
     are unstable and why."""
     o = an.options
     text = (f"BCa CI (seeds): the paper's interval, {o.n_resamples} bootstrap resamples of the "
-            f"{what} (seeds resampled with replacement, test set fixed); it "
-            "speaks to another draw of training seeds, the (videos) column to another draw of "
-            "test videos. With six seeds the mean has at most 462 distinct bootstrap values: "
-            "'(unstable)' marks an interval whose endpoint sits at the smallest/largest "
+            f"{what} (seeds resampled with replacement, test set fixed); percentile CI "
+            "(seeds): the percentile interval of the same resamples (the paper quotes both, e.g. "
+            "[-0.005, +0.032] for (b+) vs (e+)). Both speak to another draw of training seeds, "
+            "the (videos) column to another draw of test videos. With six seeds the mean has "
+            "at most 462 distinct bootstrap values: "
+            "'(unstable)' marks a BCa interval whose endpoint sits at the smallest/largest "
             "per-seed delta or rests on fewer than 10 resamples beyond it (column "
             "seed_ci_reason).")
     bad = [f"{c.label}: {c.seed_bca.reason}" for c in comps

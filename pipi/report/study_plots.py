@@ -1,5 +1,6 @@
 """Optuna's own plots of a ``calibrate`` study (optimisation history, alpha x lambda_eff
-contour, parameter importances) in one self-contained HTML page."""
+contour or, with lambda_eff fixed, the objective along alpha, parameter importances) in one
+self-contained HTML page."""
 
 from __future__ import annotations
 
@@ -16,10 +17,14 @@ def write_study_plots(study: optuna.Study, folder: Path) -> list[str]:
     import optuna.visualization as vis  # plotly is heavy: imported only when plotting
 
     notes, parts = [], []
-    plots = {"optimization history": lambda: vis.plot_optimization_history(study),
-             "alpha x lambda_eff contour": lambda: vis.plot_contour(
-                 study, params=["alpha", "lambda_eff_fraction"]),
-             "parameter importances": lambda: vis.plot_param_importances(study)}
+    searched = {k for t in study.trials for k in t.params}
+    plots = {"optimization history": lambda: vis.plot_optimization_history(study)}
+    if "lambda_eff_fraction" in searched:
+        plots["alpha x lambda_eff contour"] = lambda: vis.plot_contour(
+            study, params=["alpha", "lambda_eff_fraction"])
+    else:  # search=alpha: lambda_eff is fixed, the objective along alpha
+        plots["alpha (lambda_eff fixed)"] = lambda: vis.plot_slice(study, params=["alpha"])
+    plots["parameter importances"] = lambda: vis.plot_param_importances(study)
     for title, draw in plots.items():
         try:
             html = draw().to_html(full_html=False, include_plotlyjs=not parts)

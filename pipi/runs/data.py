@@ -109,12 +109,14 @@ def run_stage_galar(*, root: Path, out: Path, mapping: Path | None = None,
                     videos: str | None = None, multilabel: str = "priority", seed: int = 0,
                     link: str = "hardlink", log_run: bool = True, nested: bool = False,
                     experiment: str | None = None, progress: bool = True,
-                    calibration_fraction: float = 0.5) -> StageResult:
+                    calibration_fraction: float = 0.5, preset: str | None = None
+                    ) -> StageResult:
     """Stage a Galar release (zero-shot test data with vendor folds) and log a ``stage`` run."""
     result = stage_galar(Path(root), Path(out), mapping=mapping,
                          frames_per_class=frames_per_class, capsule_systems=capsule_systems,
                          videos=videos, seed=seed, link=link, multilabel=multilabel,
-                         calibration_fraction=calibration_fraction, progress=progress)
+                         calibration_fraction=calibration_fraction, progress=progress,
+                         preset=preset)
     _log_stage_run(result, dataset="galar", out=Path(out), log_run=log_run, nested=nested,
                    experiment=experiment, params={
                        "stage.root": root, "stage.out": out, "stage.mapping": mapping or "",
@@ -122,7 +124,8 @@ def run_stage_galar(*, root: Path, out: Path, mapping: Path | None = None,
                        "stage.capsule_systems": capsule_systems or "",
                        "stage.videos": videos or "", "stage.multilabel": multilabel,
                        "stage.calibration_fraction": calibration_fraction,
-                       "stage.seed": seed, "stage.link": link})
+                       "stage.seed": seed, "stage.link": link,
+                       **({"stage.preset": preset} if preset else {})})
     return result
 
 

@@ -12,6 +12,7 @@ from pipi.stats._results import (
     AUCConfidenceResult,
     BootstrapResult,
     CalibrationResult,
+    ClassStoufferResult,
     ConfidenceInterval,
     DegenerateDataWarning,
     DeLongMacroResult,
@@ -34,7 +35,7 @@ from pipi.stats.bootstrap import (
     macro_auc_delta_bootstrap,
 )
 from pipi.stats.calibration import brier_score, expected_calibration_error
-from pipi.stats.combine import stouffer_combine
+from pipi.stats.combine import stouffer_combine, stouffer_over_classes
 from pipi.stats.curves import (
     ROC_GRID,
     confusion_matrix,
@@ -100,6 +101,7 @@ __all__ = [
     "RatioBootstrapResult",
     "BootstrapResult",
     "CalibrationResult",
+    "ClassStoufferResult",
     "ConfidenceInterval",
     "DeLongMacroResult",
     "DeLongResult",
@@ -149,4 +151,5 @@ __all__ = [
     "sign_flip_test",
     "significance_marker",
     "stouffer_combine",
+    "stouffer_over_classes",
 ]

@@ -93,6 +93,25 @@ class DeLongMacroResult:
 
 
 @dataclass(frozen=True)
+class ClassStoufferResult:
+    """The published code's macro paired z (:func:`pipi.stats.stouffer_over_classes`):
+    per-class DeLong z combined over seeds, then over classes, both by Stouffer."""
+
+    statistic: float
+    pvalue: float
+    per_class_statistic: np.ndarray  # (K,) Stouffer over seeds of each class's z
+    n_seeds: np.ndarray              # (K,) seeds with a finite z per class
+    n_classes: int                   # classes in the combination (finite per-class z)
+    alternative: str
+    #: What the p-value assumes; neither holds for classes and seeds of one test set.
+    assumption: str = (
+        "independent per-class z-scores and independent seeds. The classes share frames (a "
+        "positive of one class is a negative of the others) and the seeds share the test set, "
+        "so the z-scores are correlated and this p-value is anti-conservative; the per-seed "
+        "macro DeLong z (delong_macro_test) carries the class covariance instead.")
+
+
+@dataclass(frozen=True)
 class StoufferResult:
     """Stouffer combination of per-seed z-scores (:func:`pipi.stats.stouffer_combine`)."""
 

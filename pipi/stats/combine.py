@@ -1,4 +1,5 @@
-"""Stouffer's combination of per-seed z-scores, as the paper does across seeds."""
+"""Stouffer's combination of per-seed z-scores, as the paper does across seeds, and the
+published code's macro z (per-class z combined over seeds, then over classes)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ import numpy as np
 
 from pipi.errors import DataError
 from pipi.stats._common import check_alternative, warn_degenerate, z_pvalue
-from pipi.stats._results import StoufferResult
+from pipi.stats._results import ClassStoufferResult, StoufferResult
 
-__all__ = ["stouffer_combine"]
+__all__ = ["stouffer_combine", "stouffer_over_classes"]
 
 
 def _stouffer_iv(z_scores, alternative):
@@ -66,3 +67,75 @@ def stouffer_combine(z_scores, *, alternative: str = "two-sided") -> StoufferRes
         return StoufferResult(float("nan"), float("nan"), int(z.size), alternative)
     stat = float(z.sum() / np.sqrt(z.size))
     return StoufferResult(stat, z_pvalue(stat, alternative), int(z.size), alternative)
+
+
+def _over_classes_iv(per_class_z, alternative):
+    """Validate stouffer_over_classes' input."""
+    z = np.asarray(per_class_z, dtype=float)
+    if z.ndim != 2 or z.shape[0] < 1 or z.shape[1] < 1:
+        raise DataError("per_class_z must be a non-empty 2-D array (seeds x classes), got "
+                        f"shape {z.shape}")
+    return z, check_alternative(alternative)
+
+
+def stouffer_over_classes(per_class_z, *, alternative: str = "two-sided"
+                          ) -> ClassStoufferResult:
+    """The published code's macro paired z: Stouffer over seeds per class, then over classes.
+
+    For class k, Z_k = sum_s z_sk / sqrt(S_k) over the S_k seeds with a finite per-class
+    DeLong z; the macro z is sum_k Z_k / sqrt(K) over the K classes with a finite Z_k (the
+    authors' ``compute_paired_tests.py`` "macro-level z"). pipi's own macro z is the per-seed
+    DeLong test of the macro-AUC with the covariance between classes
+    (:func:`pipi.stats.delong_macro_test`), combined over seeds by
+    :func:`stouffer_combine`.
+
+    Parameters
+    ----------
+    per_class_z : array_like, shape (S, K)
+        Per-seed, per-class paired DeLong z (``DeLongMacroResult.per_class_statistic`` of each
+        seed), positive when the new arm is better. A NaN (a class whose variance is undefined
+        in that seed) is left out of that class's combination, as the published code leaves
+        out seeds without a z.
+    alternative : {"two-sided", "greater", "less"}, optional
+
+    Returns
+    -------
+    ClassStoufferResult
+        ``statistic`` (the macro z), ``pvalue`` (standard normal), ``per_class_statistic``
+        (Z_k), ``n_seeds`` per class and ``n_classes``; NaN with a ``DegenerateDataWarning``
+        when no class has a finite z.
+
+    Notes
+    -----
+    The z is standard normal under H0 only if the per-class z-scores are independent. The
+    classes are scored on the same frames (one-vs-rest) and the seeds on one test set, so
+    they are correlated and the p-value is anti-conservative; reported because the paper's
+    paired-test table was computed this way.
+
+    References
+    ----------
+    .. [1] S. A. Stouffer et al., "The American Soldier, Vol. 1", Princeton University Press,
+       1949.
+    .. [2] E. R. DeLong, D. M. DeLong and D. L. Clarke-Pearson, Biometrics 44(3):837-845, 1988.
+
+    Examples
+    --------
+    >>> from pipi.stats import stouffer_over_classes
+    >>> res = stouffer_over_classes([[1.0, 2.0], [3.0, 0.0]])
+    >>> round(res.statistic, 4), res.n_classes
+    (3.0, 2)
+    """
+    z, alternative = _over_classes_iv(per_class_z, alternative)
+    ok = np.isfinite(z)
+    n_seeds = ok.sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per_class = np.where(n_seeds > 0, np.where(ok, z, 0.0).sum(axis=0) / np.sqrt(n_seeds),
+                             np.nan)
+    have = np.isfinite(per_class)
+    if not have.any():
+        warn_degenerate("no class has a finite per-class z; the macro z is NaN")
+        return ClassStoufferResult(float("nan"), float("nan"), per_class, n_seeds, 0,
+                                   alternative)
+    stat = float(per_class[have].sum() / np.sqrt(have.sum()))
+    return ClassStoufferResult(stat, z_pvalue(stat, alternative), per_class, n_seeds,
+                               int(have.sum()), alternative)

@@ -6,8 +6,10 @@ and pulls trials until its share of the budget is spent (Optuna's distributed pa
 
 A ``mode=train`` trial:
 
-* suggests ``alpha`` (log) and ``lambda_eff`` (a fraction of the image diagonal) and applies
-  them to the ``pi`` configuration of the study (``PriorParams.apply``);
+* suggests ``alpha`` (log), and ``lambda_eff`` (a fraction of the image diagonal) when the
+  study searches it (``search=alpha,lambda_eff``; by default lambda_eff keeps the recipe's
+  0.25 x diagonal, as the paper), and applies them to the ``pi`` configuration of the study
+  (``PriorParams.apply``);
 * **reuses** the FINISHED ``train`` run with the same config hash (recipe incl. the prior,
   data digest, code version: ``tracking.config_key``, the key ``ablate`` reuses by), so an
   identical trial never trains twice; its value is scored from that run's predictions;
@@ -50,11 +52,11 @@ import torch
 
 from pipi import tracking
 from pipi.calibration.objective import (
-    ALPHA_RANGE,
-    LAMBDA_FRACTION_RANGE,
+    SEARCHES,
     TARGET_KVASIR,
     Fold,
     PriorParams,
+    SearchSpace,
     calibration_fold,
     diagonal,
     parse_target,
@@ -158,6 +160,14 @@ class TrainTrialSpec:
     target: str = TARGET_KVASIR      # kvasir-val, or galar:<system>
     target_data: str = ""            # galar: the staged Galar folder of the fold
     target_digest: str = ""          # galar: its data digest (checked when a worker loads it)
+    search: tuple[str, ...] = SEARCHES["alpha,lambda_eff"]  # the prior parameters searched
+
+    def __post_init__(self):
+        object.__setattr__(self, "search", tuple(self.search))  # a list when read from JSON
+
+    def space(self) -> SearchSpace:
+        """The study's search space; the parameters not searched keep the recipe's values."""
+        return SearchSpace.of(TrainConfig.from_dict(self.base_config), self.search)
 
 
 @dataclass
@@ -253,8 +263,7 @@ def _target_scorer(target: TargetFold, cfg: TrainConfig) -> Callable[[int, objec
 
 def _train_trial(trial: optuna.Trial, spec: TrainTrialSpec, result: TrainWorkerResult,
                  work: Path, target: TargetFold | None = None) -> float:
-    alpha = trial.suggest_float("alpha", *ALPHA_RANGE, log=True)
-    frac = trial.suggest_float("lambda_eff_fraction", *LAMBDA_FRACTION_RANGE)
+    alpha, frac = spec.space().suggest(trial)
     trial.set_user_attr("worker", result.worker)
     trial.set_user_attr("calibrate_run", spec.parent_run_id)
     result.trials.append(trial.number)
@@ -308,7 +317,7 @@ def optimize_train(spec: TrainTrialSpec) -> TrainWorkerResult:
     storage = open_storage(spec.storage)
     study = optuna.load_study(study_name=spec.study, storage=storage,
                               sampler=make_sampler(spec.sampler, seed=spec.seed,
-                                                   trials=spec.grid_trials),
+                                                   trials=spec.grid_trials, params=spec.search),
                               pruner=make_pruner(spec.pruner))
     result = TrainWorkerResult(spec.index, worker_id(spec.index))
     work = Path(os.environ.get("TMPDIR", "/tmp")) / f"pipi-caltrain-{os.getpid()}"
@@ -443,13 +452,16 @@ def run_worker_file(path: str | Path, *, train_fn: Callable) -> TrainWorkerResul
 
 
 # --------------------------------------------------------------------------- the table
-def trials_table(trials: Sequence[optuna.trial.FrozenTrial], *, image_size: int) -> pd.DataFrame:
+def trials_table(trials: Sequence[optuna.trial.FrozenTrial], *, image_size: int,
+                 space: SearchSpace | None = None) -> pd.DataFrame:
     """One row per trial: number, state, alpha, lambda_eff (fraction and pixels), objective,
-    the run id and whether it reused a finished run."""
+    the run id and whether it reused a finished run (a parameter ``space`` keeps fixed: its
+    fixed value)."""
     rows = []
     for t in trials:
-        frac = t.params.get("lambda_eff_fraction")
-        rows.append({"trial": t.number, "state": t.state.name, "alpha": t.params.get("alpha"),
+        values = space.values(t.params) if space is not None else t.params
+        frac = values.get("lambda_eff_fraction")
+        rows.append({"trial": t.number, "state": t.state.name, "alpha": values.get("alpha"),
                      "lambda_eff_fraction": frac,
                      "lambda_eff": None if frac is None else frac * diagonal(image_size),
                      "objective": t.value, "run_id": t.user_attrs.get("run_id", ""),

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from pipi import tracking
+from pipi.calibration.objective import PriorParams
 from pipi.cells import get_cell
 from pipi.config import TrainConfig, make_config
 from pipi.errors import ConfigError
@@ -138,8 +139,12 @@ def child_config(cell: str, *, backbone: str, seed: int, profile: str, weights: 
 
 def plan(study: Study, *, seeds: Sequence[int], backbones: Sequence[str],
          cells: Sequence[str] = (), profile: str, weights: str, digest: str,
-         overrides: dict | None = None) -> list[Child]:
-    """Children of a sweep: per-frame (and implied base) runs first, then sequence runs."""
+         overrides: dict | None = None, prior: PriorParams | None = None) -> list[Child]:
+    """Children of a sweep: per-frame (and implied base) runs first, then sequence runs.
+
+    ``prior`` (a calibrated prior, ``ablate -P prior_params=``) is applied to the children
+    whose cell takes one (``CellConfig.takes_prior_params``), lambda_eff at each child's
+    image size; the RGB-only per-frame children keep their configuration."""
     chosen = tuple(cells) or study.cells
     for c in chosen:
         get_cell(c)
@@ -158,6 +163,8 @@ def plan(study: Study, *, seeds: Sequence[int], backbones: Sequence[str],
                 for seed in seeds:
                     cfg = child_config(cell, backbone=backbone, seed=seed, profile=profile,
                                        weights=weights, overrides=overrides)
+                    if prior is not None and cfg.cell_config.takes_prior_params:
+                        cfg = prior.apply(cfg)
                     key = tracking.config_hash(tracking.config_key(cfg, digest))
                     out.append(Child(cfg, key, role))
     return out

@@ -10,8 +10,11 @@ best validation macro-AUC over the evaluable classes, early stopping with ``pati
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import logging
 import math
+import os
 import random
 import tempfile
 import warnings
@@ -27,7 +30,15 @@ from tqdm.auto import tqdm
 
 from pipi.classes import CLASSES, NUM_CLASSES
 from pipi.config import TrainConfig
-from pipi.data.cache import AugmentConfig, augment, batches, build_cache, normalize
+from pipi.data.cache import (
+    AugmentConfig,
+    augment,
+    augment_draws,
+    batches,
+    build_cache,
+    normalize,
+    to_float,
+)
 from pipi.data.kvasir import load_staged
 from pipi.errors import PipiError
 from pipi.models import DistillClassifier, FrameClassifier, build_backbone, distill_loss
@@ -128,11 +139,21 @@ class FrameInputs:
         """``x01``: float ``[B, 3, H, W]`` with values in [0, scale] (scale 255: raw uint8 values).
         ``draws``: the augmentation's random numbers already drawn (``augment_draws``)."""
         cfg, cell = self.cfg, self.cfg.cell_config
+        train = train and cfg.augment  # augment=false: training frames as evaluation sees them
         need_prior = cell.input_channels == 5 or cell.distill
         # strip-and-serve: the prior channels are zeros, so the prior is never computed
         compute_prior = cell.distill or (cell.input_channels == 5 and not strip_prior)
         aug = AugmentConfig(cfg.hflip, cfg.rotation_deg, *cfg.jitter)
         valid = None
+        target_src = None
+        if train and cell.distill and cfg.distill_target == "frame":
+            # The distill target is the prior of the frame itself (paper: P_blood(x)): the
+            # same flip/rotation as the input (so target and input stay aligned), no colour
+            # jitter. One draw serves both passes, the same numbers augment would draw.
+            if draws is None:
+                draws = augment_draws(gen, x01.shape[0]).to(x01.device)
+            geometry = AugmentConfig(cfg.hflip, cfg.rotation_deg, 0.0, 0.0, 0.0)
+            target_src = augment(x01, geometry, None, scale=scale, draws=draws)
         if train and not need_prior:
             # RGB-only: augmentation and normalisation in one fused pass
             return augment(x01, aug, gen, scale=scale, normalized=True, draws=draws,
@@ -146,9 +167,10 @@ class FrameInputs:
             x01 = x01 / scale
         prior = None
         if compute_prior:
-            # The prior is computed after augmentation, on the un-normalised image (paper).
-            prior = prior_channels(x01, **asdict(cfg.prior), valid=valid,
-                                   check=self.check)
+            # The prior is computed after augmentation, on the un-normalised image (paper);
+            # the distill target (distill_target=frame) before the colour jitter.
+            prior = prior_channels(x01 if target_src is None else target_src,
+                                   **asdict(cfg.prior), valid=valid, check=self.check)
         x = normalize(x01, self.stats)
         if cell.input_channels == 5:
             p = (x01.new_zeros((x01.shape[0], 2, *x01.shape[2:])) if strip_prior
@@ -396,7 +418,11 @@ def run_frame_cell(cfg: TrainConfig, *, data: Path, resume_state: dict | None = 
     gen = seed_everything(cfg.seed, rt)
     model, fwd = prepare_model(build_frame_model(cfg), rt)
     inputs = FrameInputs(cfg, check=False)
-    weights = class_weights(labels["train"]).to(dev)
+    weights = class_weights(labels["train"]).to(dev) if cfg.class_weights else None
+    if cfg.cell_config.frozen and cfg.probe_recipe == "cached":
+        return _run_cached_probe(cfg, model, inputs, cache, frames, manifest, split_idx,
+                                 labels, weights, gen=gen, rt=rt, tracker=tracker,
+                                 resume_state=resume_state, cache_dir=cache_dir)
     scaler = rt.scaler()
     # data_path=device: the uint8 training set copied to the device once for the whole run
     train_images = (ResidentBatches(images["train"], dev, labels=labels["train"])
@@ -428,6 +454,88 @@ def run_frame_cell(cfg: TrainConfig, *, data: Path, resume_state: dict | None = 
     return {"model": model.cpu().to(memory_format=torch.contiguous_format),
             "predictions": preds, "metrics": metrics, "runtime": rt.params(),
             "classes": classes, "val_classes": val_classes, "history": history, "manifest": manifest, "frames": frames}
+
+
+def _features_path(cfg: TrainConfig, digest: str, cache_dir: Path | None) -> Path:
+    """Where the frozen backbone's features of a staged folder are cached: a digest of the
+    backbone, its weights (a file by path, size and mtime), the image size and the data."""
+    w = cfg.weights
+    if w not in ("imagenet", "none", "", None) and Path(w).is_file():
+        st = Path(w).stat()
+        w = f"{Path(w).resolve()}:{st.st_size}:{st.st_mtime_ns}"
+    key = json.dumps({"backbone": cfg.backbone, "weights": w, "image_size": cfg.image_size,
+                      "data_digest": digest, "format": 1}, sort_keys=True)
+    name = hashlib.sha256(key.encode()).hexdigest()[:24]
+    return (cache_dir or pipi_home() / "cache") / "features" / f"{name}.npy"
+
+
+@torch.no_grad()
+def probe_features(model, images: np.ndarray, inputs: FrameInputs, *, device, path: Path,
+                   batch_size: int = 128) -> np.ndarray:
+    """The frozen backbone's pooled features ``[N, D]`` of every row of a uint8 image array,
+    with the evaluation preprocessing; read from ``path`` when cached, else computed once and
+    written there (atomically)."""
+    if path.is_file():
+        return np.load(path)
+    model.eval()
+    out = []
+    for i in range(0, len(images), batch_size):
+        x, _ = inputs(to_float(images, np.arange(i, min(len(images), i + batch_size)), device),
+                      train=False)
+        out.append(model.embed(x).float().cpu().numpy())
+    feats = (np.concatenate(out) if out else np.zeros((0, model.head.in_features), np.float32))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp.npy")
+    np.save(tmp, feats.astype(np.float32))
+    os.replace(tmp, path)
+    return feats
+
+
+def _run_cached_probe(cfg, model, inputs, cache, frames, manifest, split_idx, labels, weights,
+                      *, gen, rt, tracker, resume_state, cache_dir) -> dict:
+    """The published probe recipe: features of the frozen backbone extracted once (cached on
+    disk by digest), the linear head trained on them (``cfg``'s epochs, batch, lr, weight
+    decay, class weights; best validation epoch)."""
+    dev = rt.device
+    path = _features_path(cfg, manifest["data_digest"], cache_dir)
+    feats = torch.from_numpy(probe_features(model, cache, inputs, device=dev, path=path)).to(dev)
+    f = {s: feats[torch.from_numpy(i)] for s, i in split_idx.items()}
+    y = torch.from_numpy(labels["train"]).to(dev)
+    classes, val_classes = split_classes(frames, "test"), split_classes(frames, "val")
+
+    def train_epoch(epoch, optimizer):
+        model.train()
+        perm = torch.randperm(len(y), generator=gen).to(dev)
+        steps = range(0, len(y), cfg.batch_size)
+        if cfg.max_batches > 0:
+            steps = steps[:cfg.max_batches]
+        total, n = 0.0, 0
+        for i in steps:
+            idx = perm[i:i + cfg.batch_size]
+            logits = model.head(model.dropout(f["train"][idx]))
+            loss = weighted_cross_entropy(logits, y[idx], weights)
+            value = optimizer_step(loss, optimizer,
+                                   where=f"epoch {epoch}, batch {i // cfg.batch_size}")
+            total, n = total + value * len(idx), n + len(idx)
+        return total / max(n, 1)
+
+    @torch.no_grad()
+    def predict(split):
+        model.eval()
+        return torch.softmax(model.head(f[split]).float(), dim=1).cpu().numpy()
+
+    fit = fit_epochs(model, cfg=cfg, gen=gen, train_epoch=train_epoch,
+                     predict_val=lambda: predict("val"),
+                     val_frames=frames.iloc[split_idx["val"]], classes=val_classes,
+                     tracker=tracker, resume_state=resume_state)
+    preds = {s: predictions_frame(frames.iloc[split_idx[s]], predict(s)) for s in ("val", "test")}
+    metrics = {**split_metrics(preds["val"], val_classes, "val"),
+               **split_metrics(preds["test"], classes, "test"),
+               "best_epoch": fit["best"]["epoch"]}
+    return {"model": model.cpu().to(memory_format=torch.contiguous_format),
+            "predictions": preds, "metrics": metrics, "runtime": rt.params(),
+            "classes": classes, "val_classes": val_classes, "history": fit["history"],
+            "manifest": manifest, "frames": frames, "features": str(path)}
 
 
 def tmpdir() -> Path:

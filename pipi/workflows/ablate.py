@@ -54,6 +54,7 @@ from pipi.runs.evaluate import (
     evaluate_run,
     find_evaluation,
 )
+from pipi.runs.prior_params import check_prior_params, resolve_prior
 from pipi.sweeps.local import run_local
 from pipi.sweeps.plan import (
     EXECUTORS,
@@ -150,12 +151,14 @@ def run_ablation(*, study: str = "eight_cell", seeds: Sequence[int] | str = PAPE
                  executor: str = "local", parallel: int = 1, data: str | None = "synthetic",
                  weights: str = "imagenet", overrides: dict | None = None,
                  experiment: str | None = None, progress: bool = True,
-                 retries: int = 1) -> SweepResult:
+                 retries: int = 1, prior_params: str = "") -> SweepResult:
     """Run a sweep (see the module docstring); returns the per-child results and the table.
 
     ``backbones`` equal to the default (EfficientNet-B0 only) means the study's own backbones
     where it has some (``cross_backbone``: all three). ``overrides`` are the train options
-    (``config.TRAIN_OVERRIDES``) every child gets.
+    (``config.TRAIN_OVERRIDES``) every child gets. ``prior_params`` (a ``prior_params.json``
+    or a calibrate run id, as ``train`` takes it) sets alpha and lambda_eff of every child
+    whose cell uses the prior (``CellConfig.takes_prior_params``).
     """
     st = get_study(study)
     seeds = parse_list(seeds, cast=int, name="seeds")
@@ -167,6 +170,7 @@ def run_ablation(*, study: str = "eight_cell", seeds: Sequence[int] | str = PAPE
             raise ConfigError(f"backbones: {b!r} is unknown. Available: {list(ARCHS)}, "
                               f"{list(FOUNDATION)} or timm:<name>")
     cells = parse_list(cells, name="cells")
+    check_prior_params(prior_params, overrides)
     if not seeds:
         raise ConfigError("seeds is empty; pass e.g. seeds=41,42")
     if executor not in EXECUTORS:
@@ -181,10 +185,17 @@ def run_ablation(*, study: str = "eight_cell", seeds: Sequence[int] | str = PAPE
     digest = manifest["data_digest"]
     profile = resolve_profile(profile, manifest.get("dataset", ""))
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    prior = resolve_prior(prior_params) if prior_params else None
     children = plan(st, seeds=seeds, backbones=backbones, cells=cells, profile=profile,
-                    weights=weights, digest=digest, overrides=overrides)
+                    weights=weights, digest=digest, overrides=overrides,
+                    prior=prior.params if prior is not None else None)
+    if prior is not None and not any(c.cfg.cell_config.takes_prior_params for c in children):
+        raise ConfigError(f"prior_params={prior_params}: no cell of this sweep uses the optical "
+                          f"prior ({sorted({c.cfg.cell for c in children})}); it applies to "
+                          "pi, pblood_only, phi_only, distill and the sequence cells")
     tags = {tracking.TAG_STUDY: st.name, tracking.TAG_DATA_DIGEST: digest,
-            tracking.TAG_DATASET: manifest.get("dataset", "kvasir-capsule")}
+            tracking.TAG_DATASET: manifest.get("dataset", "kvasir-capsule"),
+            **(dict(prior.tags) if prior is not None else {})}
     with tracking.pipi_run(entry_point="ablate", experiment=experiment, tags=tags,
                            run_name=f"ablate-{st.name}") as parent:
         pid = parent.info.run_id
@@ -194,7 +205,7 @@ def run_ablation(*, study: str = "eight_cell", seeds: Sequence[int] | str = PAPE
                              "data": data or "",
                              "data_dir": str(root), "weights": weights,
                              "overrides": json.dumps(overrides, sort_keys=True),
-                             "children": len(children)})
+                             "prior_params": prior_params, "children": len(children)})
         if executor == "slurm":
             results = run_slurm(children, data=root, parent_run_id=pid, retries=retries)
         else:

@@ -169,7 +169,8 @@ class AggregateResult:
 def run_aggregate(*, experiment: str | None = None, filter_string: str = "",
                   out: Path | None = None, resample: str = "video",
                   cache_dir: Path | None = None, options: AggregateOptions | None = None,
-                  log_run: bool = True, pair_imported: bool = False) -> AggregateResult:
+                  log_run: bool = True, pair_imported: bool = False,
+                  channel_family: str | None = None) -> AggregateResult:
     """Query the runs, compute every table and figure, log them as an ``aggregate`` run.
 
     Parameters
@@ -196,6 +197,9 @@ def run_aggregate(*, experiment: str | None = None, filter_string: str = "",
         Let runs of the ``import`` entry point (``pipi.source=external``) join the arm of
         their cell. By default they form arms of their own, ``<cell> (<label>)`` (e.g.
         ``a (released)``), never paired with trained runs (``analysis.mark_imported``).
+    channel_family : {"paper", "vs_pi"}, optional
+        BH family of the training-time channel ablation: the paper's five paired tests, or
+        only the three against full +PI. Overrides ``options.channel_family`` when given.
 
     Raises
     ------
@@ -207,6 +211,8 @@ def run_aggregate(*, experiment: str | None = None, filter_string: str = "",
         an arm with runs of several recipes.
     """
     options = replace(options or AggregateOptions(), resample=resample)
+    if channel_family is not None:
+        options = replace(options, channel_family=channel_family)
     experiment = experiment or tracking.DEFAULT_EXPERIMENT
     target = prepare_out(Path(out)) if out else None
     try:

@@ -43,12 +43,13 @@ import torch
 
 from pipi import tracking
 from pipi.calibration.objective import (
-    ALPHA_RANGE,
-    LAMBDA_FRACTION_RANGE,
+    SEARCHES,
     CalibrationObjective,
     PriorParams,
+    SearchSpace,
     calibration_fold,
     diagonal,
+    parse_search,
     parse_target,
     prior_params_document,
 )
@@ -106,9 +107,17 @@ def _bind_study(st: optuna.Study, name: str, binding: dict) -> None:
                           + "; choose another study name, or leave study empty for the default")
 
 
-def default_study_name(run_id: str, target: str, data_digest: str) -> str:
-    """Hash of (run, target, data digest): re-running continues the same study."""
-    key = tracking.config_hash({"run": run_id, "target": target, "data_digest": data_digest})
+def _search_key(search) -> dict:
+    """The search space's part of a study name: none for alpha and lambda_eff (the names of
+    the studies made before search was an option)."""
+    return {} if tuple(search) == SEARCHES["alpha,lambda_eff"] else {"search": ",".join(search)}
+
+
+def default_study_name(run_id: str, target: str, data_digest: str,
+                       search=SEARCHES["alpha,lambda_eff"]) -> str:
+    """Hash of (run, target, data digest, search): re-running continues the same study."""
+    key = tracking.config_hash({"run": run_id, "target": target, "data_digest": data_digest,
+                                **_search_key(search)})
     return f"calibrate-{key}"
 
 
@@ -133,6 +142,7 @@ class WorkerSpec:
     threads: int = 0
     grid_trials: int = 1
     progress: bool = False
+    search: tuple[str, ...] = SEARCHES["alpha,lambda_eff"]
 
 
 @dataclass
@@ -145,17 +155,12 @@ class WorkerResult:
     wall_s: float = 0.0
 
 
-def _trial_params(trial) -> dict:
-    a, f = trial.params.get("alpha"), trial.params.get("lambda_eff_fraction")
-    return {"alpha": a, "lambda_eff_fraction": f}
-
-
-def _trial_logger(spec: WorkerSpec, image_size: int, result: WorkerResult):
+def _trial_logger(spec: WorkerSpec, image_size: int, result: WorkerResult, space: SearchSpace):
     """Optuna callback: one nested MLflow run per finished trial (COMPLETE, PRUNED, FAIL)."""
 
     def log_trial(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         t0 = time.perf_counter()
-        p = _trial_params(trial)
+        p = space.values(trial.params)
         state = trial.state.name
         params = {**p, "trial_number": trial.number}
         if p["lambda_eff_fraction"] is not None:
@@ -185,13 +190,13 @@ def optimize(objective: CalibrationObjective, spec: WorkerSpec, *,
     storage = storage if storage is not None else open_storage(spec.storage)
     study = optuna.load_study(study_name=spec.study, storage=storage,
                               sampler=make_sampler(spec.sampler, seed=spec.seed,
-                                                   trials=spec.grid_trials),
+                                                   trials=spec.grid_trials, params=spec.search),
                               pruner=make_pruner(spec.pruner))
     result = WorkerResult(spec.index, worker_id(spec.index))
+    space = SearchSpace.of(objective.cfg, spec.search)
 
     def run_trial(trial: optuna.Trial) -> float:
-        alpha = trial.suggest_float("alpha", *ALPHA_RANGE, log=True)
-        frac = trial.suggest_float("lambda_eff_fraction", *LAMBDA_FRACTION_RANGE)
+        alpha, frac = space.suggest(trial)
         trial.set_user_attr("worker", result.worker)
         result.trials.append(trial.number)
 
@@ -207,7 +212,8 @@ def optimize(objective: CalibrationObjective, spec: WorkerSpec, *,
 
     t0 = time.perf_counter()
     tracking.optimize_study(study, run_trial, n_trials=spec.n_trials, catch=(),
-                            callbacks=[_trial_logger(spec, objective.cfg.image_size, result)],
+                            callbacks=[_trial_logger(spec, objective.cfg.image_size, result,
+                                                     space)],
                             show_progress_bar=spec.progress)
     result.wall_s = time.perf_counter() - t0
     return result
@@ -261,17 +267,6 @@ def _split(trials: int, workers: int) -> list[int]:
     return [trials // workers + (i < trials % workers) for i in range(workers)]
 
 
-def _baseline(cfg) -> dict | None:
-    """The run's own prior as a trial, if it lies inside the search space."""
-    frac = (0.25 if cfg.prior.lambda_eff is None
-            else cfg.prior.lambda_eff / diagonal(cfg.image_size))
-    a = cfg.prior.alpha
-    if ALPHA_RANGE[0] <= a <= ALPHA_RANGE[1] and \
-            LAMBDA_FRACTION_RANGE[0] <= frac <= LAMBDA_FRACTION_RANGE[1]:
-        return {"alpha": float(a), "lambda_eff_fraction": float(frac)}
-    return None
-
-
 def resolve_calibration_data(data: str | None, *, target: str, run) -> Path:
     """The staged folder: ``data``, else (kvasir-val) the run's own, else an error (galar)."""
     kind, _ = parse_target(target)
@@ -290,9 +285,11 @@ def run_calibration(*, run: str = "", target: str, trials: int = 40, sampler: st
                     pruner: str = "median", storage: str = "", study: str = "",
                     workers: int = 1, data: str | None = None, experiment: str | None = None,
                     progress: bool = True, mode: str = "frozen", train_fn=None,
-                    **train_options) -> CalibrationResult:
+                    search: str = "auto", **train_options) -> CalibrationResult:
     """Fit alpha and lambda_eff of ``run``'s prior on ``target`` (see the module docstring).
 
+    ``search``: ``alpha`` (lambda_eff fixed at the configuration's own), ``alpha,lambda_eff``
+    or ``auto`` (mode=train: alpha, as the paper; mode=frozen: both).
     ``mode=train`` trains one ``pi`` run per trial instead (:func:`_calibrate_by_training`;
     ``train_options``: epochs, backbone, seed, executor, profile, weights). ``train_fn`` is
     the ``train`` workflow's function, passed in by the caller (the CLI): a workflow does not
@@ -303,11 +300,12 @@ def run_calibration(*, run: str = "", target: str, trials: int = 40, sampler: st
     make_pruner(pruner)
     if mode not in MODES:
         raise ConfigError(f"mode={mode!r} is unknown. Available: {list(MODES)}")
+    params = parse_search(search, mode=mode)
     if mode == "train":
         return _calibrate_by_training(
             target=target, trials=trials, sampler=sampler, pruner=pruner, storage=storage,
             study=study, workers=workers, data=data, experiment=experiment, train_fn=train_fn,
-            **train_options)
+            search=params, **train_options)
     if not run:
         raise ConfigError("mode=frozen needs run=<a finished pi run id or models:/ URI>; "
                           "mode=train trains its own")
@@ -325,7 +323,8 @@ def run_calibration(*, run: str = "", target: str, trials: int = 40, sampler: st
                          cache_dir=pipi_home() / "cache", progress=progress)
     fold = calibration_fold(frames, manifest, target)
     objective = CalibrationObjective(model, cfg, images, fold, device_for())  # 5-channel check
-    name = study or default_study_name(run_id, target, manifest["data_digest"])
+    name = study or default_study_name(run_id, target, manifest["data_digest"], params)
+    space = SearchSpace.of(cfg, params)
     st = optuna.create_study(study_name=name, storage=rdb, direction="maximize",
                              load_if_exists=True)
     if st.direction != optuna.study.StudyDirection.MAXIMIZE:
@@ -333,7 +332,7 @@ def run_calibration(*, run: str = "", target: str, trials: int = 40, sampler: st
     _bind_study(st, name, {tracking.TAG_SOURCE_RUN: run_id, tracking.TAG_TARGET: target,
                            tracking.TAG_DATA_DIGEST: manifest["data_digest"]})
     existing = len(st.trials)
-    base = _baseline(cfg) if sampler != "grid" else None
+    base = space.baseline() if sampler != "grid" else None
     if existing == 0 and base is not None:
         st.enqueue_trial(base, user_attrs={"baseline": True})
     tags = {**tracking.data_tags(manifest), tracking.TAG_SOURCE_RUN: run_id,
@@ -357,13 +356,13 @@ def run_calibration(*, run: str = "", target: str, trials: int = 40, sampler: st
                 "image_size": cfg.image_size, "fold_frames": len(fold.rows),
                 "fold_classes": ",".join(fold.class_names),
                 "source_alpha": run_params(cfg)["alpha"],
-                "source_lambda_eff": run_params(cfg)["lambda_eff"]})
+                "source_lambda_eff": run_params(cfg)["lambda_eff"], "search": space.key})
             specs = [WorkerSpec(index=i, n_trials=n, run_id=run_id, data=str(root),
                                 target=target, storage=storage_url, study=name,
                                 sampler=sampler, pruner=pruner, seed=seed + i,
                                 parent_run_id=parent,
                                 tracking_uri=tracking.current_tracking_uri(), tags=tags,
-                                threads=threads, grid_trials=trials,
+                                threads=threads, grid_trials=trials, search=params,
                                 progress=progress and workers == 1)
                      for i, n in enumerate(_split(trials, workers)) if n > 0]
             if len(specs) == 1:
@@ -372,7 +371,7 @@ def run_calibration(*, run: str = "", target: str, trials: int = 40, sampler: st
                 del objective, model                   # each worker loads its own
                 results = run_workers(specs, storage=rdb, target=_worker_main)
             result = _finish(name, rdb, storage_url, results, cfg, work, target=target,
-                             run_id=run_id, parent=parent, manifest=manifest)
+                             run_id=run_id, parent=parent, manifest=manifest, space=space)
             # what the best trial's prior looks like on the target's frames
             rows = first_per_class(frames, fold.rows)
             tracking.log_figures({"best_prior_examples": cell_prior_figure(
@@ -383,33 +382,34 @@ def run_calibration(*, run: str = "", target: str, trials: int = 40, sampler: st
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _outcome(name, rdb, parent):
-    """The finished study of either mode: (study, complete trials, best trial, its prior,
-    the baseline trial's value or None, number pruned); no completed trial is an error."""
+def _outcome(name, rdb, parent, space: SearchSpace):
+    """The finished study of either mode: (study, complete trials, best trial, its prior
+    (fixed parameters from ``space``), the baseline trial's value or None, number pruned);
+    no completed trial is an error."""
     st = optuna.load_study(study_name=name, storage=rdb)
     complete = [t for t in st.trials if t.state == optuna.trial.TrialState.COMPLETE]
     if not complete:
         raise PipiError(f"study {name}: no trial completed (all pruned or failed); run more "
                         "trials or pass pruner=none")
     best_trial = st.best_trial
-    best = PriorParams(best_trial.params["alpha"], best_trial.params["lambda_eff_fraction"],
-                       f"run {parent}")
+    v = space.values(best_trial.params)
+    best = PriorParams(v["alpha"], v["lambda_eff_fraction"], f"run {parent}")
     baseline = next((t.value for t in complete if t.user_attrs.get("baseline")), None)
     n_pruned = sum(t.state == optuna.trial.TrialState.PRUNED for t in st.trials)
     return st, complete, best_trial, best, baseline, n_pruned
 
 
 def _finish(name, rdb, storage_url, results, cfg, work: Path, *, target, run_id, parent,
-            manifest) -> CalibrationResult:
+            manifest, space: SearchSpace) -> CalibrationResult:
     """Log the study's best trial, counts and plots on the parent run."""
-    st, complete, best_trial, best, baseline, n_pruned = _outcome(name, rdb, parent)
+    st, complete, best_trial, best, baseline, n_pruned = _outcome(name, rdb, parent, space)
     states = [t.state for t in st.trials]
     doc = prior_params_document(
         best, image_size=cfg.image_size, objective="macro_auc", value=best_trial.value,
         baseline_value=baseline, best_trial=best_trial.number, target=target,
         source_run_id=run_id, calibrate_run_id=parent, study=name,
         storage=redact(storage_url), data_digest=manifest["data_digest"],
-        n_trials=len(st.trials), mode="frozen")
+        n_trials=len(st.trials), mode="frozen", search=space.key)
     tracking.log_params({"alpha": best.alpha, "lambda_eff": doc["lambda_eff"],
                          "lambda_eff_fraction": best.lambda_eff_fraction,
                          "best_trial": best_trial.number})
@@ -430,12 +430,13 @@ def _finish(name, rdb, storage_url, results, cfg, work: Path, *, target, run_id,
 
 
 # --------------------------------------------------------------------------- mode=train
-def train_study_name(cfg, *, target: str, data_digest: str, target_digest: str = "") -> str:
-    """Hash of the recipe without its prior, target, data (and a Galar target's data): a
-    re-run continues the study."""
+def train_study_name(cfg, *, target: str, data_digest: str, target_digest: str = "",
+                     search=SEARCHES["alpha,lambda_eff"]) -> str:
+    """Hash of the recipe without its prior, target, data (and a Galar target's data), and the
+    search space: a re-run continues the study."""
     recipe = {k: v for k, v in cfg.to_dict().items() if k != "prior"}
     key = tracking.config_hash({"mode": "train", "recipe": recipe, "target": target,
-                                "data_digest": data_digest,
+                                "data_digest": data_digest, **_search_key(search),
                                 **({"target_digest": target_digest} if target_digest else {})})
     return f"calibrate-train-{key}"
 
@@ -443,7 +444,7 @@ def train_study_name(cfg, *, target: str, data_digest: str, target_digest: str =
 def _calibrate_by_training(*, target, trials, sampler, pruner, storage, study, workers, data,
                            experiment, train_fn, epochs="auto", backbone="efficientnet_b0",
                            seed=42, executor="local", profile="auto", weights="imagenet",
-                           target_data="") -> CalibrationResult:
+                           target_data="", search=SEARCHES["alpha"]) -> CalibrationResult:
     """``mode=train``: each trial a ``pi`` training run (``pipi.sweeps.calibrate_trials``)."""
     parse_target(target)
     if executor not in EXECUTORS:
@@ -468,7 +469,9 @@ def _calibrate_by_training(*, target, trials, sampler, pruner, storage, study, w
     else:
         troot, tdigest = str(galar.root), galar.digest
         fold = calibration_fold(galar.frames, galar.manifest, target)
-    recipe_key = train_study_name(cfg, target=target, data_digest=digest, target_digest=tdigest)
+    recipe_key = train_study_name(cfg, target=target, data_digest=digest, target_digest=tdigest,
+                                  search=search)
+    space = SearchSpace.of(cfg, search)
     name = study or recipe_key
     st = optuna.create_study(study_name=name, storage=rdb, direction="maximize",
                              load_if_exists=True)
@@ -481,7 +484,7 @@ def _calibrate_by_training(*, target, trials, sampler, pruner, storage, study, w
     for rid in end_lost_trial_runs(st):  # a restart after a worker was killed
         log.warning("run %s of a FAILed trial was still RUNNING: ended FAILED", rid)
     existing = len(st.trials)
-    base = _baseline(cfg) if sampler != "grid" else None
+    base = space.baseline() if sampler != "grid" else None
     if existing == 0 and base is not None:  # the paper's default prior, trained as trial 0
         st.enqueue_trial(base, user_attrs={"baseline": True})
     seed0 = int(tracking.config_hash({"study": name, "existing": existing}), 16) % (2**31)
@@ -503,7 +506,7 @@ def _calibrate_by_training(*, target, trials, sampler, pruner, storage, study, w
                 "epochs": cfg.epochs, "backbone": cfg.backbone, "seed": cfg.seed,
                 "profile": profile, "weights": cfg.weights, "data_dir": str(root),
                 "image_size": cfg.image_size, "fold_frames": len(fold.rows),
-                "fold_classes": ",".join(fold.class_names),
+                "fold_classes": ",".join(fold.class_names), "search": space.key,
                 **({"target_data": troot, "target_data_digest": tdigest} if troot else {})})
             specs = [TrainTrialSpec(
                 index=i, n_trials=n, study=name, storage=storage_url, sampler=sampler,
@@ -512,7 +515,7 @@ def _calibrate_by_training(*, target, trials, sampler, pruner, storage, study, w
                 code_version=tracking.code_version(), data=str(root), data_digest=digest,
                 base_config=cfg.to_dict(), fold_classes=tuple(fold.classes), train_fn=train_fn,
                 grid_trials=trials, threads=threads, target=target, target_data=troot,
-                target_digest=tdigest)
+                target_digest=tdigest, search=search)
                 for i, n in enumerate(_split(trials, workers)) if n > 0]
             if executor == "slurm":  # the spec files hold no password from the environment
                 specs = [replace(sp, storage=(storage or "").strip()) for sp in specs]
@@ -520,15 +523,16 @@ def _calibrate_by_training(*, target, trials, sampler, pruner, storage, study, w
             else:
                 results = run_workers(specs, storage=rdb, target=train_worker_main)
             return _finish_train(name, rdb, storage_url, results, cfg, work, target=target,
-                                 parent=parent, digest=digest, target_digest=tdigest)
+                                 parent=parent, digest=digest, target_digest=tdigest,
+                                 space=space)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
 def _finish_train(name, rdb, storage_url, results, cfg, work: Path, *, target, parent,
-                  digest, target_digest="") -> CalibrationResult:
+                  digest, space: SearchSpace, target_digest="") -> CalibrationResult:
     """The best trial as ``prior_params.json``, counts, Optuna plots and the trials table."""
-    st, complete, best_trial, best, baseline, n_pruned = _outcome(name, rdb, parent)
+    st, complete, best_trial, best, baseline, n_pruned = _outcome(name, rdb, parent, space)
     trials = st.trials
     doc = prior_params_document(
         best, image_size=cfg.image_size, objective="macro_auc", value=best_trial.value,
@@ -536,7 +540,7 @@ def _finish_train(name, rdb, storage_url, results, cfg, work: Path, *, target, p
         source_run_id=None, calibrate_run_id=parent, study=name,
         storage=redact(storage_url), data_digest=digest, n_trials=len(trials), mode="train",
         best_run_id=best_trial.user_attrs.get("run_id"), backbone=cfg.backbone,
-        epochs=cfg.epochs, seed=cfg.seed,
+        epochs=cfg.epochs, seed=cfg.seed, search=space.key,
         **({"target_data_digest": target_digest} if target_digest else {}))
     trained = sorted(n for r in results for n in r.trained)
     reused = sorted(n for r in results for n in r.reused)
@@ -555,7 +559,7 @@ def _finish_train(name, rdb, storage_url, results, cfg, work: Path, *, target, p
     tracking.log_metrics(metrics)
     tracking.log_dict(doc, "prior_params.json")
     write_study_plots(st, work / "optuna")
-    table = trials_table(trials, image_size=cfg.image_size)
+    table = trials_table(trials, image_size=cfg.image_size, space=space)
     table.to_csv(work / "optuna" / "trials.csv", index=False)
     tracking.log_artifacts(work / "optuna", "optuna")
     ran = sorted(n for r in results for n in r.trials)

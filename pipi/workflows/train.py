@@ -122,7 +122,7 @@ def request_from_options(*, cell: str, backbone: str, seed: int, profile: str,
     check_weights(weights)
     check_prior_params(prior_params, overrides)
     cc = cfg.cell_config
-    if prior_params and not (cc.is_sequence or cc.input_channels == 5 or cc.distill):
+    if prior_params and not cc.takes_prior_params:
         raise ConfigError(f"prior_params={prior_params}: cell {cell} uses no optical prior "
                           "(RGB only); prior_params applies to pi, pblood_only, phi_only, "
                           "distill and the sequence cells built on them")

@@ -48,7 +48,7 @@ def storage():
 
 def _kw(storage: str, tiny_staged: Path) -> dict:
     return dict(mode="train", target="kvasir-val", trials=4, sampler="grid", pruner="median",
-                storage=storage, workers=2, data=str(tiny_staged),
+                search="alpha,lambda_eff", storage=storage, workers=2, data=str(tiny_staged),
                 experiment="calibrate-train", train_fn=train, **SMOKE)
 
 

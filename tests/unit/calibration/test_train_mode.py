@@ -123,3 +123,109 @@ def test_prior_params_carry_their_mode():
     assert parse_prior_params(doc, "x").mode == "frozen"
     with pytest.raises(ConfigError, match="mode 'tuned' is unknown"):
         parse_prior_params({**doc, "mode": "tuned"}, "x")
+
+
+# --------------------------------------------------------------------------- issue 28: search
+def _target_fn(alpha, frac):
+    """A known objective with its maximum at alpha 5, fraction 0.5."""
+    return -(math.log(alpha) - math.log(5.0)) ** 2 - (frac - 0.5) ** 2
+
+
+def _run_train_trials(monkeypatch, search, n):
+    """mode=train trials through the real trial function, with the training and the MLflow
+    lookup replaced: each trial 'reuses' a run whose value is _target_fn of its prior."""
+    from types import SimpleNamespace
+
+    from pipi.calibration.study import grid_axes
+    from pipi.sweeps import calibrate_trials as ct
+
+    base = make_config(cell="pi", backbone="resnet18", profile="smoke", weights="none")
+    cfgs = {}
+    real_config = ct.trial_config
+
+    def trial_config_spy(b, alpha, frac):
+        cfg = real_config(b, alpha, frac)
+        cfgs[len(cfgs)] = cfg
+        return cfg
+
+    monkeypatch.setattr(ct, "trial_config", trial_config_spy)
+    monkeypatch.setattr(ct.tracking, "find_finished_run",
+                        lambda key, **tags: SimpleNamespace(info=SimpleNamespace(run_id=key)))
+
+    def value(rid, spec, work, target):
+        cfg = cfgs[len(cfgs) - 1]
+        return _target_fn(cfg.prior.alpha, cfg.prior.lambda_eff / diagonal(cfg.image_size))
+
+    monkeypatch.setattr(ct, "_value", value)
+    spec = ct.TrainTrialSpec(index=0, n_trials=n, study="s", storage="", sampler="grid",
+                             pruner="none", seed=0, parent_run_id="p" * 32, tracking_uri="",
+                             code_version="c", data="", data_digest="d", fold_classes=(0, 1),
+                             base_config=base.to_dict(), search=search)
+    st = optuna.create_study(direction="maximize",
+                             sampler=optuna.samplers.GridSampler(grid_axes(n, search), seed=0))
+    result = ct.TrainWorkerResult(0, "w")
+    st.optimize(lambda t: ct._train_trial(t, spec, result, None), n_trials=n)
+    return st, list(cfgs.values()), base, spec
+
+
+def test_search_auto_is_alpha_for_mode_train_and_both_for_frozen():
+    from pipi.calibration.objective import parse_search
+
+    assert parse_search("auto", mode="train") == ("alpha",)
+    assert parse_search("auto", mode="frozen") == ("alpha", "lambda_eff")
+    assert parse_search("lambda_eff, alpha", mode="train") == ("alpha", "lambda_eff")
+    with pytest.raises(ConfigError, match="search='lambda_eff'"):
+        parse_search("lambda_eff", mode="train")
+
+
+def test_mode_train_fits_alpha_with_lambda_eff_fixed_by_default(monkeypatch):
+    """The paper fits alpha; lambda_eff stays 0.25 x the diagonal. The best trial is the grid
+    point a brute-force search over the same alpha grid (numpy) finds."""
+    from pipi.calibration.objective import parse_search
+
+    search = parse_search("auto", mode="train")
+    st, cfgs, base, spec = _run_train_trials(monkeypatch, search, 9)
+    assert all(set(t.params) == {"alpha"} for t in st.trials)
+    assert [c.prior.lambda_eff for c in cfgs] == pytest.approx(
+        [0.25 * diagonal(base.image_size)] * 9)
+    grid = np.geomspace(1.0, 12.0, 9)
+    want = grid[np.argmax([_target_fn(a, 0.25) for a in grid])]
+    best = spec.space().values(st.best_trial.params)
+    assert best["alpha"] == pytest.approx(want) and best["lambda_eff_fraction"] == 0.25
+    table = trials_table(st.trials, image_size=base.image_size, space=spec.space())
+    assert table["lambda_eff"].tolist() == pytest.approx([0.25 * diagonal(base.image_size)] * 9)
+
+
+def test_search_alpha_and_lambda_eff_fits_both(monkeypatch):
+    st, cfgs, _, _ = _run_train_trials(monkeypatch, ("alpha", "lambda_eff"), 16)
+    assert all(set(t.params) == {"alpha", "lambda_eff_fraction"} for t in st.trials)
+    alphas, fracs = np.geomspace(1.0, 12.0, 4), np.linspace(0.1, 1.0, 4)
+    scores = [(_target_fn(a, f), a, f) for a in alphas for f in fracs]
+    _, a, f = max(scores)
+    assert st.best_trial.params == pytest.approx({"alpha": a, "lambda_eff_fraction": f})
+    assert len({c.prior.lambda_eff for c in cfgs}) == 4
+
+
+def test_study_name_binds_the_search_space():
+    base = make_config(cell="pi", backbone="resnet18", profile="smoke", weights="none")
+    both = train_study_name(base, target="kvasir-val", data_digest="d1")
+    assert train_study_name(base, target="kvasir-val", data_digest="d1",
+                            search=("alpha", "lambda_eff")) == both   # studies made before
+    assert train_study_name(base, target="kvasir-val", data_digest="d1",
+                            search=("alpha",)) != both
+
+
+def test_a_bad_search_is_one_clear_line():
+    with pytest.raises(ConfigError, match="search='phi'"):
+        run_calibration(mode="train", target="kvasir-val", search="phi", train_fn=print)
+
+
+def test_study_plots_of_an_alpha_only_search(tmp_path):
+    from pipi.report.study_plots import write_study_plots
+
+    st = optuna.create_study(direction="maximize")
+    st.optimize(lambda t: _target_fn(t.suggest_float("alpha", 1, 12, log=True), 0.25),
+                n_trials=4)
+    assert write_study_plots(st, tmp_path) == []
+    html = (tmp_path / "plots.html").read_text()
+    assert html.count("<h2>") == 3 and "alpha (lambda_eff fixed)" in html

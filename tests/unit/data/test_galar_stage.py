@@ -445,3 +445,61 @@ def test_count_table_classes(staged):
     assert list(staged.counts.index) == list(CLASSES) + ["Total"]
 
 
+
+
+# --------------------------------------------------------------------------- issue 28: presets
+def test_first_sample_keeps_the_first_frames_of_each_class(release, tmp_path):
+    """sample=first (the published staging script's cap): per class, the first N frames in
+    video/frame order of what the uncapped staging keeps."""
+    full = stage_galar(release, tmp_path / "full", progress=False).frames
+    got = stage_galar(release, tmp_path / "first", frames_per_class=3, sample="first",
+                      progress=False)
+    assert got.manifest["selection"]["sample"] == "first"
+    for cls, grp in full.groupby("class"):
+        order = grp.assign(v=grp["video_id"].astype(int)).sort_values(["v", "frame_number"])
+        want = list(zip(order["video_id"], order["frame_number"]))[:3]
+        mine = got.frames[got.frames["class"] == cls]
+        assert sorted(zip(mine["video_id"], mine["frame_number"])) == sorted(want), cls
+
+
+def test_paper_subset_preset_needs_its_ten_videos_in_one_line(release, tmp_path):
+    vids = ",".join(str(v) for v in sorted(int(p.stem) for p in (release / "Labels").glob("*")))
+    with pytest.raises(DataError, match=r"video ids are not published.*\(10 ids, got 8\)"):
+        stage_galar(release, tmp_path / "o", preset="paper-subset", videos=vids,
+                    progress=False)
+    with pytest.raises(DataError, match="sets frames_per_class=10000"):
+        stage_galar(release, tmp_path / "o", preset="paper-subset", videos=vids,
+                    frames_per_class=5, progress=False)
+    with pytest.raises(DataError, match="preset='paper'"):
+        stage_galar(release, tmp_path / "o", preset="paper", progress=False)
+    _nothing_written(tmp_path / "o")
+
+
+def test_paper_subset_rules_first_frames_and_first_mapped_class(release, tmp_path,
+                                                                monkeypatch):
+    """The preset's rules on the 8-video tiny release (its video count and cap scaled down):
+    a frame positive for Ulcer and Angiectasia goes to Angiectasia, the first of the two in
+    the mapping table (the published script's first claim), not to Ulcer (pipi's priority)."""
+    from dataclasses import replace
+
+    from pipi.data import galar
+
+    monkeypatch.setitem(galar.GALAR_PRESETS, "paper-subset", replace(
+        galar.GALAR_PRESETS["paper-subset"], n_videos=8, frames_per_class=4))
+    root = _copy(release, tmp_path / "r")
+    vid = _a_video(root)
+    _edit_labels(root, vid, lambda ls: _set_cell(_set_cell(ls, 2, "ulcer", "1"), 2,
+                                                 "angiectasia", "1"))
+    frame = int(pd.read_csv(root / "Labels" / f"{vid}.csv")["frame"].iloc[0])
+    vids = ",".join(str(v) for v in sorted(int(p.stem) for p in (root / "Labels").glob("*")))
+    plain = stage_galar(root, tmp_path / "plain", videos=vids, progress=False).frames
+    pre = stage_galar(root, tmp_path / "pre", preset="paper-subset", videos=vids,
+                      progress=False)
+    row = plain[(plain["video_id"] == str(vid)) & (plain["frame_number"] == frame)]
+    assert list(row["class"]) == ["Ulcer"]
+    assert pre.frames.groupby("class").size().max() <= 4
+    mine = pre.frames[(pre.frames["video_id"] == str(vid)) & (pre.frames["frame_number"] == frame)]
+    assert list(mine["class"]) == ["Angiectasia"]   # the first video's first frame: kept
+    sel = pre.manifest["selection"]
+    assert sel["preset"]["name"] == "paper-subset" and sel["preset"]["paper_n_frames"] == 15_298
+    assert sel["preset"]["staged_n_frames"] == len(pre.frames) and sel["sample"] == "first"

@@ -72,6 +72,54 @@ def test_per_class_seed_bca_column_equals_scipy_class_by_class(six):
         assert abs(row["seed_ci_bca_high"] - ref.confidence_interval.high) < 1e-9
 
 
+def _scipy_pct(deltas, opts):
+    return stats.bootstrap((deltas,), np.mean, n_resamples=opts.n_resamples,
+                           confidence_level=opts.confidence_level, method="percentile",
+                           rng=np.random.default_rng(opts.seed)).confidence_interval
+
+
+@pytest.mark.parametrize("key", ["per_frame", "paired_tests", "cross_backbone"])
+def test_seed_percentile_column_beside_the_seed_bca_equals_scipy(six, key):
+    """Issue 28: the seed-level percentile interval (the paper's "[-0.005, +0.032]") is
+    scipy.stats.bootstrap(method="percentile") over the per-seed deltas, same resamples."""
+    ev, opts, rep = six
+    t = rep.table(key)
+    cols = list(t.display.columns)
+    assert cols.index("95% percentile CI (seeds)") == cols.index("95% BCa CI (seeds)") + 1
+    data = t.data
+    col = {"per_frame": "cell", "cross_backbone": "backbone"}.get(key)
+    i = 0 if col is None else list(data[col]).index("pi" if key == "per_frame" else B0)
+    row = data.iloc[i]
+    new = "pi" if key != "paired_tests" else row["new"]
+    ref = "a" if key != "paired_tests" else row["reference"]
+    deltas = ev.arm(B0, new).macro - ev.arm(B0, ref).macro
+    want = _scipy_pct(deltas, opts)
+    assert abs(row["seed_ci_percentile_low"] - want.low) < 1e-12
+    assert abs(row["seed_ci_percentile_high"] - want.high) < 1e-12
+    assert row["seed_ci_percentile_low"] != row["seed_ci_bca_low"]
+    assert t.display.iloc[i]["95% percentile CI (seeds)"] == f"[{want.low:+.3f}, {want.high:+.3f}]"
+    assert any("percentile CI (seeds)" in n for n in t.notes)
+
+
+def test_per_class_seed_percentile_column_equals_scipy(six):
+    from sklearn.metrics import roc_auc_score
+
+    from pipi.classes import CLASSES
+
+    ev, opts, rep = six
+    t = rep.table("per_class_per_frame")
+    assert "95% percentile CI (seeds)" in t.display.columns
+    a, pi = ev.arm(B0, "a"), ev.arm(B0, "pi")
+    for _, row in t.data.iterrows():
+        k = CLASSES.index(row["class"])
+        deltas = np.array([roc_auc_score(ev.labels == k, pi.probs[i][:, k].astype(float))
+                           - roc_auc_score(ev.labels == k, a.probs[i][:, k].astype(float))
+                           for i in range(len(SEEDS))])
+        want = _scipy_pct(deltas, opts)
+        assert abs(row["seed_ci_percentile_low"] - want.low) < 1e-9, row["class"]
+        assert abs(row["seed_ci_percentile_high"] - want.high) < 1e-9, row["class"]
+
+
 # --------------------------------------------------------------------------- 4: figures, per class
 
 
@@ -93,9 +141,70 @@ def test_channel_ablation_for_every_backbone_with_runs(paper):
     keys = [t.key for t in rep.tables]
     assert {"channel_train", "channel_infer", f"channel_train_{CNX}"} <= set(keys)
     assert f"channel_infer_{CNX}" not in keys  # no pi@zero_* runs of ConvNeXt-Tiny
-    t = rep.table(f"channel_train_{CNX}").data.set_index("arm")
+    t = rep.table(f"channel_train_{CNX}").data
+    t = t[t["reference"] == "pi"].set_index("arm")
     a, pb = ev.arm(CNX, "pi"), ev.arm(CNX, "pblood_only")
     assert t.loc["pblood_only", "delta"] == pytest.approx(np.mean(pb.macro - a.macro), abs=1e-12)
+
+
+#: The paper's five paired tests of the training-time channel ablation, as (reference, new).
+FIVE = [("pi", "a"), ("pi", "pblood_only"), ("pi", "phi_only"), ("a", "pblood_only"),
+        ("a", "phi_only")]
+
+
+def _bh_by_hand(ps):
+    """Benjamini-Hochberg step-up adjusted p-values, written out (no library)."""
+    ps = np.asarray(ps, float)
+    m = len(ps)
+    order = np.argsort(ps)
+    adj = np.empty(m)
+    running = 1.0
+    for rank in range(m, 0, -1):
+        i = order[rank - 1]
+        running = min(running, ps[i] * m / rank)
+        adj[i] = running
+    return adj
+
+
+def test_channel_train_bh_family_is_the_papers_five_paired_tests(paper):
+    """Issue 28: BH over the five paired tests of tab:channel-ablation-train (full - RGB,
+    P_blood-only - RGB, Phi-only - RGB, full - P_blood-only, full - Phi-only), each Wilcoxon p
+    from scipy on the per-seed macro-AUCs, adjusted by hand and by scipy; printed under the
+    table."""
+    ev, rep = paper
+    t = rep.table("channel_train")
+    got = t.data[t.data["reference"] != ""].set_index(["reference", "arm"])
+    assert sorted(got.index) == sorted(FIVE)
+    macro = {c: ev.arm(B0, c).macro for c in ("a", "pi", "pblood_only", "phi_only")}
+    raw = [stats.wilcoxon(macro[n] - macro[r]).pvalue for r, n in FIVE]
+    want = _bh_by_hand(raw)
+    np.testing.assert_allclose(want, stats.false_discovery_control(raw, method="bh"),
+                               atol=1e-12)
+    for (r, n), p, bh in zip(FIVE, raw, want, strict=True):
+        assert got.loc[(r, n), "wilcoxon_p"] == pytest.approx(p, abs=1e-12)
+        assert got.loc[(r, n), "wilcoxon_p_bh"] == pytest.approx(bh, abs=1e-12)
+    fam = [x for x in t.notes if x.startswith("BH family (5 paired tests")]
+    assert len(fam) == 1 and "P_blood-only (Phi zeroed) - (a) RGB-only" in fam[0]
+
+
+def test_the_papers_bh_of_a_six_of_six_wilcoxon_over_five_tests():
+    """The paper's p_BH = 0.156 for P_blood-only vs full (Wilcoxon 0.031, 6/6 seeds): the
+    smallest of five p-values, times 5; the same rule as the table's."""
+    from pipi.stats import adjust_pvalues
+
+    p66 = stats.wilcoxon([0.012, 0.049, 0.004, 0.012, 0.002, 0.006]).pvalue
+    assert p66 == pytest.approx(0.03125)
+    ps = [p66, 0.44, 1.0, 0.69, 0.84]
+    assert adjust_pvalues(np.array(ps), method="bh")[0] == pytest.approx(0.15625)
+
+
+def test_channel_family_vs_pi_keeps_the_three_comparisons_with_full_pi(paper):
+    ev, _ = paper
+    rep = build_report(ev, analysis.AggregateOptions(n_resamples=50, figures=False,
+                                                     channel_family="vs_pi"))
+    t = rep.table("channel_train")
+    assert sorted(t.data.loc[t.data["reference"] != "", "reference"]) == ["pi"] * 3
+    assert any(x.startswith("BH family (3 paired tests") for x in t.notes)
 
 
 def _ece_brute(y, p, bins=15):
@@ -198,3 +307,82 @@ def test_strip_and_serve_never_computes_the_prior(monkeypatch):
 
 
 # --------------------------------------------------------------------------- the HTML report
+
+
+def test_paired_tests_macro_z_in_the_published_codes_form_beside_pipis(six):
+    """Issue 28: the paired-test table's macro z in the authors' form (per-class DeLong z from
+    the pairwise kernel, Stouffer over seeds, then over classes), beside pipi's covariance
+    form, each labelled."""
+    from brute import kernel_delong_z
+
+    from pipi.analysis import CLASS_STOUFFER_LABEL, STOUFFER_LABEL
+
+    ev, _, rep = six
+    t = rep.table("paired_tests")
+    assert {CLASS_STOUFFER_LABEL, f"{STOUFFER_LABEL} z"} <= set(t.display.columns)
+    row = t.data.iloc[0]
+    ra, na = ev.arm(B0, row["reference"]), ev.arm(B0, row["new"])
+    z = np.array([[kernel_delong_z(ev.labels == k, ra.probs[i][:, k].astype(float),
+                                   na.probs[i][:, k].astype(float)) for k in ev.classes]
+                  for i in range(len(SEEDS))])
+    want = (z.sum(0) / np.sqrt(len(SEEDS))).sum() / np.sqrt(len(ev.classes))
+    assert row["class_stouffer_z"] == pytest.approx(want, rel=1e-7)
+    assert row["class_stouffer_p"] == pytest.approx(2 * stats.norm.sf(abs(want)), rel=1e-6)
+    assert row["class_stouffer_z"] != pytest.approx(row["stouffer_z"], rel=1e-3)
+    assert any(n.startswith("Macro z, two forms") for n in t.notes)
+
+
+def test_per_class_distillation_vs_rgb_table(six):
+    """Issue 28: per-class AUC of distill vs (a) (the paper's Reduced Mucosal View +0.069):
+    AUCs from sklearn, the per-class p from a kernel DeLong combined over seeds by Stouffer,
+    Bonferroni over the classes by hand."""
+    from brute import kernel_delong_z
+    from sklearn.metrics import roc_auc_score
+
+    from pipi.classes import CLASSES
+
+    ev, _, rep = six
+    t = rep.table("per_class_distill")
+    assert t.ok and t.paper == "sec:distill-results" and len(t.data) == len(ev.classes)
+    assert any("Reduced Mucosal View (+0.069" in n for n in t.notes)
+    a, d = ev.arm(B0, "a"), ev.arm(B0, "distill")
+    n_cls = len(ev.classes)
+    for _, row in t.data.iterrows():
+        k = CLASSES.index(row["class"])
+        y = ev.labels == k
+        auc_a = [roc_auc_score(y, p[:, k].astype(float)) for p in a.probs]
+        auc_d = [roc_auc_score(y, p[:, k].astype(float)) for p in d.probs]
+        assert row["ref_mean"] == pytest.approx(np.mean(auc_a), abs=1e-9)
+        assert row["new_mean"] == pytest.approx(np.mean(auc_d), abs=1e-9)
+        assert row["delta"] == pytest.approx(np.mean(auc_d) - np.mean(auc_a), abs=1e-9)
+        z = [kernel_delong_z(y, pa[:, k].astype(float), pd_[:, k].astype(float))
+             for pa, pd_ in zip(a.probs, d.probs, strict=True)]
+        p = 2 * stats.norm.sf(abs(sum(z) / np.sqrt(len(z))))
+        assert row["p"] == pytest.approx(p, rel=1e-6, abs=1e-300)
+        assert row["p_bonferroni"] == pytest.approx(min(1.0, p * n_cls), rel=1e-6, abs=1e-300)
+
+
+def test_per_class_distillation_lift_figure(paper):
+    _, rep = paper
+    assert rep.figures["per_class_lift_distill"][:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_probe_rows_seed_percentile_equals_scipy(tmp_path):
+    """The foundation-probe rows of the per-frame table carry the seed-level percentile
+    interval too (scipy's percentile bootstrap of probe - (a) per seed)."""
+    import pandas as pd
+
+    runs, dirs = make_runs(tmp_path / "b0", {"a": SEEDS, "pi": SEEDS})
+    pr, pdirs = make_runs(tmp_path / "dino", {"probe": SEEDS}, start=7)
+    pr["backbone"] = "dinov2_vitb14"
+    pr["recipe"] = pr["recipe"].str.replace(B0, "dinov2_vitb14")
+    ev = evidence_of(pd.concat([runs, pr], ignore_index=True), {**dirs, **pdirs})
+    opts = analysis.AggregateOptions(n_resamples=200, figures=False)
+    t = build_report(ev, opts).table("per_frame")
+    i = list(t.data["cell"]).index("probe")
+    row = t.data.iloc[i]
+    deltas = ev.arm("dinov2_vitb14", "probe").macro - ev.arm(B0, "a").macro
+    want = _scipy_pct(deltas, opts)
+    assert row["vs_a_seed_ci_percentile_low"] == pytest.approx(want.low, abs=1e-12)
+    assert row["vs_a_seed_ci_percentile_high"] == pytest.approx(want.high, abs=1e-12)
+    assert t.display.iloc[i]["95% percentile CI (seeds)"] == f"[{want.low:+.3f}, {want.high:+.3f}]"

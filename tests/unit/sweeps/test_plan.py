@@ -61,3 +61,34 @@ def test_summary_table_means_over_seeds():
 
 
 # --------------------------------------------------------------------------- sweeps
+
+
+def test_a_calibrated_prior_reaches_the_children_that_use_one():
+    """Issue 28: `ablate -P prior_params=`: alpha and lambda_eff (fraction x the child's own
+    image diagonal, by hand) on pi/distill/sequence children; the RGB children unchanged."""
+    from pipi.calibration.objective import PriorParams
+
+    st = ablate.get_study("per_frame")
+    kw = {"seeds": (41,), "backbones": ("resnet18",), "profile": "smoke", "weights": "none",
+          "digest": "d" * 64}
+    plain = {k.cfg.cell: k for k in plan(st, **kw)}
+    tuned = {k.cfg.cell: k for k in plan(st, prior=PriorParams(6.5, 0.4), **kw)}
+    assert set(tuned) == {"a", "pi", "distill"}
+    assert tuned["a"].cfg == plain["a"].cfg and tuned["a"].config_hash == plain["a"].config_hash
+    for cell in ("pi", "distill"):
+        cfg = tuned[cell].cfg
+        assert cfg.prior.alpha == 6.5
+        assert cfg.prior.lambda_eff == pytest.approx(0.4 * math.hypot(cfg.image_size,
+                                                                      cfg.image_size))
+        assert tuned[cell].config_hash != plain[cell].config_hash
+    seq = {k.cfg.cell: k.cfg for k in plan(ablate.get_study("eight_cell"),
+                                           prior=PriorParams(6.5, 0.4), **kw)}
+    assert seq["e_plus"].prior.alpha == 6.5 and seq["a"].prior.alpha != 6.5
+
+
+def test_ablate_refuses_prior_params_beside_alpha_in_one_line():
+    from pipi.workflows.ablate import run_ablation
+
+    with pytest.raises(ConfigError, match="either prior_params or alpha"):
+        run_ablation(study="per_frame", seeds="41", prior_params="x.json",
+                     overrides={"alpha": 6.0})

@@ -91,3 +91,62 @@ def test_checkpoint_selection_metric():
                          val_frames=val, classes=[0, 1], tracker=FakeTracker())
         best[metric] = out["best"]["epoch"]
     assert best == {"macro_auc": 0, "macro_f1": 1}
+
+
+@pytest.mark.parametrize("rotation", [0.0, 10.0])
+def test_distill_target_is_the_prior_of_the_frame_not_of_the_jittered_input(rotation):
+    """Issue 28: the distill cell's target is P_blood(x) of the frame itself (paper), moved with
+    the input's flip/rotation but not its colour jitter; distill_target=augmented is the
+    published code's prior of the augmented input. Both draw the same random numbers and feed
+    the model the same input."""
+    from dataclasses import asdict, replace
+
+    from pipi.data.cache import AugmentConfig, augment
+    from pipi.prior import prior_channels
+
+    x = torch.rand(4, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    cfg = make_config(cell="distill", profile="smoke", hflip=1.0, rotation_deg=rotation)
+    assert cfg.distill_target == "frame"
+    g1, g2 = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
+    x_frame, target = FrameInputs(cfg)(x, train=True, gen=g1)
+    aug_cfg = replace(cfg, distill_target="augmented")
+    x_aug, target_aug = FrameInputs(aug_cfg)(x, train=True, gen=g2)
+    assert torch.equal(x_frame, x_aug) and torch.equal(g1.get_state(), g2.get_state())
+    if rotation == 0.0:   # the frame's own prior, mirrored like the input (Phi is radial)
+        want = prior_channels(x, **asdict(cfg.prior))[:, :1].flip(-1)
+    else:                 # the same flip/rotation of the frame, without colour jitter
+        geo = augment(x, AugmentConfig(1.0, rotation, 0.0, 0.0, 0.0),
+                      torch.Generator().manual_seed(7))
+        want = prior_channels(geo, **asdict(cfg.prior))[:, :1]
+    torch.testing.assert_close(target, want, atol=1e-5, rtol=0)
+    jittered = augment(x, AugmentConfig(1.0, rotation, *cfg.jitter),
+                       torch.Generator().manual_seed(7))
+    torch.testing.assert_close(target_aug, prior_channels(jittered, **asdict(cfg.prior))[:, :1],
+                               atol=1e-5, rtol=0)
+    assert (target - target_aug).abs().max() > 1e-3   # colour jitter moves the prior
+
+
+def test_distill_target_is_validated():
+    from pipi.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="distill_target='jitter'"):
+        make_config(cell="distill", distill_target="jitter")
+
+
+def test_augment_false_trains_on_frames_as_evaluation_sees_them():
+    """Issue 28: -P augment=false (the cached probe recipe's): a training batch is the frame
+    normalised by hand, no flip, rotation or jitter, and no random number is drawn."""
+    from pipi.data.cache import IMAGENET_MEAN, IMAGENET_STD
+
+    x = torch.rand(3, 3, 32, 32, generator=torch.Generator().manual_seed(2))
+    cfg = make_config(cell="a", profile="smoke", augment=False, hflip=1.0)
+    g = torch.Generator().manual_seed(5)
+    state = g.get_state()
+    got, _ = FrameInputs(cfg)(x, train=True, gen=g)
+    want = (x - torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)) / torch.tensor(
+        IMAGENET_STD).view(1, 3, 1, 1)
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
+    assert torch.equal(g.get_state(), state)
+    aug, _ = FrameInputs(make_config(cell="a", profile="smoke", hflip=1.0))(
+        x, train=True, gen=torch.Generator().manual_seed(5))
+    assert (aug - want).abs().max() > 1e-2
