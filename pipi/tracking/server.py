@@ -11,7 +11,8 @@ Secrets come from the environment only and are handed to the child processes thr
 environment (or, for SeaweedFS's identity file, a 0600 file in the server folder); nothing
 here logs or prints them. The one secret made here, PostgreSQL's password, is generated and
 kept in ``postgres_password`` (0600) in the server folder and reaches ``mlflow server`` as
-``PGPASSWORD``.
+``PGPASSWORD``. SeaweedFS's JWT keys are made at each start and reach ``weed`` through its
+environment; its TLS key (:mod:`pipi.tracking.tls`) is kept 0600 under ``seaweedfs/tls``.
 """
 
 from __future__ import annotations
