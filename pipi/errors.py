@@ -24,3 +24,7 @@ class TrackingError(PipiError):
 class ServerGoneError(TrackingError):
     """The tracking server stopped answering for longer than the client's retry budget."""
 
+
+
+class ArtifactStoreError(TrackingError):
+    """The artifact store is full or refuses writes (the server answers, its store does not)."""

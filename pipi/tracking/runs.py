@@ -18,12 +18,13 @@ import mlflow
 from mlflow.data.dataset_source_registry import get_registered_sources, resolve_dataset_source
 from mlflow.tracking import MlflowClient
 
-from pipi.errors import ServerGoneError, TrackingError
+from pipi.errors import ArtifactStoreError, ServerGoneError, TrackingError
 from pipi.tracking.liveness import heartbeat
 from pipi.tracking.permissions import check_can_create_runs
 from pipi.tracking.store import code_version, record_lost_run, server_gone
 from pipi.tracking.tags import *  # noqa: F403
 from pipi.tracking.ui import mark_experiment
+from pipi.tracking.uploads import guarded_upload
 
 log = logging.getLogger(__name__)
 
@@ -216,6 +217,8 @@ def _run_body(*, run_id, run_name, nested, tags, entry_point, env_run, side_run,
             _end_interrupted(exc, run.info.run_id, entry_point,
                              project_run=run.info.run_id == env_run)
             raise
+        if isinstance(exc, ArtifactStoreError):
+            raise _store_failed(exc, run.info.run_id, entry_point) from None
         reason = f"{type(exc).__name__}: {exc}"[:4900]
         with contextlib.suppress(Exception):
             mlflow.set_tag(TAG_FAILURE, reason)
@@ -331,6 +334,25 @@ def _lost_server(exc: BaseException, run_id: str, entry_point: str) -> ServerGon
         f"when the server is back; start the server again and {how}")
 
 
+def _store_failed(exc: ArtifactStoreError, run_id: str, entry_point: str) -> ArtifactStoreError:
+    """The artifact store is full or failing: the run ends FAILED with the cause and how to go
+    on (no traceback artifact: the store takes none); one line for the terminal."""
+    if getattr(exc, "pipi_reported", False):  # an inner run already ended with it
+        with contextlib.suppress(Exception):
+            mlflow.set_tag(TAG_FAILURE, str(exc))
+            mlflow.end_run("FAILED")
+        return exc
+    how = resume_hint(run_id) if entry_point == "train" else f"run `{entry_point}` again"
+    reason = f"{exc}; {how}"
+    with contextlib.suppress(Exception):
+        mlflow.set_tag(TAG_FAILURE, reason[:4900])
+    with contextlib.suppress(Exception):
+        mlflow.end_run("FAILED")
+    out = ArtifactStoreError(f"{entry_point} run {run_id} FAILED: {reason}")
+    out.pipi_reported = True
+    return out
+
+
 def _drop_active_run() -> None:
     """Pop the active run without waiting on a server that is gone (one quick attempt)."""
     saved = {v: os.environ.get(v) for v in RETRY_VARS}
@@ -379,20 +401,28 @@ def set_tags(tags: Mapping[str, Any]) -> None:
     mlflow.set_tags({k: str(v) for k, v in tags.items()})
 
 
+def _where(name: str, folder: str | None) -> str:
+    return f"{folder}/{name}" if folder else name
+
+
 def log_artifact(path: Path, artifact_path: str | None = None) -> None:
-    mlflow.log_artifact(str(path), artifact_path)
+    guarded_upload(lambda: mlflow.log_artifact(str(path), artifact_path), path=path,
+                   what=_where(Path(path).name, artifact_path), folder=artifact_path)
 
 
 def log_artifacts(path: Path, artifact_path: str | None = None) -> None:
-    mlflow.log_artifacts(str(path), artifact_path)
+    guarded_upload(lambda: mlflow.log_artifacts(str(path), artifact_path), path=path,
+                   what=f"{artifact_path or 'the run'}/ (a folder)", folder=artifact_path)
 
 
 def log_text(text: str, artifact_file: str) -> None:
-    mlflow.log_text(text, artifact_file)
+    guarded_upload(lambda: mlflow.log_text(text, artifact_file), what=artifact_file,
+                   folder=os.path.dirname(artifact_file) or None)
 
 
 def log_dict(obj: Any, artifact_file: str) -> None:
-    mlflow.log_dict(obj, artifact_file)
+    guarded_upload(lambda: mlflow.log_dict(obj, artifact_file), what=artifact_file,
+                   folder=os.path.dirname(artifact_file) or None)
 
 
 def _local_source(path: str):
@@ -453,7 +483,7 @@ class RunTracker:
 
         path = self.workdir / "last.pt"
         torch.save(state, path)
-        mlflow.log_artifact(str(path), "checkpoints")
+        log_artifact(path, "checkpoints")
 
 
 def download_artifact(run_id: str, path: str, dst: Path | None = None) -> Path:
@@ -541,7 +571,10 @@ def terminate_run(run_id: str, status: str, reason: str | None = None) -> None:
 
 def log_artifact_to_run(run_id: str, path: Path, artifact_path: str | None = None) -> None:
     """Attach a file to a run that is not the active one (e.g. a finished base run)."""
-    MlflowClient().log_artifact(run_id, str(path), artifact_path)
+    c = MlflowClient()
+    guarded_upload(lambda: c.log_artifact(run_id, str(path), artifact_path), path=path,
+                   what=_where(Path(path).name, artifact_path), folder=artifact_path,
+                   run_id=run_id)
 
 
 def active_experiment_id() -> str | None:

@@ -11,7 +11,8 @@ Secrets come from the environment only and are handed to the child processes thr
 environment (or, for SeaweedFS's identity file, a 0600 file in the server folder); nothing
 here logs or prints them. The one secret made here, PostgreSQL's password, is generated and
 kept in ``postgres_password`` (0600) in the server folder and reaches ``mlflow server`` as
-``PGPASSWORD``.
+``PGPASSWORD``. SeaweedFS's JWT keys are made at each start and reach ``weed`` through its
+environment; its TLS key (:mod:`pipi.tracking.tls`) is kept 0600 under ``seaweedfs/tls``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipi.errors import ConfigError, PipiError
+from pipi.tracking.tls import node_certificates
 
 log = logging.getLogger(__name__)
 
@@ -199,14 +201,67 @@ class Postgres:
         user = f"postgres:{self.password}" if with_password else "postgres"
         return f"postgresql+psycopg://{user}@127.0.0.1:{self.port}/{db}"
 
+    def pid(self) -> int | None:
+        """The postmaster's process id (pg_ctl detaches it), from its ``postmaster.pid``."""
+        try:
+            return int((self.data / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
     def stop(self) -> None:
         subprocess.run([*self._as_pg, str(self.bin / "pg_ctl"), "-D", str(self.data), "-m",
                         "fast", "stop"], capture_output=True)
 
 
 # --------------------------------------------------------------------------- SeaweedFS
+#: SeaweedFS components whose gRPC (and, for master/volume/filer/admin, HTTP) ports take mTLS.
+_GRPC_PARTS = ("master", "volume", "filer", "s3", "admin", "worker", "msg_broker", "msg_agent",
+               "mq")
+_HTTPS_PARTS = ("master", "volume", "filer", "admin")
+#: SeaweedFS's JWT keys (write and read, volume servers and filer), given through the environment.
+_JWT_VARS = ("WEED_JWT_SIGNING_KEY", "WEED_JWT_SIGNING_READ_KEY", "WEED_JWT_FILER_SIGNING_KEY",
+             "WEED_JWT_FILER_SIGNING_READ_KEY")
+
+
+def _security_toml(tls) -> str:
+    """SeaweedFS's security.toml: mutual TLS on every port but S3's (keys in the environment)."""
+    q = json.dumps  # TOML basic strings take JSON's escapes
+    lines = ["# written by pipi: every SeaweedFS port but S3's needs the lab's client certificate",
+             "[access]", "ui = false",
+             "[filer.expose_directory_metadata]", "enabled = false",
+             "[grpc]", f"ca = {q(str(tls.ca))}"]
+    for part in _GRPC_PARTS + ("client",):
+        lines += [f"[grpc.{part}]", f"cert = {q(str(tls.cert))}", f"key = {q(str(tls.key))}"]
+    lines += ["[https.client]", "enabled = true", f"cert = {q(str(tls.cert))}",
+              f"key = {q(str(tls.key))}", f"ca = {q(str(tls.ca))}"]
+    for part in _HTTPS_PARTS:
+        lines += [f"[https.{part}]", f"cert = {q(str(tls.cert))}", f"key = {q(str(tls.key))}",
+                  f"ca = {q(str(tls.ca))}"]
+    return "\n".join(lines) + "\n"
+
+
+def _owner_only(root: Path) -> None:
+    """chmod a tree to 0700 folders / 0600 files (folders made by an older pipi were 0755)."""
+    for folder, dirs, files in os.walk(root):
+        os.chmod(folder, 0o700)
+        for name in files:
+            path = os.path.join(folder, name)
+            if not os.path.islink(path):
+                os.chmod(path, 0o600)
+
+
 class SeaweedS3:
-    """SeaweedFS ``weed mini`` with its S3 gateway, one identity (the given keys), one bucket."""
+    """SeaweedFS ``weed mini`` with its S3 gateway, one identity (the given keys), one bucket.
+
+    Only the S3 port takes requests from anyone, and it needs the S3 keys (signed requests).
+    Every other port of ``weed mini`` (master, volume, filer and admin, HTTP and gRPC) is TLS
+    that requires a client certificate signed by the lab's own CA (:mod:`pipi.tracking.tls`),
+    which only the SeaweedFS process holds; on top of that, writes and reads on the volume
+    servers and filer need SeaweedFS's JWTs, signed with random keys made at each start and
+    passed through the environment. Everything under ``root`` is owner-only (0700/0600,
+    ``weed`` runs with umask 077), and so are the Unix sockets it makes in /tmp (removed
+    at :meth:`stop`).
+    """
 
     def __init__(self, root: Path, *, access_key: str, secret_key: str, bucket: str = "pipi",
                  port: int | None = None):
@@ -217,20 +272,28 @@ class SeaweedS3:
         self.access_key, self.secret_key = access_key, secret_key
         for sub in ("data", "logs"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
+        _owner_only(self.root)
         cfg = self.root / "s3.json"
         cfg.touch(mode=0o600)
         os.chmod(cfg, 0o600)
         cfg.write_text(json.dumps({"identities": [{"name": "pipi", "credentials": [
             {"accessKey": access_key, "secretKey": secret_key}],
             "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
-        self.log = open(self.root / "weed.log", "ab")
+        self.tls = node_certificates(self.root / "tls")
+        # weed reads ./security.toml first: its working folder is this one
+        (self.root / "security.toml").write_text(_security_toml(self.tls))
+        os.chmod(self.root / "security.toml", 0o600)
+        env = {**os.environ, **{v: secrets.token_urlsafe(32) for v in _JWT_VARS}}
+        self.log = os.fdopen(os.open(self.root / "weed.log", os.O_WRONLY | os.O_CREAT |
+                                     os.O_APPEND, 0o600), "ab")
         self.proc = subprocess.Popen(
             [_tool("weed"), f"-logdir={self.root / 'logs'}", "mini", f"-dir={self.root / 'data'}",
              "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-s3.port={self.port}", f"-s3.config={cfg}",
              f"-bucket={bucket}", "-master.telemetry=false", "-admin.ui=false", "-webdav=false",
              "-s3.port.iceberg=0", "-s3.port.lance=0", f"-master.port={free_port()}",
              f"-volume.port={free_port()}", f"-filer.port={free_port()}"],
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
+            cwd=self.root, umask=0o077)
         try:
             self._wait_bucket()
         except BaseException:
@@ -272,9 +335,23 @@ class SeaweedS3:
                 return out
             token = page["NextContinuationToken"]
 
+    def unix_sockets(self) -> list[str]:
+        """The Unix sockets ``weed`` listens on (it puts them in /tmp and leaves them there)."""
+        import psutil
+
+        try:
+            proc = psutil.Process(self.proc.pid)
+            return sorted({c.laddr for p in (proc, *proc.children(recursive=True))
+                           for c in p.net_connections(kind="unix") if c.laddr})
+        except psutil.Error:
+            return []
+
     def stop(self) -> None:
+        sockets = [s for s in self.unix_sockets() if Path(s).name.startswith("seaweedfs-")]
         _stop_group(self.proc)
         self.log.close()
+        for path in sockets:
+            Path(path).unlink(missing_ok=True)
 
 
 # --------------------------------------------------------------------------- the lab server
@@ -415,6 +492,12 @@ class LabServer:
         if self.pg is not None:
             self.pg.stop()
             self.pg = None
+
+    def pids(self) -> list[int]:
+        """The process ids of the components started here (each may have children)."""
+        found = [self.proc.pid if self.proc else None, self.s3.proc.pid if self.s3 else None,
+                 self.pg.pid() if self.pg else None]
+        return [p for p in found if p is not None]
 
     def failed_component(self) -> str | None:
         """The name of a component that exited on its own, else None."""

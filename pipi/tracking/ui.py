@@ -19,6 +19,7 @@ import mlflow
 from mlflow.tracking import MlflowClient
 
 from pipi.errors import ConfigError
+from pipi.tracking.uploads import guarded_upload
 
 log = logging.getLogger(__name__)
 
@@ -140,9 +141,12 @@ def log_figures(figures: Mapping[str, bytes], artifact_dir: str = FIGURES_DIR, *
         for name, png in kept.items():
             (Path(tmp) / f"{name}.png").write_bytes(png)
         if run_id is None:
-            mlflow.log_artifacts(tmp, artifact_dir)
+            guarded_upload(lambda: mlflow.log_artifacts(tmp, artifact_dir), path=tmp,
+                           what=f"{artifact_dir}/ (figures)", folder=artifact_dir)
         else:
-            MlflowClient().log_artifacts(run_id, tmp, artifact_dir)
+            guarded_upload(lambda: MlflowClient().log_artifacts(run_id, tmp, artifact_dir),
+                           path=tmp, what=f"{artifact_dir}/ (figures)", folder=artifact_dir,
+                           run_id=run_id)
     return [f"{artifact_dir}/{name}.png" for name in kept]
 
 

@@ -113,6 +113,23 @@ def auth_lab():
         shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.fixture(scope="module")
+def other_user():
+    """A second local OS user (made with useradd, removed after)."""
+    import secrets
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to create a second local OS user (useradd); run as root")
+    name = f"pipi-other-{secrets.token_hex(3)}"
+    subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+                   check=True)
+    try:
+        yield name
+    finally:
+        subprocess.run(["userdel", name], check=False)
+
+
 @pytest.fixture()
 def slurm(tmp_path_factory, monkeypatch):
     """A one-node SLURM cluster of the test's own (slurmctld + slurmd, 2 CPUs); SLURM_CONF

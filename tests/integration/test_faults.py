@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 import mlflow
@@ -22,6 +23,7 @@ from mlflow.tracking import MlflowClient
 
 from pipi import tracking
 from pipi.tracking.server import LabServer
+from pipi.tracking.uploads import UPLOAD_BUDGET
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -134,3 +136,59 @@ def test_mlflow_run_against_an_absent_server_fails_fast_naming_the_uri(tmp_path)
     assert "Traceback" not in r.stderr
     # no retries with backoff (minutes): only the interpreter's start-up
     assert time.time() - t0 < 120
+
+
+def _mount_tiny(folder: Path, size: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a tiny tmpfs as the server's artifact store")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                       capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip()})")
+
+
+@pytest.mark.slow
+def test_a_full_artifact_store_ends_the_run_in_one_line(tiny_staged, pipi_home):
+    """The server's artifact store is a 2 MB filesystem: the checkpoint does not fit. MLflow
+    alone retried the upload for minutes (every answer a 500), then printed tracebacks."""
+    root = Path(tempfile.mkdtemp(prefix="pipi-fullstore-"))
+    store = root / "artifacts"
+    _mount_tiny(store, "2m")
+    lab = None
+    try:
+        lab = LabServer(root, backend="sqlite", artifacts="local").start()
+        client = MlflowClient(lab.uri)
+        proc = _start_train(lab.uri, tiny_staged, "--epochs", "2", "--seed", "11")
+        _, err = proc.communicate(timeout=1500)
+        ended = time.time()
+        assert proc.returncode == 2, err[-3000:]
+        assert "Traceback" not in err, err[-3000:]
+        # the progress and log lines of the epoch, then one line, the last
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        assert [ln for ln in lines if ln.startswith("error:")] == lines[-1:], err[-3000:]
+        assert "too many 500" not in err and "Exception" not in err, err[-3000:]
+        lines = lines[-1:]
+        assert lines[0].startswith("error: train run "), err[-3000:]
+        run_id = lines[0].split()[3]
+        assert "FAILED: the artifact store is full: " in lines[0]
+        assert "checkpoints/last.pt" in lines[0] and "HTTP 500" in lines[0]
+        assert f"-P resume={run_id}" in lines[0] and f"pipi train --resume {run_id}" in lines[0]
+        run = client.get_run(run_id)
+        assert run.info.status == "FAILED"
+        reason = run.data.tags[tracking.TAG_FAILURE]
+        assert reason.startswith("the artifact store is full: ") and f"-P resume={run_id}" in reason
+        # the upload was tried within pipi's small budget (1 + 2 retries), then given up at once
+        log = (root / "mlflow-server.log").read_text()
+        refused = [ln for ln in log.splitlines()
+                   if "checkpoints/last.pt HTTP/1.1\" 500" in ln and "PUT " in ln]
+        assert 1 <= len(refused) <= 1 + int(UPLOAD_BUDGET[
+            "MLFLOW_HTTP_REQUEST_MAX_RETRIES"]), refused
+        first = datetime.strptime(refused[0][:19], "%Y/%m/%d %H:%M:%S").timestamp()
+        assert ended - first < 60, f"{ended - first:.0f} s from the first refusal to the exit"
+        assert "No space left on device" in log  # the cause, on the server's side
+    finally:
+        if lab is not None:
+            lab.stop()
+        subprocess.run(["umount", str(store)], check=False)
+        shutil.rmtree(root, ignore_errors=True)

@@ -20,20 +20,6 @@ import pytest
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def other_user():
-    """A second local OS user (made with useradd, removed after)."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root to create a second local OS user (useradd); run as root")
-    name = f"pipi-other-{secrets.token_hex(3)}"
-    subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-                   check=True)
-    try:
-        yield name
-    finally:
-        subprocess.run(["userdel", name], check=False)
-
-
 def _psql_as(user: str, pg, host: str, password: str | None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
     if password is not None:
