@@ -39,7 +39,6 @@ import pandas as pd
 from PIL import Image, UnidentifiedImageError
 
 from pipi.data.cache import decode_at
-
 from pipi.errors import DataError
 
 __all__ = ["IMAGE_KEY", "MIN_SIDE", "InputError", "Limits", "check_image", "clips_from_input",

@@ -1,5 +1,12 @@
 """A per-frame model as the registry holds it: the pyfunc, its version tags and alias.
 
+The pyfunc is logged from code (``pipi/tracking/pyfunc.py``, MLflow's models-from-code: nothing
+pickled); its ``code_paths`` hold only the pipi modules that file imports
+(:func:`pipi.serving.code.copy_closure`: serving, models, prior, config..., no training, CLI,
+workflows or tracking server) and its requirements are what they import, pinned as the install
+pins them (:func:`serving_requirements`), so ``mlflow models serve --env-manager virtualenv``
+builds an environment that loads it.
+
 ``train`` logs every per-frame run's model here, and ``import`` logs an outside checkpoint
 the same way, so ``galar``, ``robustness``, ``transplant`` and ``promote`` load either one
 through the same files (``model/artifacts/{model_state.pt,model_config.json}``).
@@ -17,16 +24,39 @@ import torch
 
 from pipi.classes import CLASSES
 from pipi.config import TrainConfig, recipe_command
+from pipi.models.timm_backbones import is_timm_arch
+from pipi.serving.code import copy_closure
+from pipi.serving.frame_model import FrameInputs
 from pipi.serving.model_input import encode_png
+from pipi.serving.predictors import PARAMS, preprocess
 from pipi.tracking.permissions import model_prefix
-from pipi.tracking.pyfunc import PARAMS, PipiImageClassifier, preprocess
 from pipi.tracking.registry import log_pyfunc_model, registered_version_of, tag_model_version
 from pipi.tracking.runs import active_run_id
 from pipi.tracking.store import code_version
 from pipi.tracking.tags import TAG_DATA_DIGEST, TAG_RECIPE, TAG_RECIPE_HASH
-from pipi.training.frames import FrameInputs
 
-__all__ = ["example_images", "log_and_register", "log_frame_model", "registered_name"]
+__all__ = ["SERVED_MODEL", "example_images", "log_and_register", "log_frame_model",
+           "registered_name", "serving_requirements"]
+
+#: The file MLflow runs to load a registered model (models-from-code).
+SERVED_MODEL = Path(__file__).with_name("pyfunc.py")
+#: Distributions the served code imports (pipi.serving.code.third_party), pinned to the
+#: installed versions; torch as `===`, which skips a local `+cpu` build that cannot load the
+#: registry's torchvision (README "Install notes").
+SERVING_DISTS = ("torch", "torchvision", "mlflow", "numpy", "pandas", "pillow", "scipy")
+
+
+def _version(dist: str) -> str:
+    from importlib.metadata import version
+
+    return version(dist).split("+")[0]
+
+
+def serving_requirements(backbone: str) -> list[str]:
+    """The pip requirements of a registered model with this backbone (timm only for a
+    ``timm:`` backbone)."""
+    dists = SERVING_DISTS + (("timm",) if is_timm_arch(backbone) else ())
+    return [f"{d}{'===' if d == 'torch' else '=='}{_version(d)}" for d in dists]
 
 
 def registered_name(cfg: TrainConfig) -> str:
@@ -60,22 +90,23 @@ def log_frame_model(cfg: TrainConfig, model, work: Path, *, test_auc: float, reg
     out_example["predicted_class"] = [CLASSES[i] for i in probs.argmax(1)]
     # the serving example shows the base64 form a client sends without numpy (PNG: lossless)
     example = pd.DataFrame({"image": [encode_png(im) for im in images]})
-    return log_and_register(cfg, PipiImageClassifier(),
-                            {"weights": str(wpath), "config": str(cpath)}, example,
+    return log_and_register(cfg, {"weights": str(wpath), "config": str(cpath)}, example,
                             out_example, test_auc, register, tags, params=PARAMS,
-                            extra=dict(version_tags or {}))
+                            extra=dict(version_tags or {}), work=work)
 
 
-def log_and_register(cfg: TrainConfig, python_model, artifacts: dict, example, out_example,
+def log_and_register(cfg: TrainConfig, artifacts: dict, example, out_example,
                      test_auc: float, register: bool, tags: Mapping[str, str], *, params,
-                     extra: dict) -> dict:
+                     extra: dict, work: Path) -> dict:
     """Log the pyfunc; register it as :func:`registered_name` with version tags and the
     ``candidate`` alias."""
     run_id = active_run_id()
     name = registered_name(cfg) if register else None
+    code = copy_closure(SERVED_MODEL, work / "served_code")
     info = log_pyfunc_model(
-        python_model=python_model, artifacts=artifacts, input_example=example,
+        python_model=SERVED_MODEL, artifacts=artifacts, input_example=example,
         registered_model_name=name, signature_output=out_example, params=params,
+        code_paths=[code], pip_requirements=serving_requirements(cfg.backbone),
     )
     result = {"model_uri": info.model_uri, "registered": None}
     if name:

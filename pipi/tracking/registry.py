@@ -13,7 +13,6 @@ import mlflow
 from mlflow.tracking import MlflowClient
 
 from pipi.errors import TrackingError
-from pipi.paths import PACKAGE_DIR
 from pipi.tracking.liveness import ME
 from pipi.tracking.tags import *  # noqa: F403
 
@@ -21,38 +20,27 @@ log = logging.getLogger(__name__)
 from pipi.tracking.runs import get_run, usable_run
 
 
-def log_pyfunc_model(*, python_model, artifacts: dict[str, str], input_example,
+def log_pyfunc_model(*, python_model: Path, artifacts: dict[str, str], input_example,
                      registered_model_name: str | None, signature_output,
+                     code_paths: list[Path], pip_requirements: list[str],
                      params: Mapping[str, Any] | None = None) -> Any:
-    """Log (and register) a pyfunc model with signature and input example.
+    """Log (and register) a pyfunc model from code (``python_model``: the file that calls
+    ``mlflow.models.set_model``) with signature and input example.
 
     The signature declares the outputs and ``params`` but no input schema: the model takes
     images in several forms (uint8 arrays of any size, base64 JPEG/PNG strings; see
     ``pipi.serving.model_input``) and checks them itself, which a single MLflow schema cannot say
     (a TensorSpec would turn base64 strings away before the model sees them).
     """
-    import numpy as np
     from mlflow.models import ModelSignature, infer_signature
 
     inferred = infer_signature(input_example, signature_output, params=dict(params or {}) or None)
     signature = ModelSignature(inputs=None, outputs=inferred.outputs, params=inferred.params)
-    reqs = [
-        f"torch=={_version('torch')}", f"torchvision=={_version('torchvision')}",
-        f"mlflow=={_version('mlflow')}", f"numpy=={np.__version__}", f"pandas=={_version('pandas')}",
-        f"pillow=={_version('pillow')}",
-    ]
-    code = str(PACKAGE_DIR)
     return mlflow.pyfunc.log_model(
-        name="model", python_model=python_model, artifacts=artifacts, signature=signature,
-        input_example=input_example, pip_requirements=reqs, code_paths=[code],
-        registered_model_name=registered_model_name,
+        name="model", python_model=str(python_model), artifacts=artifacts, signature=signature,
+        input_example=input_example, pip_requirements=list(pip_requirements),
+        code_paths=[str(c) for c in code_paths], registered_model_name=registered_model_name,
     )
-
-
-def _version(dist: str) -> str:
-    from importlib.metadata import version
-
-    return version(dist).split("+")[0]
 
 
 def tag_model_version(name: str, version: str, tags: Mapping[str, Any], *,

@@ -4,7 +4,7 @@ One request (``TrainRequest``: config, staged data, runtime and prior resolved o
 CLI or by :func:`request`), one run body for per-frame and sequence cells: start (or resume, or
 attach to ``mlflow run``'s) run with the contract's tags, log params, config and dataset,
 fit, log metrics and predictions, then the model: a registered pyfunc for every cell
-(``pipi.tracking.pyfunc``; sequence cells also keep their checkpoint).
+(models from code: ``pipi/tracking/pyfunc.py``; sequence cells also keep their checkpoint).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from pipi.runs.prior_params import CalibratedPrior, check_prior_params, resolve_
 from pipi.runs.streams import build_streams, find_base_run
 from pipi.runtime import Runtime, runtime_of
 from pipi.serving.model_input import encode_png
+from pipi.serving.predictors import MAX_CLIP_FRAMES
 from pipi.serving.sequence_clip import ClipPredictor
 from pipi.tracking.logged_model import (
     example_images,
@@ -50,7 +51,6 @@ from pipi.tracking.logged_model import (
     log_frame_model,
     registered_name,
 )
-from pipi.tracking.pyfunc import MAX_CLIP_FRAMES, PipiSequenceClassifier
 from pipi.training.frames import run_frame_cell, tmpdir, write_predictions
 from pipi.training.sequence import C3_DIR, base_config, fit_sequence
 
@@ -413,9 +413,9 @@ def _log_sequence_model(cfg: TrainConfig, head, norms: dict, sources: dict, work
                               norms=bundle["norms"], autoencoder=_autoencoder(ae_state))
     out_example = predictor.predict([clip])
     example = pd.DataFrame({"image": [encode_png(im) for im in clip]})   # one clip, 2 frames
-    return log_and_register(cfg, PipiSequenceClassifier(), {"bundle": str(work / "sequence_model.pt"),
+    return log_and_register(cfg, {"bundle": str(work / "sequence_model.pt"),
                              "config": str(cpath)}, example, out_example, test_auc, register,
-                             tags, params=None,
+                             tags, params=None, work=work,
                              extra={"base_run_id": sources[tracking.TAG_BASE_RUN],
                                     "window": cfg.window, "max_clip_frames": MAX_CLIP_FRAMES})
 

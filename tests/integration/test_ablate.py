@@ -96,7 +96,7 @@ def test_channel_infer_zeroes_prior_channels_at_inference(tracking, tiny_staged,
     assert all(c.status in ("trained", "reused") for c in res.children)
     model_id = mlflow.get_run(pi[0].run_id).outputs.model_outputs[0].model_id
     py = mlflow.pyfunc.load_model(f"models:/{model_id}")
-    inner = py.unwrap_python_model()
+    inner = py.unwrap_python_model().predictor
     from pipi.data.cache import build_cache
     from pipi.data.kvasir import load_staged
 

@@ -139,7 +139,7 @@ def test_distill_heatmap_is_the_auxiliary_head_and_leaves_the_probabilities(dist
     np.testing.assert_allclose(hm[list(CLASSES)].to_numpy(float),
                                plain[list(CLASSES)].to_numpy(float), atol=1e-6)
     assert "p_blood_heatmap" not in plain
-    py = m.unwrap_python_model()
+    py = m.unwrap_python_model().predictor
     x01 = torch.from_numpy(imgs.transpose(0, 3, 1, 2).copy()).float() / 255
     py.model.deploy_mode = False
     with torch.no_grad():
