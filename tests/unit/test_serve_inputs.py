@@ -14,8 +14,8 @@ import pytest
 from mlflow.exceptions import MlflowException
 from PIL import Image
 
-from pipi.serving.model_input import InputError, Limits, decode_image
 from pipi.serving.guard import guarded
+from pipi.serving.model_input import InputError, Limits, decode_image
 
 
 def _b64(raw: bytes) -> str:
