@@ -18,6 +18,7 @@ os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 from pipi.tracking.tags import *  # noqa: E402,F403
 from pipi.tracking.store import *  # noqa: E402,F403
 from pipi.tracking.runs import *  # noqa: E402,F403
+from pipi.tracking.datasets import *  # noqa: E402,F403
 from pipi.tracking.liveness import *  # noqa: E402,F403
 from pipi.tracking.parent import *  # noqa: E402,F403
 from pipi.tracking.registry import *  # noqa: E402,F403

@@ -15,6 +15,7 @@ through the same files (``model/artifacts/{model_state.pt,model_config.json}``).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -23,17 +24,32 @@ import pandas as pd
 import torch
 
 from pipi.classes import CLASSES
-from pipi.config import TrainConfig, recipe_command
+from pipi.config import TrainConfig, recipe_command, run_params
+from pipi.errors import ConfigError
 from pipi.models.timm_backbones import is_timm_arch
 from pipi.serving.code import copy_closure
 from pipi.serving.frame_model import FrameInputs
 from pipi.serving.model_input import encode_png
 from pipi.serving.predictors import PARAMS, preprocess
 from pipi.tracking.permissions import model_prefix
-from pipi.tracking.registry import log_pyfunc_model, registered_version_of, tag_model_version
+from pipi.tracking.registry import (
+    log_pyfunc_model,
+    registered_version_of,
+    set_registered_model_tags,
+    tag_model_version,
+)
+from pipi.tracking.datasets import DatasetRef, log_model_metrics
 from pipi.tracking.runs import active_run_id
 from pipi.tracking.store import code_version
-from pipi.tracking.tags import TAG_DATA_DIGEST, TAG_RECIPE, TAG_RECIPE_HASH
+from pipi.tracking.tags import (
+    TAG_BACKBONE,
+    TAG_CELL,
+    TAG_DATA_DIGEST,
+    TAG_DATASET,
+    TAG_RECIPE,
+    TAG_RECIPE_HASH,
+    TAG_SEED,
+)
 
 __all__ = ["SERVED_MODEL", "example_images", "log_and_register", "log_frame_model",
            "registered_name", "serving_requirements"]
@@ -59,10 +75,37 @@ def serving_requirements(backbone: str) -> list[str]:
     return [f"{d}{'===' if d == 'torch' else '=='}{_version(d)}" for d in dists]
 
 
+#: Characters a registered model name part may hold (MLflow refuses '/' and ':'; a models:/
+#: URI needs no more than these).
+_NAME_PART_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def name_part(value: str, *, what: str) -> str:
+    """``value`` as a part of a model name: every run of other characters becomes one ``-``
+    (``timm:resnet10t`` -> ``timm-resnet10t``); ConfigError when nothing is left."""
+    part = _NAME_PART_BAD.sub("-", str(value)).strip("-.")
+    if not part:
+        raise ConfigError(f"{what}={value!r} gives an empty registered model name part; use "
+                          "letters, digits, '_', '.' or '-'")
+    return part
+
+
 def registered_name(cfg: TrainConfig) -> str:
-    """The registered model of a (backbone, cell) family: ``<prefix>-<backbone>-<cell>``,
-    the prefix ``pipi`` unless ``PIPI_MODEL_PREFIX`` (``--model-prefix``) says otherwise."""
-    return f"{model_prefix()}-{cfg.backbone}-{cfg.cell}"
+    """The registered (and logged) model of a (backbone, cell) family:
+    ``<prefix>-<backbone>-<cell>``, every part a valid MLflow name (:func:`name_part`; the
+    original backbone and cell are the model's tags); the prefix ``pipi`` unless
+    ``PIPI_MODEL_PREFIX`` (``--model-prefix``) says otherwise."""
+    return (f"{model_prefix()}-{name_part(cfg.backbone, what='backbone')}-"
+            f"{name_part(cfg.cell, what='cell')}")
+
+
+def model_tags(cfg: TrainConfig, tags: Mapping[str, str]) -> dict[str, str]:
+    """The tags of a logged model: cell, original backbone, seed, recipe and data."""
+    out = {TAG_CELL: cfg.cell, TAG_BACKBONE: cfg.backbone, TAG_SEED: str(cfg.seed)}
+    for key in (TAG_RECIPE, TAG_RECIPE_HASH, TAG_DATA_DIGEST, TAG_DATASET):
+        if tags.get(key):
+            out[key] = str(tags[key])[:5000]
+    return out
 
 
 def example_images(cfg: TrainConfig, *, n: int) -> list[np.ndarray]:
@@ -71,9 +114,11 @@ def example_images(cfg: TrainConfig, *, n: int) -> list[np.ndarray]:
 
 
 def log_frame_model(cfg: TrainConfig, model, work: Path, *, test_auc: float, register: bool,
-                    tags: Mapping[str, str], version_tags: Mapping[str, str] | None = None
-                    ) -> dict:
-    """Log a per-frame model as the pyfunc of the active run (and register it)."""
+                    tags: Mapping[str, str], version_tags: Mapping[str, str] | None = None,
+                    test_metrics: Mapping[str, float] | None = None,
+                    test_dataset: DatasetRef | None = None) -> dict:
+    """Log a per-frame model as the pyfunc of the active run (and register it).
+    ``test_metrics`` are logged linked to the model (and to ``test_dataset``)."""
     wpath = work / "model_state.pt"
     torch.save(model.state_dict(), wpath)
     cpath = work / "model_config.json"
@@ -92,23 +137,32 @@ def log_frame_model(cfg: TrainConfig, model, work: Path, *, test_auc: float, reg
     example = pd.DataFrame({"image": [encode_png(im) for im in images]})
     return log_and_register(cfg, {"weights": str(wpath), "config": str(cpath)}, example,
                             out_example, test_auc, register, tags, params=PARAMS,
-                            extra=dict(version_tags or {}), work=work)
+                            extra=dict(version_tags or {}), work=work,
+                            test_metrics=test_metrics, test_dataset=test_dataset,
+                            image_columns=True)
 
 
 def log_and_register(cfg: TrainConfig, artifacts: dict, example, out_example,
                      test_auc: float, register: bool, tags: Mapping[str, str], *, params,
-                     extra: dict, work: Path) -> dict:
+                     extra: dict, work: Path, test_metrics: Mapping[str, float] | None = None,
+                     test_dataset: DatasetRef | None = None, image_columns: bool = False
+                     ) -> dict:
     """Log the pyfunc; register it as :func:`registered_name` with version tags and the
     ``candidate`` alias."""
     run_id = active_run_id()
-    name = registered_name(cfg) if register else None
+    model_name = registered_name(cfg)
+    name = model_name if register else None
     code = copy_closure(SERVED_MODEL, work / "served_code")
     info = log_pyfunc_model(
         python_model=SERVED_MODEL, artifacts=artifacts, input_example=example,
         registered_model_name=name, signature_output=out_example, params=params,
         code_paths=[code], pip_requirements=serving_requirements(cfg.backbone),
+        model_name=model_name, model_params=run_params(cfg), model_tags=model_tags(cfg, tags),
+        image_columns=image_columns,
     )
-    result = {"model_uri": info.model_uri, "registered": None}
+    if test_metrics:
+        log_model_metrics(info.model_id, test_metrics, dataset=test_dataset)
+    result = {"model_uri": info.model_uri, "model_id": info.model_id, "registered": None}
     if name:
         version = registered_version_of(info, name)
         tag_model_version(
@@ -121,6 +175,7 @@ def log_and_register(cfg: TrainConfig, artifacts: dict, example, out_example,
              "backbone": cfg.backbone, "seed": cfg.seed, **extra},
             alias="candidate",
         )
+        set_registered_model_tags(name, {TAG_CELL: cfg.cell, TAG_BACKBONE: cfg.backbone})
         result["registered"] = f"models:/{name}/{version}"
         result["registered_name"] = name
         result["registered_version"] = version

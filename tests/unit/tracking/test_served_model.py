@@ -1,5 +1,6 @@
 """The registered model as MLflow stores it (issue 30): logged from code, shipping only the
-modules inference imports, with requirements pinned as the install pins them."""
+modules inference imports, with requirements pinned as the install pins them, named, described
+and linked (params, tags, test metrics, split datasets, input schema)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,25 @@ from pathlib import Path
 
 import mlflow
 import numpy as np
+import pandas as pd
 import pytest
 import torch
+from mlflow.exceptions import MlflowException
 
 from pipi.config import TrainConfig
+from pipi.errors import ConfigError
 from pipi.serving.code import copy_closure, module_closure, third_party
 from pipi.serving.frame_model import build_frame_model
-from pipi.tracking.logged_model import SERVED_MODEL, log_frame_model, serving_requirements
+from pipi.serving.model_input import encode_png
+from pipi.tracking.datasets import log_split_datasets
+from pipi.tracking.logged_model import (
+    SERVED_MODEL,
+    log_frame_model,
+    name_part,
+    registered_name,
+    serving_requirements,
+)
+from pipi.tracking.tags import TAG_BACKBONE, TAG_RECIPE
 
 #: What the served model must never import: the training loop, the CLI, the workflows, the
 #: tracking layer (its server included) and tqdm.
@@ -100,14 +113,22 @@ def test_requirements_pin_what_the_served_code_imports_as_the_install_does():
     assert any(r.startswith("timm==") for r in serving_requirements("timm:resnet10t"))
 
 
-def test_a_logged_model_is_code_not_a_pickle(tmp_path, sqlite_tracking, monkeypatch):
+def test_a_logged_model_is_code_not_a_pickle_and_explains_itself(tmp_path, sqlite_tracking,
+                                                                  monkeypatch):
+    """Logged from code; named <prefix>-<backbone>-<cell> with params, tags and test metrics
+    linked to it and to the test split's dataset; an input schema (base64 ``image`` or array
+    ``pixels``) that the input example satisfies and MLflow enforces."""
     monkeypatch.chdir(tmp_path)  # the store's artifacts (./mlruns) stay in the test's folder
     cfg, model = _tiny_model(tmp_path)
     work = tmp_path / "work"
     work.mkdir()
-    with warnings.catch_warnings(record=True) as caught, mlflow.start_run():
+    frames = pd.DataFrame({"split": ["train", "train", "val", "test"], "frame": [1, 2, 3, 4]})
+    with warnings.catch_warnings(record=True) as caught, mlflow.start_run() as run:
         warnings.simplefilter("always")
-        out = log_frame_model(cfg, model, work, test_auc=0.5, register=False, tags={})
+        refs = log_split_datasets(frames, source=str(tmp_path), name="tiny", digest="d" * 64)
+        out = log_frame_model(cfg, model, work, test_auc=0.5, register=False,
+                              tags={TAG_RECIPE: "pipi train --cell pi"},
+                              test_metrics={"test/macro_auc": 0.625}, test_dataset=refs["test"])
     assert not [w for w in caught if "CloudPickle" in str(w.message)]
     local = Path(mlflow.artifacts.download_artifacts(out["model_uri"], dst_path=str(tmp_path)))
     mlmodel = (local / "MLmodel").read_text()
@@ -117,6 +138,53 @@ def test_a_logged_model_is_code_not_a_pickle(tmp_path, sqlite_tracking, monkeypa
     assert shipped == {str(f.relative_to(SERVED_MODEL.parents[2]))
                        for f in module_closure(SERVED_MODEL).values()}
     assert (local / "requirements.txt").read_text().split() == serving_requirements("resnet18")
+    # what the Models tab lists
+    lm = mlflow.get_logged_model(out["model_id"])
+    assert lm.name == "pipi-resnet18-pi"
+    assert lm.params["cell"] == "pi" and lm.params["image_size"] == "32"
+    assert lm.tags[TAG_BACKBONE] == "resnet18" and lm.tags[TAG_RECIPE] == "pipi train --cell pi"
+    [metric] = lm.metrics
+    assert (metric.key, metric.value) == ("test/macro_auc", 0.625)
+    assert (metric.dataset_name, metric.dataset_digest) == (refs["test"].name, refs["test"].digest)
+    inputs = mlflow.get_run(run.info.run_id).inputs.dataset_inputs
+    contexts = {i.dataset.name: next(t.value for t in i.tags if t.key == "mlflow.data.context")
+                for i in inputs}
+    assert contexts == {"tiny-train": "training", "tiny-val": "validation",
+                        "tiny-test": "testing"}
+    # the input schema, its example, and what MLflow accepts under it
+    from mlflow.types import DataType
+    from mlflow.types.schema import AnyType
+
+    schema = mlflow.models.get_model_info(out["model_uri"]).signature.inputs
+    image, pixels = schema.inputs
+    assert (image.name, image.type, image.required) == ("image", DataType.string, False)
+    assert (pixels.name, isinstance(pixels.type, AnyType), pixels.required) == \
+        ("pixels", True, False)
+    m = mlflow.pyfunc.load_model(out["model_uri"])
+    example = mlflow.models.Model.load(local).load_input_example(local)
+    assert list(example.columns) == ["image"]
+    assert len(m.predict(example)) == len(example)              # the example passes the schema
+    imgs = np.random.default_rng(0).integers(0, 256, (2, 32, 32, 3), dtype=np.uint8)
+    a = m.predict(pd.DataFrame({"image": [encode_png(i) for i in imgs]}))
+    b = m.predict(pd.DataFrame({"pixels": list(imgs)}))
+    c = m.predict({"pixels": [i.tolist() for i in imgs]})
+    for other in (b, c):
+        np.testing.assert_allclose(other.iloc[:, :14].to_numpy(float),
+                                   a.iloc[:, :14].to_numpy(float), atol=1e-6)
+    with pytest.raises(MlflowException):
+        m.predict(imgs)                      # a bare array names no column of the schema
+
+
+def test_registered_names_are_valid_mlflow_names_and_keep_the_original_as_a_tag():
+    from mlflow.utils.validation import _validate_model_name
+
+    cfg = TrainConfig(cell="pi", backbone="timm:resnet10t")
+    assert registered_name(cfg) == "pipi-timm-resnet10t-pi"
+    _validate_model_name(registered_name(cfg))
+    assert name_part("timm:hf-hub:org/model", what="backbone") == "timm-hf-hub-org-model"
+    assert name_part("pi@zero_phi", what="cell") == "pi-zero_phi"
+    with pytest.raises(ConfigError, match="backbone=':/'"):
+        name_part(":/", what="backbone")
 
 
 @pytest.mark.parametrize("entry", [SERVED_MODEL])
