@@ -32,6 +32,7 @@ from __future__ import annotations
 import base64
 import binascii
 import io
+import math
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -205,7 +206,7 @@ def _column(model_input) -> Sequence:
 
 
 def _missing(v) -> bool:
-    return v is None or (isinstance(v, float) and v != v)
+    return v is None or (isinstance(v, float) and math.isnan(v))
 
 
 def _one_of(b64, pixels, *, row: int):

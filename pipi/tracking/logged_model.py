@@ -31,6 +31,7 @@ from pipi.serving.code import copy_closure
 from pipi.serving.frame_model import FrameInputs
 from pipi.serving.model_input import encode_png
 from pipi.serving.predictors import PARAMS, preprocess
+from pipi.tracking.datasets import DatasetRef, log_model_metrics
 from pipi.tracking.permissions import model_prefix
 from pipi.tracking.registry import (
     log_pyfunc_model,
@@ -38,7 +39,6 @@ from pipi.tracking.registry import (
     set_registered_model_tags,
     tag_model_version,
 )
-from pipi.tracking.datasets import DatasetRef, log_model_metrics
 from pipi.tracking.runs import active_run_id
 from pipi.tracking.store import code_version
 from pipi.tracking.tags import (

@@ -71,8 +71,8 @@ def test_mlflow_run_train_in_its_own_virtualenv_on_a_fresh_clone(tmp_path):
     envs = Path(os.environ.get("MLFLOW_ENV_ROOT", Path.home() / ".mlflow" / "envs"))
     built = max(envs.glob("mlflow-*/bin/python"), key=lambda p: p.stat().st_mtime)
     probe = subprocess.run(
-        [str(built), "-c", "import sys, importlib.util as u, torch; print(sys.version.split()[0],"
-                           " torch.__version__, u.find_spec('pipi') is None)"],
+        [str(built), "-c", ("import sys, importlib.util as u, torch; print(sys.version.split()[0],"
+                            " torch.__version__, u.find_spec('pipi') is None)")],
         capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path,
         env={"PATH": "/usr/bin:/bin"})
     assert probe.returncode == 0, probe.stderr[-2000:]

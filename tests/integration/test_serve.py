@@ -107,25 +107,28 @@ def test_in_process_predict_refuses_malformed_images(frame_uri, tracking):
     ok = m.predict(pd.DataFrame({"image": [encode_image(img), encode_png(img)]}))
     assert list(ok.columns) == [*CLASSES, "predicted_class"] and len(ok) == 2
     # the float form is converted explicitly: x in [0, 1] -> round(255 x)
-    f = m.predict((img / 255.0)[None])
+    f = m.predict({"pixels": [img / 255.0]})
     np.testing.assert_allclose(f.iloc[0, :14].to_numpy(float),
-                               m.predict(img[None]).iloc[0, :14].to_numpy(float), atol=1e-6)
+                               m.predict({"pixels": [img]}).iloc[0, :14].to_numpy(float),
+                               atol=1e-6)
+    for x in (img[None], pd.DataFrame({"image": []})):   # no column / no row of the schema
+        with pytest.raises(MlflowException):
+            m.predict(x)
     bad = {
-        "too small": np.zeros((1, 1, 3), np.uint8),
-        "[0, 255]": np.full((20, 20, 3), 300),
-        "NaN": np.full((1, 20, 20, 3), np.nan),
-        "[0, 1]": np.full((20, 20, 3), 2.5),
-        "channels": np.zeros((20, 20, 4), np.uint8),
-        "no image": np.zeros((0, 20, 20, 3), np.uint8),
+        "too small": {"pixels": [np.zeros((1, 1, 3), np.uint8)]},
+        "[0, 255]": {"pixels": [np.full((20, 20, 3), 300)]},
+        "NaN": {"pixels": [np.full((20, 20, 3), np.nan)]},
+        "[0, 1]": {"pixels": [np.full((20, 20, 3), 2.5)]},
+        "channels": {"pixels": [np.zeros((20, 20, 4), np.uint8)]},
         "not valid base64": pd.DataFrame({"image": ["%%%"]}),
         "not a JPEG or PNG": pd.DataFrame({"image": [base64.b64encode(b"hello").decode()]}),
-        "shape": np.zeros((2, 2, 20, 20, 3), np.uint8),
+        "shape": {"pixels": list(np.zeros((2, 2, 20, 20, 3), np.uint8))},
     }
     for why, x in bad.items():
         with pytest.raises(MlflowException, match=why.replace("[", r"\[").replace("]", r"\]")):
             m.predict(x)
     with pytest.raises(MlflowException, match="P_blood head"):
-        m.predict(img[None], params={"heatmap": True})
+        m.predict({"pixels": [img]}, params={"heatmap": True})
 
 
 def test_distill_heatmap_is_the_auxiliary_head_and_leaves_the_probabilities(distill_uri,
@@ -135,8 +138,8 @@ def test_distill_heatmap_is_the_auxiliary_head_and_leaves_the_probabilities(dist
     m = mlflow.pyfunc.load_model(distill_uri)
     # at the training size (32 px) the resize is the identity, so x01 = imgs / 255 exactly
     imgs = np.random.default_rng(3).integers(0, 256, (2, 32, 32, 3), dtype=np.uint8)
-    plain = m.predict(imgs)
-    hm = m.predict(imgs, params={"heatmap": True})
+    plain = m.predict({"pixels": list(imgs)})
+    hm = m.predict({"pixels": list(imgs)}, params={"heatmap": True})
     np.testing.assert_allclose(hm[list(CLASSES)].to_numpy(float),
                                plain[list(CLASSES)].to_numpy(float), atol=1e-6)
     assert "p_blood_heatmap" not in plain
@@ -204,7 +207,7 @@ def test_served_model_answers_base64_jpeg_and_refuses_malformed(frame_uri, track
         code, text = served.post(json.dumps({"inputs": {"image": [encode_png(small)]},
                                              "params": {"strip_prior": True}}).encode())
         assert code == 200, text
-        code, text2 = served.post(json.dumps({"inputs": small[None].tolist(),
+        code, text2 = served.post(json.dumps({"inputs": {"pixels": small[None].tolist()},
                                               "params": {"strip_prior": True}}).encode())
         assert code == 200, text2
         a, b = json.loads(text)["predictions"][0], json.loads(text2)["predictions"][0]
@@ -216,8 +219,9 @@ def test_served_model_answers_base64_jpeg_and_refuses_malformed(frame_uri, track
             "not an image": (json.dumps({"dataframe_records": [
                 {"image": base64.b64encode(b"plain text").decode()}]}).encode(),
                 "not a JPEG or PNG"),
-            "wrong rank": (json.dumps({"inputs": [[1, 2, 3]]}).encode(), "expected"),
-            "too small": (json.dumps({"inputs": [[[[0, 0, 0]]]]}).encode(), "too small"),
+            "wrong rank": (json.dumps({"inputs": {"pixels": [[1, 2, 3]]}}).encode(), "expected"),
+            "too small": (json.dumps({"inputs": {"pixels": [[[[0, 0, 0]]]]}}).encode(),
+                          "too small"),
             "over the size": (json.dumps({"inputs": {"image": ["A" * 300000]}}).encode(),
                               "over the limit"),
         }
