@@ -109,7 +109,7 @@ def test_mlflow_run_train_contract_registry_and_reproducibility(tracking, tiny_s
         "small = np.zeros((20, 20, 3), np.uint8)\n"
         "assert len(m.predict({'pixels': [img, small]})) == 2\n"
         "assert abs(out.iloc[0, :14].sum() - 1) < 1e-4, out\n"
-        "strip = m.predict(np.stack([img, img]), params={'strip_prior': True})\n"
+        "strip = m.predict({'pixels': [img, img]}, params={'strip_prior': True})\n"
         "assert len(strip) == 2\n"
         "print(list(out.columns)[:2], out['predicted_class'][0])\n"
     )
