@@ -13,6 +13,7 @@ import mlflow
 from mlflow.tracking import MlflowClient
 
 from pipi.errors import TrackingError
+from pipi.serving.model_input import IMAGE_KEY, PIXELS_KEY
 from pipi.tracking.liveness import ME
 from pipi.tracking.tags import *  # noqa: F403
 
@@ -55,8 +56,6 @@ def image_schema():
     """The input columns of a per-frame model: ``image`` (string: a base64 JPEG or PNG file) or
     ``pixels`` (any: an ``H x W x 3`` array of 0..255 integers or 0..1 floats), one per row."""
     from mlflow.types.schema import AnyType, ColSpec, Schema
-
-    from pipi.serving.model_input import IMAGE_KEY, PIXELS_KEY
 
     return Schema([ColSpec("string", IMAGE_KEY, required=False),
                    ColSpec(AnyType(), PIXELS_KEY, required=False)])
