@@ -1,9 +1,10 @@
 """Every MLflow convention of pipi (the only package that imports mlflow).
 
 ``tags`` names the run contract, ``store`` the tracking URI and code version, ``runs`` the run
-lifecycle and lookups, ``registry`` logged models and aliases, ``queries`` the reads of
-``aggregate``, ``pyfunc`` the registered model's flavour, ``ui`` what the MLflow UI shows (experiment
-kind, figures, descriptions, system metrics). Import it as ``from pipi import
+lifecycle and lookups, ``datasets`` the split inputs, ``registry`` logged models and aliases,
+``queries`` the reads of ``aggregate``, ``logged_model`` the registered models (their code,
+run by MLflow and never imported, is ``pyfunc.py``), ``ui`` what the MLflow UI shows
+(experiment kind, figures, descriptions, system metrics). Import it as ``from pipi import
 tracking`` and call ``tracking.<name>``.
 """
 
