@@ -23,7 +23,6 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 from PIL import Image
-from tqdm.auto import tqdm
 
 from pipi.errors import DataError
 
@@ -63,6 +62,8 @@ def _fill(tmp: str, files: list[Path], size: int, workers: int, progress: bool) 
             out[i] = load_frame(files[i], size)
         except (OSError, ValueError) as exc:
             raise DataError(f"{files[i]}: cannot decode ({exc})") from None
+
+    from tqdm.auto import tqdm  # here, not at the top: serving imports this module (no tqdm)
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         for _ in tqdm(pool.map(work, range(len(files))), total=len(files),

@@ -396,5 +396,5 @@ def find_backbone(model: nn.Module, *, hint: str = "") -> tuple[str, Backbone]:
         if isinstance(module, Backbone):
             return path, module
     raise ConfigError(f"{type(model).__name__} holds no pipi Backbone; pass a model built by "
-                      "pipi (pipi.training.frames.build_frame_model or pipi.models.build_backbone)"
+                      "pipi (pipi.serving.frame_model.build_frame_model or pipi.models.build_backbone)"
                       + (f", {hint}" if hint else ""))

@@ -20,9 +20,11 @@ Refused: another rank or channel count, bool or complex arrays, a side under
 ``PIPI_SERVE_MAX_PIXELS`` per image, more images than ``PIPI_SERVE_MAX_IMAGES`` per request,
 an empty request.
 
-A batch is a DataFrame with an ``image`` column (``dataframe_records``), a mapping
-``{"image": [...]}`` (``inputs``), a 4-D array, an object array / list of images of
-different sizes, or a single image.
+A batch is a DataFrame with an ``image`` column (base64 strings: the registered model's
+signature; ``dataframe_records``) or a ``pixels`` column (arrays: the signature's array form),
+a mapping ``{"image": [...]}`` / ``{"pixels": [...]}`` (``inputs``), a 4-D array, an object
+array / list of images of different sizes, or a single image (the last three in process, on
+a model without an input schema).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from __future__ import annotations
 import base64
 import binascii
 import io
+import math
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -39,14 +42,15 @@ import pandas as pd
 from PIL import Image, UnidentifiedImageError
 
 from pipi.data.cache import decode_at
-
 from pipi.errors import DataError
 
-__all__ = ["IMAGE_KEY", "MIN_SIDE", "InputError", "Limits", "check_image", "clips_from_input",
+__all__ = ["IMAGE_KEY", "MIN_SIDE", "PIXELS_KEY", "InputError", "Limits", "check_image", "clips_from_input",
            "decode_image", "encode_image", "encode_png", "images_from_input"]
 
 #: Column (``dataframe_records``) or key (``inputs``) that holds the images of a request.
 IMAGE_KEY = "image"
+#: Column / key of the array form: each value one ``H x W x 3`` image as nested lists.
+PIXELS_KEY = "pixels"
 #: Smallest accepted image side in pixels (the smallest training size is 16).
 MIN_SIDE = 16
 FORMATS = ("JPEG", "PNG")
@@ -182,17 +186,34 @@ def check_image(a, *, where: str, limits: Limits) -> np.ndarray:
 def _column(model_input) -> Sequence:
     """The list of per-image items of a DataFrame / mapping input."""
     if isinstance(model_input, pd.DataFrame):
-        if IMAGE_KEY in model_input.columns:
-            return list(model_input[IMAGE_KEY])
+        cols = [c for c in (IMAGE_KEY, PIXELS_KEY) if c in model_input.columns]
+        if len(cols) == 2:   # one image per row, in whichever column the row fills
+            return [_one_of(b64, px, row=i) for i, (b64, px) in
+                    enumerate(zip(model_input[IMAGE_KEY], model_input[PIXELS_KEY]))]
+        if cols:
+            return list(model_input[cols[0]])
         if model_input.shape[1] == 1:
             return list(model_input.iloc[:, 0])
-        raise InputError(f"expected a column named {IMAGE_KEY!r}, got columns "
-                         f"{list(model_input.columns)[:5]}")
-    if IMAGE_KEY in model_input:
-        return model_input[IMAGE_KEY]
+        raise InputError(f"expected a column named {IMAGE_KEY!r} (base64) or {PIXELS_KEY!r} "
+                         f"(arrays), got columns {list(model_input.columns)[:5]}")
+    for key in (IMAGE_KEY, PIXELS_KEY):
+        if key in model_input:
+            return model_input[key]
     if len(model_input) == 1:
         return next(iter(model_input.values()))
-    raise InputError(f"expected a key named {IMAGE_KEY!r}, got keys {list(model_input)[:5]}")
+    raise InputError(f"expected a key named {IMAGE_KEY!r} (base64) or {PIXELS_KEY!r} (arrays), "
+                     f"got keys {list(model_input)[:5]}")
+
+
+def _missing(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def _one_of(b64, pixels, *, row: int):
+    if _missing(b64) == _missing(pixels):
+        raise InputError(f"row {row}: give the image in exactly one of {IMAGE_KEY!r} (base64) "
+                         f"and {PIXELS_KEY!r} (array)")
+    return pixels if _missing(b64) else b64
 
 
 def _items(model_input) -> list:

@@ -8,7 +8,7 @@ every frame is classified exactly as a labelled frame was in training:
 * **window rule**: frame ``t``'s window holds the ``W = cfg.window`` frames of the clip
   nearest to ``t`` (ties towards the earlier frame), in order; near the clip's ends it
   shifts inwards; a clip shorter than ``W`` fills the window with all its frames and pads
-  and masks the rest (:func:`pipi.training.sequence.build_windows` with one video, frame numbers =
+  and masks the rest (:func:`pipi.serving.windows.build_windows` with one video, frame numbers =
   positions);
 * C1: the P_blood summaries of each frame, z-scored with train statistics (``c``,
   ``c_dprime``, ``d``) or, for ``c_prime`` (per patient), with the clip's own statistics
@@ -30,11 +30,11 @@ from torch import nn
 
 from pipi.classes import CLASSES
 from pipi.config import TrainConfig
-from pipi.models import residual_features
+from pipi.models import NormalAutoencoder, residual_features
 from pipi.models.sequence import SequenceModel
 from pipi.prior import c1_features, prior_channels
-from pipi.training.frames import FrameInputs
-from pipi.training.sequence import build_windows, c1_form, zscore
+from pipi.serving.frame_model import FrameInputs, build_frame_model
+from pipi.serving.windows import build_windows, c1_form, zscore
 
 __all__ = ["ClipPredictor", "resize_batch"]
 
@@ -50,7 +50,7 @@ def resize_batch(images: list[np.ndarray], size: int) -> torch.Tensor:
 
 
 def _standardise(x: torch.Tensor, stats) -> torch.Tensor:
-    """``(x - mean) / std`` in float64 as in training (:func:`pipi.training.sequence.zscore`): a
+    """``(x - mean) / std`` in float64 as in training (:func:`pipi.serving.windows.zscore`): a
     near-constant column has a std near 1e-11, where float32 rounding would be amplified."""
     mean, std = (np.asarray(v, dtype=np.float64) for v in stats)
     return torch.from_numpy(((x.double().numpy() - mean) / std).astype(np.float32))
@@ -67,6 +67,24 @@ class ClipPredictor:
             self.base.deploy_mode = True
         self.norms = norms
         self.inputs = FrameInputs(base_cfg)
+
+    @classmethod
+    def from_bundle(cls, path) -> ClipPredictor:
+        """The predictor of a logged sequence model's ``sequence_model.pt`` bundle."""
+        bundle = torch.load(path, map_location="cpu", weights_only=False)
+        cfg = TrainConfig.from_dict(bundle["config"], weights="none")
+        base_cfg = TrainConfig.from_dict(bundle["base_config"], weights="none")
+        base = build_frame_model(base_cfg)
+        base.load_state_dict(bundle["base_state"])
+        head = SequenceModel(**bundle["spec"])
+        head.load_state_dict(bundle["head_state"])
+        ae = None
+        if bundle.get("autoencoder_state") is not None:
+            ae = NormalAutoencoder()
+            ae.load_state_dict(bundle["autoencoder_state"])
+            ae.eval()
+        return cls(cfg=cfg, base_cfg=base_cfg, base=base, head=head, norms=bundle["norms"],
+                   autoencoder=ae)
 
     @torch.no_grad()
     def clip_probs(self, frames: list[np.ndarray]) -> np.ndarray:

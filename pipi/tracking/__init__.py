@@ -1,9 +1,10 @@
 """Every MLflow convention of pipi (the only package that imports mlflow).
 
 ``tags`` names the run contract, ``store`` the tracking URI and code version, ``runs`` the run
-lifecycle and lookups, ``registry`` logged models and aliases, ``queries`` the reads of
-``aggregate``, ``pyfunc`` the registered model's flavour, ``ui`` what the MLflow UI shows (experiment
-kind, figures, descriptions, system metrics). Import it as ``from pipi import
+lifecycle and lookups, ``datasets`` the split inputs, ``registry`` logged models and aliases,
+``queries`` the reads of ``aggregate``, ``logged_model`` the registered models (their code,
+run by MLflow and never imported, is ``pyfunc.py``), ``ui`` what the MLflow UI shows
+(experiment kind, figures, descriptions, system metrics). Import it as ``from pipi import
 tracking`` and call ``tracking.<name>``.
 """
 
@@ -18,6 +19,7 @@ os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 from pipi.tracking.tags import *  # noqa: E402,F403
 from pipi.tracking.store import *  # noqa: E402,F403
 from pipi.tracking.runs import *  # noqa: E402,F403
+from pipi.tracking.datasets import *  # noqa: E402,F403
 from pipi.tracking.liveness import *  # noqa: E402,F403
 from pipi.tracking.parent import *  # noqa: E402,F403
 from pipi.tracking.registry import *  # noqa: E402,F403

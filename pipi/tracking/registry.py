@@ -13,7 +13,7 @@ import mlflow
 from mlflow.tracking import MlflowClient
 
 from pipi.errors import TrackingError
-from pipi.paths import PACKAGE_DIR
+from pipi.serving.model_input import IMAGE_KEY, PIXELS_KEY
 from pipi.tracking.liveness import ME
 from pipi.tracking.tags import *  # noqa: F403
 
@@ -21,38 +21,50 @@ log = logging.getLogger(__name__)
 from pipi.tracking.runs import get_run, usable_run
 
 
-def log_pyfunc_model(*, python_model, artifacts: dict[str, str], input_example,
+def log_pyfunc_model(*, python_model: Path, artifacts: dict[str, str], input_example,
                      registered_model_name: str | None, signature_output,
-                     params: Mapping[str, Any] | None = None) -> Any:
-    """Log (and register) a pyfunc model with signature and input example.
+                     code_paths: list[Path], pip_requirements: list[str],
+                     params: Mapping[str, Any] | None = None, model_name: str = "model",
+                     model_params: Mapping[str, Any] | None = None,
+                     model_tags: Mapping[str, str] | None = None,
+                     image_columns: bool = False) -> Any:
+    """Log (and register) a pyfunc model from code (``python_model``: the file that calls
+    ``mlflow.models.set_model``) with signature and input example, named ``model_name`` (what
+    the experiment's Models tab lists), with ``model_params`` and ``model_tags``.
 
-    The signature declares the outputs and ``params`` but no input schema: the model takes
-    images in several forms (uint8 arrays of any size, base64 JPEG/PNG strings; see
-    ``pipi.serving.model_input``) and checks them itself, which a single MLflow schema cannot say
-    (a TensorSpec would turn base64 strings away before the model sees them).
+    The signature declares the outputs, ``params`` and, for a per-frame model
+    (``image_columns``), the input columns the UI shows and MLflow checks (:func:`image_schema`):
+    ``image``, a base64 JPEG/PNG string, or ``pixels``, one ``H x W x 3`` array (any size;
+    ``pipi.serving.model_input`` checks the values itself). A sequence model takes clips, which
+    no column schema can say: no input schema.
     """
-    import numpy as np
     from mlflow.models import ModelSignature, infer_signature
 
     inferred = infer_signature(input_example, signature_output, params=dict(params or {}) or None)
-    signature = ModelSignature(inputs=None, outputs=inferred.outputs, params=inferred.params)
-    reqs = [
-        f"torch=={_version('torch')}", f"torchvision=={_version('torchvision')}",
-        f"mlflow=={_version('mlflow')}", f"numpy=={np.__version__}", f"pandas=={_version('pandas')}",
-        f"pillow=={_version('pillow')}",
-    ]
-    code = str(PACKAGE_DIR)
+    signature = ModelSignature(inputs=image_schema() if image_columns else None,
+                               outputs=inferred.outputs, params=inferred.params)
     return mlflow.pyfunc.log_model(
-        name="model", python_model=python_model, artifacts=artifacts, signature=signature,
-        input_example=input_example, pip_requirements=reqs, code_paths=[code],
-        registered_model_name=registered_model_name,
+        name=model_name, python_model=str(python_model), artifacts=artifacts, signature=signature,
+        input_example=input_example, pip_requirements=list(pip_requirements),
+        code_paths=[str(c) for c in code_paths], registered_model_name=registered_model_name,
+        params={k: str(v) for k, v in (model_params or {}).items()},
+        tags=dict(model_tags or {}),
     )
 
 
-def _version(dist: str) -> str:
-    from importlib.metadata import version
+def image_schema():
+    """The input columns of a per-frame model: ``image`` (string: a base64 JPEG or PNG file) or
+    ``pixels`` (any: an ``H x W x 3`` array of 0..255 integers or 0..1 floats), one per row."""
+    from mlflow.types.schema import AnyType, ColSpec, Schema
 
-    return version(dist).split("+")[0]
+    return Schema([ColSpec("string", IMAGE_KEY, required=False),
+                   ColSpec(AnyType(), PIXELS_KEY, required=False)])
+
+
+def set_registered_model_tags(name: str, tags: Mapping[str, Any]) -> None:
+    c = MlflowClient()
+    for k, v in tags.items():
+        c.set_registered_model_tag(name, k, str(v))
 
 
 def tag_model_version(name: str, version: str, tags: Mapping[str, Any], *,
@@ -75,19 +87,23 @@ def registered_version_of(model_info, name: str) -> str | None:
     return str(versions[0].version) if versions else None
 
 
-def run_model_uri(run_id: str, name: str = "model") -> str:
-    """``models:/<model id>`` of the model called ``name`` that the run logged."""
+def run_model_uri(run_id: str, name: str | None = None) -> str:
+    """``models:/<model id>`` of the model called ``name`` that the run logged (``None``: the
+    last model it logged; a training run logs one, named ``<prefix>-<backbone>-<cell>``, or
+    ``model`` before 0.1's issue 30)."""
     run = get_run(run_id)
     outputs = getattr(run, "outputs", None)
     ids = [o.model_id for o in (outputs.model_outputs if outputs else [])]
-    for mid in ids:
-        m = mlflow.get_logged_model(mid)
-        if m.name == name:
-            return f"models:/{mid}"
-    raise TrackingError(f"run {run_id} logged no model named {name!r}")
+    models = [mlflow.get_logged_model(mid) for mid in ids]
+    if name is not None:
+        models = [m for m in models if m.name == name]
+    if models:
+        return f"models:/{max(models, key=lambda m: m.creation_timestamp).model_id}"
+    what = f"no model named {name!r}" if name else "no model"
+    raise TrackingError(f"run {run_id} logged {what}")
 
 
-def download_model_files(run_id: str, dst: Path, name: str = "model") -> Path:
+def download_model_files(run_id: str, dst: Path, name: str | None = None) -> Path:
     """Download the files of a run's logged model (MLmodel, artifacts/...) into ``dst``."""
     uri = run_model_uri(run_id, name)
     try:

@@ -18,7 +18,7 @@ import os
 import random
 import tempfile
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -31,18 +31,13 @@ from tqdm.auto import tqdm
 from pipi.classes import CLASSES, NUM_CLASSES
 from pipi.config import TrainConfig
 from pipi.data.cache import (
-    AugmentConfig,
-    augment,
-    augment_draws,
     batches,
     build_cache,
-    normalize,
     to_float,
 )
 from pipi.data.kvasir import load_staged
 from pipi.errors import PipiError
-from pipi.models import DistillClassifier, FrameClassifier, build_backbone, distill_loss
-from pipi.models.timm_backbones import build_timm_backbone, input_stats, is_timm_arch
+from pipi.models import distill_loss
 from pipi.paths import pipi_home
 from pipi.predictions import (  # noqa: F401  (re-exported: the format's home is pipi.predictions)
     PREDICTIONS_VERSION,
@@ -52,7 +47,6 @@ from pipi.predictions import (  # noqa: F401  (re-exported: the format's home is
     read_predictions,
     write_predictions,
 )
-from pipi.prior import prior_channels
 from pipi.runtime import (
     DeviceBatches,
     ResidentBatches,
@@ -62,6 +56,7 @@ from pipi.runtime import (
     runtime_of,
     weighted_cross_entropy,
 )
+from pipi.serving.frame_model import FrameInputs, build_frame_model
 from pipi.stats.auc import macro_auc, per_class_auc
 from pipi.training.graphed import GraphedStep, capturable_adamw, make_capturable
 
@@ -99,86 +94,6 @@ def class_weights(labels: np.ndarray) -> torch.Tensor:
     w = np.zeros(NUM_CLASSES)
     w[present] = counts.sum() / (present.sum() * counts[present])
     return torch.tensor(w, dtype=torch.float32)
-
-
-def build_frame_model(cfg: TrainConfig) -> torch.nn.Module:
-    cell = cfg.cell_config
-    weights = None if cfg.weights in ("none", "", None) else cfg.weights
-    if is_timm_arch(cfg.backbone):
-        backbone = build_timm_backbone(cfg.backbone, weights=weights,
-                                       in_channels=cell.input_channels,
-                                       prior_init=cfg.prior_init, image_size=cfg.image_size)
-    else:
-        backbone = build_backbone(cfg.backbone, weights=weights,
-                                  in_channels=cell.input_channels, prior_init=cfg.prior_init)
-    if cell.distill:
-        return DistillClassifier(backbone, NUM_CLASSES)
-    if cell.frozen:  # linear probe: frozen features, a plain linear head
-        return FrameClassifier(backbone, NUM_CLASSES, dropout=0.0, frozen=True)
-    return FrameClassifier(backbone, NUM_CLASSES)
-
-
-@dataclass
-class FrameInputs:
-    """Turns uint8 batches into model inputs for a cell: augment, prior, normalise, zero.
-
-    ``check=False`` skips the prior's value check (a device synchronisation) for frames that
-    come from the uint8 cache."""
-
-    cfg: TrainConfig
-    check: bool = True
-
-    def __post_init__(self):
-        # the backbone's own input normalisation (CLIP's for BiomedCLIP, ImageNet's for the
-        # torchvision backbones); the prior channels are never normalised
-        self.stats = input_stats(self.cfg.backbone)
-
-    def __call__(self, x01: torch.Tensor, *, train: bool, gen: torch.Generator | None = None,
-                 strip_prior: bool = False, scale: float = 1.0,
-                 draws: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``x01``: float ``[B, 3, H, W]`` with values in [0, scale] (scale 255: raw uint8 values).
-        ``draws``: the augmentation's random numbers already drawn (``augment_draws``)."""
-        cfg, cell = self.cfg, self.cfg.cell_config
-        train = train and cfg.augment  # augment=false: training frames as evaluation sees them
-        need_prior = cell.input_channels == 5 or cell.distill
-        # strip-and-serve: the prior channels are zeros, so the prior is never computed
-        compute_prior = cell.distill or (cell.input_channels == 5 and not strip_prior)
-        aug = AugmentConfig(cfg.hflip, cfg.rotation_deg, *cfg.jitter)
-        valid = None
-        target_src = None
-        if train and cell.distill and cfg.distill_target == "frame":
-            # The distill target is the prior of the frame itself (paper: P_blood(x)): the
-            # same flip/rotation as the input (so target and input stay aligned), no colour
-            # jitter. One draw serves both passes, the same numbers augment would draw.
-            if draws is None:
-                draws = augment_draws(gen, x01.shape[0]).to(x01.device)
-            geometry = AugmentConfig(cfg.hflip, cfg.rotation_deg, 0.0, 0.0, 0.0)
-            target_src = augment(x01, geometry, None, scale=scale, draws=draws)
-        if train and not need_prior:
-            # RGB-only: augmentation and normalisation in one fused pass
-            return augment(x01, aug, gen, scale=scale, normalized=True, draws=draws,
-                           stats=self.stats), None
-        if train and cfg.prior.mask == "fov":
-            # the field of view: pixels the zero-filled rotation did not create
-            x01, valid = augment(x01, aug, gen, scale=scale, return_valid=True, draws=draws)
-        elif train:
-            x01 = augment(x01, aug, gen, scale=scale, draws=draws)
-        elif scale != 1.0:
-            x01 = x01 / scale
-        prior = None
-        if compute_prior:
-            # The prior is computed after augmentation, on the un-normalised image (paper);
-            # the distill target (distill_target=frame) before the colour jitter.
-            prior = prior_channels(x01 if target_src is None else target_src,
-                                   **asdict(cfg.prior), valid=valid, check=self.check)
-        x = normalize(x01, self.stats)
-        if cell.input_channels == 5:
-            p = (x01.new_zeros((x01.shape[0], 2, *x01.shape[2:])) if strip_prior
-                 else prior.clone())
-            for ch in cell.zero_channels:
-                p[:, ch - 3] = 0
-            x = torch.cat([x, p], dim=1)
-        return x, (prior[:, :1] if prior is not None else None)
 
 
 # --------------------------------------------------------------------------- loops

@@ -4,7 +4,7 @@ One request (``TrainRequest``: config, staged data, runtime and prior resolved o
 CLI or by :func:`request`), one run body for per-frame and sequence cells: start (or resume, or
 attach to ``mlflow run``'s) run with the contract's tags, log params, config and dataset,
 fit, log metrics and predictions, then the model: a registered pyfunc for every cell
-(``pipi.tracking.pyfunc``; sequence cells also keep their checkpoint).
+(models from code: ``pipi/tracking/pyfunc.py``; sequence cells also keep their checkpoint).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from pipi.runs.prior_params import CalibratedPrior, check_prior_params, resolve_
 from pipi.runs.streams import build_streams, find_base_run
 from pipi.runtime import Runtime, runtime_of
 from pipi.serving.model_input import encode_png
+from pipi.serving.predictors import MAX_CLIP_FRAMES
 from pipi.serving.sequence_clip import ClipPredictor
 from pipi.tracking.logged_model import (
     example_images,
@@ -50,7 +51,6 @@ from pipi.tracking.logged_model import (
     log_frame_model,
     registered_name,
 )
-from pipi.tracking.pyfunc import MAX_CLIP_FRAMES, PipiSequenceClassifier
 from pipi.training.frames import run_frame_cell, tmpdir, write_predictions
 from pipi.training.sequence import C3_DIR, base_config, fit_sequence
 
@@ -199,11 +199,13 @@ def load_resume(resume: str) -> tuple[TrainConfig, dict]:
 
 
 def log_results(out: dict, work: Path) -> dict:
-    """Log a fitted cell's final metrics, predictions and history; return the summary."""
+    """Log a fitted cell's final metrics (all but the test split's, which are logged with the
+    model: ``summary["test_metrics"]``), predictions and history; return the summary."""
     m = {k: v for k, v in out["metrics"].items() if isinstance(v, float) and math.isfinite(v)}
     # val/macro_auc is the per-epoch series; the selected epoch's value gets its own name
     m["val/best_macro_auc"] = m.pop("val/macro_auc", float("nan"))
-    tracking.log_metrics(m)
+    test = {k: v for k, v in m.items() if k.startswith("test/")}
+    tracking.log_metrics({k: v for k, v in m.items() if k not in test})
     tracking.set_tags({**tracking.class_tags(test=out["classes"], val=out["val_classes"]),
                        tracking.TAG_BEST_EPOCH: out["metrics"]["best_epoch"]})
     tracking.log_artifacts(write_predictions(out["predictions"], work / "predictions"),
@@ -213,7 +215,7 @@ def log_results(out: dict, work: Path) -> dict:
             "test_macro_auc": out["metrics"]["test/macro_auc"],
             "val_macro_auc": out["metrics"]["val/macro_auc"],
             "best_epoch": out["metrics"]["best_epoch"], "registered": None,
-            "test_classes": list(out["classes"])}
+            "test_classes": list(out["classes"]), "test_metrics": test}
 
 
 def train(cfg: TrainConfig, *, data: str | None = None, resume: str | None = None,
@@ -245,6 +247,7 @@ def run(req: TrainRequest, *, experiment: str | None = None, register: bool = Tr
     seq = cfg.cell_config.is_sequence
     tags = {**tracking.train_tags(cfg, manifest, data=None if data in (None, "", "synthetic")
                                   else str(root), precision=runtime.precision), **req.tags}
+    registered_name(cfg)  # a name MLflow accepts (ConfigError otherwise), before the fit
     if register:  # on an auth server, a model another member registered: say so before the fit
         tracking.check_can_register(registered_name(cfg))
         if seq and base_id is None and find_base_run(cfg, manifest["data_digest"]) is None:
@@ -273,15 +276,20 @@ def run(req: TrainRequest, *, experiment: str | None = None, register: bool = Tr
                     params["base_cell"] = cfg.cell_config.base_cell
                 tracking.log_params(params)
                 tracking.log_dict(cfg.to_dict(), "config.json")
-                tracking.log_dataset(frames, source=str(root), name=tags[tracking.TAG_DATASET],
-                                     digest=manifest["data_digest"], context="training")
+                # one dataset input per split; the test metrics link to the test one
+                tracking.log_split_datasets(frames, source=str(root),
+                                            name=tags[tracking.TAG_DATASET],
+                                            digest=manifest["data_digest"])
+            test_ds = tracking.split_datasets(tags[tracking.TAG_DATASET],
+                                              manifest["data_digest"])["test"]
             tracking.log_params(runtime.params())  # on resume: `.resolved` if it moved
             tracker = tracking.RunTracker(work / "ckpt", epoch_hook=epoch_hook)
             if seq:
                 summary = _fit_sequence(cfg, root=root, frames=frames, manifest=manifest,
                                         base_id=base_id, tracker=tracker, work=work,
                                         resume_state=resume_state, register=register,
-                                        progress=progress, tags=tags, device=runtime.device)
+                                        progress=progress, tags=tags, device=runtime.device,
+                                        test_ds=test_ds)
             else:
                 out = run_frame_cell(cfg, data=root, resume_state=resume_state, tracker=tracker,
                                      progress=progress, runtime=runtime,
@@ -290,7 +298,9 @@ def run(req: TrainRequest, *, experiment: str | None = None, register: bool = Tr
                 summary["test_predictions"] = out["predictions"]["test"]
                 summary.update(log_frame_model(cfg, out["model"], work,
                                                test_auc=summary["test_macro_auc"],
-                                               register=register, tags=tags))
+                                               register=register, tags=tags,
+                                               test_metrics=summary.pop("test_metrics"),
+                                               test_dataset=test_ds))
             _show_in_ui(cfg, summary, root=root, frames=frames, manifest=manifest, tags=tags)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -361,7 +371,8 @@ def ensure_base_run(cfg: TrainConfig, *, staged: StagedData, register: bool,
 
 def _fit_sequence(cfg: TrainConfig, *, root: Path, frames: pd.DataFrame, manifest: dict,
                   base_id: str | None, tracker, work: Path, resume_state: dict | None,
-                  register: bool, progress: bool, tags: dict, device: torch.device) -> dict:
+                  register: bool, progress: bool, tags: dict, device: torch.device,
+                  test_ds=None) -> dict:
     """The sequence part of a ``train`` run: base run, streams, head; checkpoint and the
     registered pyfunc (base backbone + head + C3 autoencoder)."""
     digest = manifest["data_digest"]
@@ -387,12 +398,15 @@ def _fit_sequence(cfg: TrainConfig, *, root: Path, frames: pd.DataFrame, manifes
     tracking.log_artifact(work / "best_state.pt", "checkpoints")
     summary.update(base_run_id=base_id)
     summary.update(_log_sequence_model(cfg, out["model"], streams.norms, sources, work,
-                                       summary["test_macro_auc"], register, tags))
+                                       summary["test_macro_auc"], register, tags,
+                                       test_metrics=summary.pop("test_metrics"),
+                                       test_ds=test_ds))
     return summary
 
 
 def _log_sequence_model(cfg: TrainConfig, head, norms: dict, sources: dict, work: Path,
-                        test_auc: float, register: bool, tags: dict) -> dict:
+                        test_auc: float, register: bool, tags: dict, *, test_metrics=None,
+                        test_ds=None) -> dict:
     """Log (and register) the sequence pyfunc: base backbone + head (+ C3 autoencoder)."""
     base_model, base_cfg = load_run_model(sources[tracking.TAG_BASE_RUN])
     ae_state = None
@@ -413,9 +427,10 @@ def _log_sequence_model(cfg: TrainConfig, head, norms: dict, sources: dict, work
                               norms=bundle["norms"], autoencoder=_autoencoder(ae_state))
     out_example = predictor.predict([clip])
     example = pd.DataFrame({"image": [encode_png(im) for im in clip]})   # one clip, 2 frames
-    return log_and_register(cfg, PipiSequenceClassifier(), {"bundle": str(work / "sequence_model.pt"),
+    return log_and_register(cfg, {"bundle": str(work / "sequence_model.pt"),
                              "config": str(cpath)}, example, out_example, test_auc, register,
-                             tags, params=None,
+                             tags, params=None, work=work, test_metrics=test_metrics,
+                             test_dataset=test_ds,
                              extra={"base_run_id": sources[tracking.TAG_BASE_RUN],
                                     "window": cfg.window, "max_clip_frames": MAX_CLIP_FRAMES})
 

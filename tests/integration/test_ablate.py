@@ -96,7 +96,7 @@ def test_channel_infer_zeroes_prior_channels_at_inference(tracking, tiny_staged,
     assert all(c.status in ("trained", "reused") for c in res.children)
     model_id = mlflow.get_run(pi[0].run_id).outputs.model_outputs[0].model_id
     py = mlflow.pyfunc.load_model(f"models:/{model_id}")
-    inner = py.unwrap_python_model()
+    inner = py.unwrap_python_model().predictor
     from pipi.data.cache import build_cache
     from pipi.data.kvasir import load_staged
 
@@ -117,7 +117,7 @@ def test_channel_infer_zeroes_prior_channels_at_inference(tracking, tiny_staged,
         return pd.read_parquet(Path(folder) / "test.parquet")[list(PROB_COLUMNS)].to_numpy()
 
     # strip-and-serve through the registered pyfunc's own parameter
-    served = py.predict(hwc, params={"strip_prior": True}).iloc[:, :14].to_numpy()
+    served = py.predict({"pixels": list(hwc)}, params={"strip_prior": True}).iloc[:, :14].to_numpy()
     np.testing.assert_allclose(logged("pi@zero_both"), served, atol=1e-5)
     # zeroing an input channel equals zeroing its first-conv weights (EfficientNet: no bias)
     conv = inner.model.backbone.first_conv
@@ -126,7 +126,7 @@ def test_channel_infer_zeroes_prior_channels_at_inference(tracking, tiny_staged,
         with torch.no_grad():
             conv.weight.copy_(weights)
             conv.weight[:, channels] = 0
-        np.testing.assert_allclose(logged(cell), py.predict(hwc).iloc[:, :14].to_numpy(),
+        np.testing.assert_allclose(logged(cell), py.predict({"pixels": list(hwc)}).iloc[:, :14].to_numpy(),
                                    atol=1e-5)
     assert np.abs(logged("pi@zero_phi") - logged("pi@zero_pblood")).max() > 1e-4
     assert np.abs(logged("pi@zero_both") - logged("pi@zero_phi")).max() > 1e-4

@@ -211,7 +211,7 @@ def test_the_grid_scored_on_a_galar_calibration_fold_reuses_every_run(
         assert int(run.data.params["image_size"]) == size
         py = mlflow.pyfunc.load_model(f"models:/{run.outputs.model_outputs[0].model_id}")
         rgb = np.asarray(images[fold.rows]).transpose(0, 2, 3, 1)   # the cache is N x 3 x S x S
-        p = py.predict(pd.DataFrame({"image": list(rgb)})).to_numpy()
+        p = py.predict(pd.DataFrame({"pixels": list(rgb)})).to_numpy()
         want = np.mean([roc_auc_score(fold.labels == c, p[:, c]) for c in fold.classes])
         assert t.value == pytest.approx(want, abs=1e-5)
         values.add(round(t.value, 6))

@@ -157,7 +157,7 @@ def test_five_channel_checkpoint_is_served_by_its_registered_model(tiny_staged,
     assert mlflow.get_run(res.run_id).data.params["input_channels"] == "5"
     df = _test_predictions(res.run_id, tmp_path).head(6)
     served = mlflow.pyfunc.load_model(res.registered).predict(
-        np.stack([_decoded(tiny_staged / p) for p in df["path"]]))
+        {"pixels": [_decoded(tiny_staged / p) for p in df["path"]]})
     assert df[[f"prob_{k:02d}" for k in range(14)]].to_numpy().std(0).max() > 1e-3
     np.testing.assert_allclose(served[list(CLASSES)].to_numpy(),
                                df[[f"prob_{k:02d}" for k in range(14)]].to_numpy(), atol=1e-4)

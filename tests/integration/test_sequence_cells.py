@@ -79,7 +79,7 @@ def test_b_plus_and_e_plus_train_and_share_their_pi_base(tracking, tiny_staged, 
     frames, man = load_staged(tiny_staged)
     assert emb.shape[0] == len(frames)
     model_id = base.outputs.model_outputs[0].model_id
-    py = mlflow.pyfunc.load_model(f"models:/{model_id}").unwrap_python_model()
+    py = mlflow.pyfunc.load_model(f"models:/{model_id}").unwrap_python_model().predictor
     imgs = build_cache(tiny_staged, frames, size=32, digest=man["data_digest"],
                        cache_dir=tmp_path / "c", progress=False)
     x = torch.from_numpy(np.asarray(imgs[:6])).float() / 255

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -106,25 +107,28 @@ def test_in_process_predict_refuses_malformed_images(frame_uri, tracking):
     ok = m.predict(pd.DataFrame({"image": [encode_image(img), encode_png(img)]}))
     assert list(ok.columns) == [*CLASSES, "predicted_class"] and len(ok) == 2
     # the float form is converted explicitly: x in [0, 1] -> round(255 x)
-    f = m.predict((img / 255.0)[None])
+    f = m.predict({"pixels": [img / 255.0]})
     np.testing.assert_allclose(f.iloc[0, :14].to_numpy(float),
-                               m.predict(img[None]).iloc[0, :14].to_numpy(float), atol=1e-6)
+                               m.predict({"pixels": [img]}).iloc[0, :14].to_numpy(float),
+                               atol=1e-6)
+    for x in (img[None], pd.DataFrame({"image": []})):   # no column / no row of the schema
+        with pytest.raises(MlflowException):
+            m.predict(x)
     bad = {
-        "too small": np.zeros((1, 1, 3), np.uint8),
-        "[0, 255]": np.full((20, 20, 3), 300),
-        "NaN": np.full((1, 20, 20, 3), np.nan),
-        "[0, 1]": np.full((20, 20, 3), 2.5),
-        "channels": np.zeros((20, 20, 4), np.uint8),
-        "no image": np.zeros((0, 20, 20, 3), np.uint8),
+        "too small": {"pixels": [np.zeros((1, 1, 3), np.uint8)]},
+        "[0, 255]": {"pixels": [np.full((20, 20, 3), 300)]},
+        "NaN": {"pixels": [np.full((20, 20, 3), np.nan)]},
+        "[0, 1]": {"pixels": [np.full((20, 20, 3), 2.5)]},
+        "channels": {"pixels": [np.zeros((20, 20, 4), np.uint8)]},
         "not valid base64": pd.DataFrame({"image": ["%%%"]}),
         "not a JPEG or PNG": pd.DataFrame({"image": [base64.b64encode(b"hello").decode()]}),
-        "shape": np.zeros((2, 2, 20, 20, 3), np.uint8),
+        "shape": {"pixels": list(np.zeros((2, 2, 20, 20, 3), np.uint8))},
     }
     for why, x in bad.items():
         with pytest.raises(MlflowException, match=why.replace("[", r"\[").replace("]", r"\]")):
             m.predict(x)
     with pytest.raises(MlflowException, match="P_blood head"):
-        m.predict(img[None], params={"heatmap": True})
+        m.predict({"pixels": [img]}, params={"heatmap": True})
 
 
 def test_distill_heatmap_is_the_auxiliary_head_and_leaves_the_probabilities(distill_uri,
@@ -134,12 +138,12 @@ def test_distill_heatmap_is_the_auxiliary_head_and_leaves_the_probabilities(dist
     m = mlflow.pyfunc.load_model(distill_uri)
     # at the training size (32 px) the resize is the identity, so x01 = imgs / 255 exactly
     imgs = np.random.default_rng(3).integers(0, 256, (2, 32, 32, 3), dtype=np.uint8)
-    plain = m.predict(imgs)
-    hm = m.predict(imgs, params={"heatmap": True})
+    plain = m.predict({"pixels": list(imgs)})
+    hm = m.predict({"pixels": list(imgs)}, params={"heatmap": True})
     np.testing.assert_allclose(hm[list(CLASSES)].to_numpy(float),
                                plain[list(CLASSES)].to_numpy(float), atol=1e-6)
     assert "p_blood_heatmap" not in plain
-    py = m.unwrap_python_model()
+    py = m.unwrap_python_model().predictor
     x01 = torch.from_numpy(imgs.transpose(0, 3, 1, 2).copy()).float() / 255
     py.model.deploy_mode = False
     with torch.no_grad():
@@ -151,17 +155,23 @@ def test_distill_heatmap_is_the_auxiliary_head_and_leaves_the_probabilities(dist
 
 
 class _Served:
-    def __init__(self, model_uri: str, uri: str, tmp: Path, env=None):
+    def __init__(self, model_uri: str, uri: str, tmp: Path, env=None, *,
+                 env_manager: str = "local", timeout: float = 180):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = open(tmp / "serve.log", "wb")
+        self.log_path = tmp / f"serve-{env_manager}.log"
+        self.log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
             [str(Path(sys.executable).parent / "mlflow"), "models", "serve", "-m", model_uri,
-             "--env-manager", "local", "-h", "127.0.0.1", "-p", str(self.port), "-w", "1"],
+             "--env-manager", env_manager, "-h", "127.0.0.1", "-p", str(self.port), "-w", "1"],
             stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
             env={**os.environ, "MLFLOW_TRACKING_URI": uri, **(env or {}),
                  "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
-        wait_http(self.url + "/ping", timeout=180, proc=self.proc)
+        try:
+            wait_http(self.url + "/ping", timeout=timeout, proc=self.proc)
+        except Exception:  # noqa: BLE001 - any failure to start: stop it, show its log
+            self.stop()
+            raise AssertionError(self.log_path.read_text(errors="replace")[-4000:]) from None
 
     def post(self, body: bytes, ctype: str = "application/json") -> tuple[int, str]:
         req = urllib.request.Request(self.url + "/invocations", data=body,
@@ -197,7 +207,7 @@ def test_served_model_answers_base64_jpeg_and_refuses_malformed(frame_uri, track
         code, text = served.post(json.dumps({"inputs": {"image": [encode_png(small)]},
                                              "params": {"strip_prior": True}}).encode())
         assert code == 200, text
-        code, text2 = served.post(json.dumps({"inputs": small[None].tolist(),
+        code, text2 = served.post(json.dumps({"inputs": {"pixels": small[None].tolist()},
                                               "params": {"strip_prior": True}}).encode())
         assert code == 200, text2
         a, b = json.loads(text)["predictions"][0], json.loads(text2)["predictions"][0]
@@ -209,8 +219,9 @@ def test_served_model_answers_base64_jpeg_and_refuses_malformed(frame_uri, track
             "not an image": (json.dumps({"dataframe_records": [
                 {"image": base64.b64encode(b"plain text").decode()}]}).encode(),
                 "not a JPEG or PNG"),
-            "wrong rank": (json.dumps({"inputs": [[1, 2, 3]]}).encode(), "expected"),
-            "too small": (json.dumps({"inputs": [[[[0, 0, 0]]]]}).encode(), "too small"),
+            "wrong rank": (json.dumps({"inputs": {"pixels": [[1, 2, 3]]}}).encode(), "expected"),
+            "too small": (json.dumps({"inputs": {"pixels": [[[[0, 0, 0]]]]}}).encode(),
+                          "too small"),
             "over the size": (json.dumps({"inputs": {"image": ["A" * 300000]}}).encode(),
                               "over the limit"),
         }
@@ -222,3 +233,65 @@ def test_served_model_answers_base64_jpeg_and_refuses_malformed(frame_uri, track
             assert len(text) < 1000, (why, len(text))            # never the request echoed
     finally:
         served.stop()
+
+
+def _probs(served: _Served, body: bytes) -> np.ndarray:
+    code, text = served.post(body)
+    assert code == 200, text[:2000]
+    return np.array([[r[c] for c in CLASSES] for r in json.loads(text)["predictions"]])
+
+
+def test_the_candidate_serves_from_its_own_virtualenv_as_the_venv_server_does(
+        smoke_study, tracking, tmp_path):
+    """``mlflow models serve --env-manager virtualenv``: MLflow builds the model's environment
+    from its python_env.yaml and requirements (torch===2.13.0 from the registry, no pipi
+    install, no tqdm) and runs the code it ships; the answer equals the .venv server's.
+    The environment is kept under MLflow's env root (``MLFLOW_ENV_ROOT``, default
+    ``~/.mlflow/envs``), keyed by the requirements: a CI cache of that folder skips the build.
+    """
+    uri = f"models:/{smoke_study.model('pi')}@candidate"
+    rng = np.random.default_rng(30)
+    images = [encode_image(rng.integers(0, 256, (96, 96, 3), dtype=np.uint8)) for _ in range(3)]
+    body = json.dumps({"dataframe_records": [{"image": im} for im in images]}).encode()
+    (tmp_path / "venv").mkdir()
+    (tmp_path / "own").mkdir()
+    served = _Served(uri, tracking, tmp_path / "venv")
+    try:
+        expected = _probs(served, body)
+    finally:
+        served.stop()
+    t0 = time.monotonic()
+    served = _Served(uri, tracking, tmp_path / "own", env_manager="virtualenv", timeout=1800)
+    built_s = time.monotonic() - t0
+    try:
+        got = _probs(served, body)
+        log = served.log_path.read_text(errors="replace")
+    finally:
+        served.stop()
+    print(f"\nmodel environment ready and serving after {built_s:.0f} s "
+          f"({'built' if 'Installing dependencies' in log else 'reused'})")
+    assert "--env-manager local" not in log
+    np.testing.assert_allclose(got, expected, atol=1e-6)
+    assert (got.argmax(1) == expected.argmax(1)).all()
+
+
+def test_generate_dockerfile_writes_a_dockerfile_for_the_candidate(smoke_study, tracking,
+                                                                   tmp_path):
+    """No docker daemon here: the Dockerfile and the model folder it copies are checked, not
+    built."""
+    uri = f"models:/{smoke_study.model('pi')}@candidate"
+    out = tmp_path / "docker"
+    r = subprocess.run([str(Path(sys.executable).parent / "mlflow"), "models",
+                        "generate-dockerfile", "-m", uri, "-d", str(out)],
+                       capture_output=True, text=True, timeout=600, check=False,
+                       env={**os.environ, "MLFLOW_TRACKING_URI": tracking})
+    assert r.returncode == 0, r.stderr[-3000:]
+    dockerfile = (out / "Dockerfile").read_text()
+    assert "model_dir" in dockerfile and "ENTRYPOINT" in dockerfile
+    model = out / "model_dir"
+    reqs = next(model.rglob("requirements.txt")).read_text().split()
+    assert "torch===2.13.0" in reqs and "torchvision==0.28.0" in reqs
+    shipped = {p.relative_to(p.parents[len(p.relative_to(model).parts) - 1]).as_posix()
+               for p in model.rglob("*.py")}
+    assert not [p for p in shipped if "/training/" in p or "/cli/" in p or "/workflows/" in p]
+    assert any(p.endswith("serving/predictors.py") for p in shipped)

@@ -123,7 +123,8 @@ def test_lab_server_with_auth_postgres_and_s3(lab, tiny_staged, tmp_path):
     # a fresh process loads the registered model through the server
     code = ("import mlflow, numpy as np\n"
             "m = mlflow.pyfunc.load_model('models:/pipi-efficientnet_b0-pi@candidate')\n"
-            "print(m.predict(np.zeros((1, 40, 40, 3), np.uint8))['predicted_class'][0])\n")
+            "print(m.predict({'pixels': [np.zeros((40, 40, 3), np.uint8)]})"
+            "['predicted_class'][0])\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
                        env=env)
     assert r.returncode == 0, r.stderr[-2000:]

@@ -1,4 +1,4 @@
-"""MLproject <-> click parity, and conda.yaml <-> pyproject pins."""
+"""MLproject <-> click parity, and python_env.yaml <-> conda.yaml <-> pyproject pins."""
 
 from __future__ import annotations
 
@@ -64,6 +64,48 @@ def test_conda_pins_match_pyproject():
     conda = yaml.safe_load((ROOT / "conda.yaml").read_text())
     pip_list = next(d["pip"] for d in conda["dependencies"] if isinstance(d, dict))
     assert set(deps) <= set(pip_list)
+
+
+def test_python_env_is_the_projects_environment_with_the_same_pins_and_python():
+    """`mlflow run` builds its environment from python_env.yaml: an exact Python pyenv can find
+    (the one conda.yaml names, inside pyproject's requires-python), pip/setuptools/wheel to
+    build, and exactly pyproject's requirements (conda.yaml's pip list less its `-e .`: pipi
+    itself comes from the project folder, entrypoints/_bootstrap.py)."""
+    from mlflow.utils.environment import _PythonEnv
+    from packaging.specifiers import SpecifierSet
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    spec = yaml.safe_load((ROOT / "MLproject").read_text())
+    assert spec["python_env"] == "python_env.yaml" and "conda_env" not in spec
+    env = _PythonEnv.from_yaml(str(ROOT / "python_env.yaml"))
+    assert re.fullmatch(r"3\.\d+\.\d+", env.python), env.python    # pyenv needs an exact one
+    assert env.python in SpecifierSet(project["requires-python"])
+    assert set(env.build_dependencies) == {"pip", "setuptools", "wheel"}
+    assert sorted(env.dependencies) == sorted(project["dependencies"])
+    assert "torch===2.13.0" in env.dependencies                   # never a local +cpu torch
+    conda = yaml.safe_load((ROOT / "conda.yaml").read_text())
+    assert f"python={env.python}" in conda["dependencies"]
+    pip_list = next(d["pip"] for d in conda["dependencies"] if isinstance(d, dict))
+    assert sorted(set(pip_list) - {"-e ."}) == sorted(env.dependencies)
+
+
+def test_an_entry_point_finds_pipi_in_an_environment_that_lacks_it(tmp_path):
+    """MLflow's own environment holds the requirements, not pipi: the entry point imports the
+    project's pipi and hands the path to the processes it starts."""
+    import subprocess
+    import sys
+
+    # pipi hidden as in that environment (find_spec says "no such module"), mlflow importable
+    code = (f"import sys; sys.modules['pipi'] = None; sys.path.insert(0, {str(ROOT / 'entrypoints')!r})\n"
+            "import _bootstrap, os\n"
+            "del sys.modules['pipi']\n"
+            "import pipi\n"
+            "print(pipi.__file__, os.environ['PYTHONPATH'])\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       cwd=tmp_path, env={"PATH": "/usr/bin:/bin"}, timeout=120, check=False)
+    assert r.returncode == 0, r.stderr[-2000:]
+    file, path = r.stdout.split()[-2:]
+    assert Path(file) == ROOT / "pipi" / "__init__.py" and path.split(":")[0] == str(ROOT)
 
 
 def test_every_entry_point_runs_its_own_cli_command():

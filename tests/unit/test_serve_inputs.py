@@ -11,10 +11,11 @@ import zlib
 
 import numpy as np
 import pytest
+from mlflow.exceptions import MlflowException
 from PIL import Image
 
+from pipi.serving.guard import guarded
 from pipi.serving.model_input import InputError, Limits, decode_image
-from pipi.tracking.serving import guarded
 
 
 def _b64(raw: bytes) -> str:
@@ -80,7 +81,7 @@ class _Response:
 
 def test_json_nested_too_deeply_is_a_400_in_one_line():
     calls = []
-    handler = guarded(lambda *a: calls.append(a), _Response)
+    handler = guarded(lambda *a: calls.append(a), _Response, error_type=MlflowException)
     body = "[" * 200000 + "]" * 200000
     r = handler(body, "application/json", None, None)
     assert r.status == 400 and r.mimetype == "application/json"

@@ -11,10 +11,11 @@ import json
 from types import SimpleNamespace
 
 import pytest
+from mlflow.exceptions import MlflowException
 from mlflow.pyfunc import scoring_server
 from starlette.requests import Request
 
-from pipi.tracking.serving import guarded, install_body_limit, read_limited
+from pipi.serving.guard import guarded, install_body_limit, read_limited
 
 LIMIT = 64 * 1024
 CHUNK = 16 * 1024
@@ -26,7 +27,8 @@ def app(monkeypatch):
     monkeypatch.delenv("_MLFLOW_IS_IN_SERVING_ENVIRONMENT", raising=False)  # init sets it
     monkeypatch.setattr(Request, "body", Request.body)  # restored after the test
     monkeypatch.setattr(scoring_server, "invocations",
-                        guarded(scoring_server.invocations, scoring_server.InvocationsResponse))
+                        guarded(scoring_server.invocations, scoring_server.InvocationsResponse,
+                                error_type=MlflowException))
     install_body_limit()
     model = SimpleNamespace(metadata=SimpleNamespace(get_input_schema=lambda: None))
     return scoring_server.init(model)

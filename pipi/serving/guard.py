@@ -7,8 +7,9 @@ raised while parsing or predicting to its error code's HTTP status (``BAD_REQUES
 whole), a non-MlflowException becomes a 400 carrying a stack trace, and a huge body is parsed
 before anything can refuse it (a 264 MB request used 5-7 GB and answered 504 after 60 s).
 
-:func:`install_guard` wraps the server's ``invocations`` function (the one the FastAPI route
-calls for every request) once per process, when a pipi model is loaded:
+:func:`guarded` wraps the server's ``invocations`` function (the one the FastAPI route calls
+for every request); the registered model's ``install_guard`` (``pipi/tracking/pyfunc.py``)
+installs it once per process, when a pipi model is loaded:
 
 * a body over ``PIPI_SERVE_MAX_BYTES`` (default 64 MiB) -> 413 before it is parsed, and in
   the server process before it is read whole (:func:`install_body_limit`): a
@@ -16,10 +17,11 @@ calls for every request) once per process, when a pipi model is loaded:
   chunked body is read only up to the limit, so a worker never holds more than the limit;
 * a JSON content type whose body is not JSON -> 400 "request body is not JSON (...)";
 * JSON nested too deeply for Python's parser (a ``RecursionError``) -> 400 in one line;
-* any ``MlflowException`` -> the same status with a one-line message without the request
+* any ``error_type`` (MLflow's ``MlflowException``) -> the same status with a one-line message without the request
   data and without a stack trace.
 
-Every answer is ``{"error_code": ..., "message": ...}``, the shape MLflow uses itself.
+Every answer is ``{"error_code": ..., "message": ...}``, the shape MLflow uses itself. No MLflow
+import here (the exception type is passed in): the registered model ships this module.
 """
 
 from __future__ import annotations
@@ -27,10 +29,8 @@ from __future__ import annotations
 import json
 import os
 
-from mlflow.exceptions import MlflowException
-
-__all__ = ["DEFAULT_MAX_BYTES", "guarded", "install_body_limit", "install_guard",
-           "max_request_bytes", "read_limited"]
+__all__ = ["DEFAULT_MAX_BYTES", "guarded", "install_body_limit", "max_request_bytes",
+           "read_limited"]
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 _PREFIX = "Failed to predict data '"
@@ -113,8 +113,10 @@ def _answer(response_cls, status: int, code: str, message: str):
     return response_cls(response=body, status=status, mimetype="application/json")
 
 
-def guarded(invocations, response_cls):
-    """``invocations`` with the checks of the module docstring around it."""
+def guarded(invocations, response_cls, *, error_type: type[Exception]):
+    """``invocations`` with the checks of the module docstring around it; ``error_type``:
+    the exception whose status, code and message become the answer (MLflow's
+    ``MlflowException``: ``get_http_status_code()``, ``error_code``, ``message``)."""
 
     def pipi_invocations(data, content_type, model, input_schema):
         limit = max_request_bytes()
@@ -144,7 +146,7 @@ def guarded(invocations, response_cls):
                                '{"dataframe_records": [{"image": "<base64 JPEG>"}]}')
         try:
             return invocations(data, content_type, model, input_schema)
-        except MlflowException as exc:
+        except error_type as exc:
             return _answer(response_cls, exc.get_http_status_code(), exc.error_code,
                            _one_line(exc.message))
         except RecursionError:  # nested too deeply for the server's own parsing
@@ -156,15 +158,3 @@ def guarded(invocations, response_cls):
 
     pipi_invocations.__pipi_guard__ = True
     return pipi_invocations
-
-
-def install_guard() -> None:
-    """Wrap the scoring server's ``invocations`` (idempotent; harmless outside a server)."""
-    from mlflow.pyfunc import scoring_server
-
-    if os.environ.get(scoring_server._SERVER_MODEL_PATH):  # this process is the server
-        install_body_limit()
-    current = scoring_server.invocations
-    if getattr(current, "__pipi_guard__", False):
-        return
-    scoring_server.invocations = guarded(current, scoring_server.InvocationsResponse)
