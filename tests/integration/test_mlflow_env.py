@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 VENV = Path(sys.prefix)
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.envbuild]
 
 
 def _fresh_clone(dst: Path) -> Path:

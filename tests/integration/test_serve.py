@@ -241,6 +241,7 @@ def _probs(served: _Served, body: bytes) -> np.ndarray:
     return np.array([[r[c] for c in CLASSES] for r in json.loads(text)["predictions"]])
 
 
+@pytest.mark.envbuild
 def test_the_candidate_serves_from_its_own_virtualenv_as_the_venv_server_does(
         smoke_study, tracking, tmp_path):
     """``mlflow models serve --env-manager virtualenv``: MLflow builds the model's environment
