@@ -67,8 +67,10 @@ def test_ablate_and_import_take_the_prefix_before_anything_else(monkeypatch, ent
 
     from pipi.cli import ENTRY_POINTS
 
-    monkeypatch.delenv(MODEL_PREFIX_ENV, raising=False)
+    # setenv first so monkeypatch records the variable's state before the test and restores it
+    # (a delenv of an unset variable records nothing: the CLI's "bob" would outlive the test)
+    monkeypatch.setenv(MODEL_PREFIX_ENV, "pipi")
+    monkeypatch.delenv(MODEL_PREFIX_ENV)
     r = CliRunner().invoke(ENTRY_POINTS[entry], [*args, "--model-prefix", "bob"])
     assert r.exit_code != 0 and error in r.output, r.output
     assert os.environ.get(MODEL_PREFIX_ENV) == "bob"
-    monkeypatch.delenv(MODEL_PREFIX_ENV, raising=False)
