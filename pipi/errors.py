@@ -24,3 +24,12 @@ class TrackingError(PipiError):
 class ServerGoneError(TrackingError):
     """The tracking server stopped answering for longer than the client's retry budget."""
 
+
+
+def reason_of(exc: BaseException, limit: int = 300) -> str:
+    """The cause an exception gives, for a one-line message: its first line, ended at the
+    first sentence when that line is longer than ``limit`` (never cut inside a sentence)."""
+    text = (str(exc).strip().splitlines() or [""])[0].strip()
+    if len(text) > limit and ". " in text:
+        text = text.split(". ", 1)[0] + "."
+    return text

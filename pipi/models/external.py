@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from pipi.errors import DataError
+from pipi.errors import DataError, reason_of
 
 __all__ = ["HEAD_KEYS", "WRAPPER_PREFIXES", "load_external_state", "read_state_dict"]
 
@@ -38,11 +38,11 @@ def read_state_dict(path: Path) -> dict[str, Tensor]:
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - torch raises several types for unreadable files
-        first = (str(exc).strip().splitlines() or [""])[0]
+        first = reason_of(exc)
         if "weights only load failed" in first.lower():  # torch's advice would load code
             first = "not a torch save file holding only tensors"
         raise DataError(f"{path}: cannot read it as a torch state dict ({type(exc).__name__}: "
-                        f"{first[:160]}); pass a file saved with torch.save(model.state_dict(), "
+                        f"{first}); pass a file saved with torch.save(model.state_dict(), "
                         "path)") from None
     if isinstance(obj, Mapping) and not all(isinstance(v, Tensor) for v in obj.values()):
         for key in _CONTAINERS:

@@ -24,6 +24,7 @@ scoring server from echoing the request back.
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 
 import mlflow.pyfunc
@@ -127,11 +128,26 @@ class PipiImageClassifier(mlflow.pyfunc.PythonModel):
         return df
 
 
+def _load_bundle(path) -> dict:
+    """A sequence model's bundle, read without unpickling code (``weights_only``). Bundles
+    written before the norms were tensors hold numpy arrays: those numpy types (and only
+    they) are allowed for them."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        from numpy._core.multiarray import _reconstruct
+
+        kinds = [np.ndarray, np.dtype, _reconstruct,
+                 *{type(np.dtype(t)) for t in (np.float32, np.float64)}]
+        with torch.serialization.safe_globals(kinds):
+            return torch.load(path, map_location="cpu", weights_only=True)
+
+
 class PipiSequenceClassifier(mlflow.pyfunc.PythonModel):
     """pyfunc around a sequence cell: base backbone + temporal head (+ C3 autoencoder)."""
 
     def load_context(self, context):
-        bundle = torch.load(context.artifacts["bundle"], map_location="cpu", weights_only=False)
+        bundle = _load_bundle(context.artifacts["bundle"])
         cfg = TrainConfig.from_dict(bundle["config"], weights="none")
         base_cfg = TrainConfig.from_dict(bundle["base_config"], weights="none")
         base = build_frame_model(base_cfg)
@@ -145,7 +161,9 @@ class PipiSequenceClassifier(mlflow.pyfunc.PythonModel):
             ae.eval()
         self.cfg = cfg
         self.predictor = ClipPredictor(cfg=cfg, base_cfg=base_cfg, base=base, head=head,
-                                       norms=bundle["norms"], autoencoder=ae)
+                                       norms={k: (np.asarray(m), np.asarray(s))
+                                              for k, (m, s) in bundle["norms"].items()},
+                                       autoencoder=ae)
         self.limits = Limits(decode_size=cfg.image_size)
         install_guard()
 

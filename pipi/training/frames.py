@@ -52,6 +52,7 @@ from pipi.runtime import (
     weighted_cross_entropy,
 )
 from pipi.stats.auc import macro_auc, per_class_auc
+from pipi.training.checkpoint import plain_state
 from pipi.training.graphed import GraphedStep, capturable_adamw, make_capturable
 
 log = logging.getLogger(__name__)
@@ -358,11 +359,12 @@ def fit_epochs(model, *, cfg: TrainConfig, gen: torch.Generator, train_epoch, pr
             tracker.log_metrics({"train/loss": loss, "val/macro_auc": vauc,
                                  "val/macro_f1": vm["val/macro_f1"], "train/lr": lr}, step=epoch,
                                 model=model)
-            tracker.log_checkpoint({
+            # tensors and plain data only: resume reads it with weights_only=True
+            tracker.log_checkpoint(plain_state({
                 "config": cfg.to_dict(), "epoch": epoch, "model": model.state_dict(),
                 "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                 "best": best, "history": history, "gen_state": gen.get_state(),
-                "torch_rng": torch.get_rng_state(), **(extra_state or {})})
+                "torch_rng": torch.get_rng_state(), **(extra_state or {})}))
     model.load_state_dict(best["state"])
     return {"best": best, "history": history}
 

@@ -51,6 +51,7 @@ from pipi.tracking.logged_model import (
     registered_name,
 )
 from pipi.tracking.pyfunc import MAX_CLIP_FRAMES, PipiSequenceClassifier
+from pipi.training.checkpoint import read_checkpoint
 from pipi.training.frames import run_frame_cell, tmpdir, write_predictions
 from pipi.training.sequence import C3_DIR, base_config, fit_sequence
 
@@ -193,9 +194,13 @@ def load_resume(resume: str) -> tuple[TrainConfig, dict]:
     run's own: every recipe option passed with ``resume`` is ignored)."""
     refuse_finished(tracking.get_run(resume), resume)
     tracking.claim_for_resume(resume)  # refuses a run that another process still trains
-    ckpt = tracking.download_artifact(resume, "checkpoints/last.pt", tmpdir())
-    state = torch.load(ckpt, map_location="cpu", weights_only=False)
-    return TrainConfig.from_dict(state["config"]), state
+    try:
+        ckpt = tracking.download_artifact(resume, "checkpoints/last.pt", tmpdir())
+        state = read_checkpoint(ckpt, what=f"resume={resume}: checkpoints/last.pt")
+        return TrainConfig.from_dict(state["config"]), state
+    except BaseException:  # this process will not train it: no heartbeat of a dead resumer
+        tracking.release_claim(resume)
+        raise
 
 
 def log_results(out: dict, work: Path) -> dict:
@@ -403,14 +408,16 @@ def _log_sequence_model(cfg: TrainConfig, head, norms: dict, sources: dict, work
     bundle = {"config": cfg.to_dict(), "base_config": base_cfg.to_dict(),
               "base_state": base_model.state_dict(), "spec": head.spec,
               "head_state": head.state_dict(), "autoencoder_state": ae_state,
-              "norms": {k: (np.asarray(m), np.asarray(s)) for k, (m, s) in norms.items()},
+              "norms": {k: (torch.from_numpy(np.asarray(m)), torch.from_numpy(np.asarray(s)))
+                        for k, (m, s) in norms.items()},
               "sources": dict(sources)}
     torch.save(bundle, work / "sequence_model.pt")
     cpath = work / "model_config.json"
     cpath.write_text(json.dumps(cfg.to_dict(), indent=2))
     clip = example_images(cfg, n=2)
     predictor = ClipPredictor(cfg=cfg, base_cfg=base_cfg, base=base_model, head=head.cpu(),
-                              norms=bundle["norms"], autoencoder=_autoencoder(ae_state))
+                              norms={k: (np.asarray(m), np.asarray(s)) for k, (m, s) in norms.items()},
+                              autoencoder=_autoencoder(ae_state))
     out_example = predictor.predict([clip])
     example = pd.DataFrame({"image": [encode_png(im) for im in clip]})   # one clip, 2 frames
     return log_and_register(cfg, PipiSequenceClassifier(), {"bundle": str(work / "sequence_model.pt"),
