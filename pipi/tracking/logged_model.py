@@ -20,7 +20,7 @@ from pipi.config import TrainConfig, recipe_command
 from pipi.serving.model_input import encode_png
 from pipi.tracking.permissions import model_prefix
 from pipi.tracking.pyfunc import PARAMS, PipiImageClassifier, preprocess
-from pipi.tracking.registry import log_pyfunc_model, registered_version_of, tag_model_version
+from pipi.tracking.registry import log_pyfunc_model, register_version, run_version, set_aliases
 from pipi.tracking.runs import active_run_id
 from pipi.tracking.store import code_version
 from pipi.tracking.tags import TAG_DATA_DIGEST, TAG_RECIPE, TAG_RECIPE_HASH
@@ -41,8 +41,8 @@ def example_images(cfg: TrainConfig, *, n: int) -> list[np.ndarray]:
 
 
 def log_frame_model(cfg: TrainConfig, model, work: Path, *, test_auc: float, register: bool,
-                    tags: Mapping[str, str], version_tags: Mapping[str, str] | None = None
-                    ) -> dict:
+                    tags: Mapping[str, str], version_tags: Mapping[str, str] | None = None,
+                    description: str | None = None) -> dict:
     """Log a per-frame model as the pyfunc of the active run (and register it)."""
     wpath = work / "model_state.pt"
     torch.save(model.state_dict(), wpath)
@@ -63,33 +63,37 @@ def log_frame_model(cfg: TrainConfig, model, work: Path, *, test_auc: float, reg
     return log_and_register(cfg, PipiImageClassifier(),
                             {"weights": str(wpath), "config": str(cpath)}, example,
                             out_example, test_auc, register, tags, params=PARAMS,
-                            extra=dict(version_tags or {}))
+                            extra=dict(version_tags or {}), description=description)
 
 
 def log_and_register(cfg: TrainConfig, python_model, artifacts: dict, example, out_example,
                      test_auc: float, register: bool, tags: Mapping[str, str], *, params,
-                     extra: dict) -> dict:
-    """Log the pyfunc; register it as :func:`registered_name` with version tags and the
-    ``candidate`` alias."""
+                     extra: dict, description: str | None = None) -> dict:
+    """Log the pyfunc; register it as :func:`registered_name` with its version tags and
+    ``description`` in the call that creates the version, then the ``candidate`` alias.
+
+    A run that already has a version (a resume after registration) logs no second model and
+    registers no second version: its version is completed and kept."""
     run_id = active_run_id()
     name = registered_name(cfg) if register else None
-    info = log_pyfunc_model(
-        python_model=python_model, artifacts=artifacts, input_example=example,
-        registered_model_name=name, signature_output=out_example, params=params,
-    )
-    result = {"model_uri": info.model_uri, "registered": None}
-    if name:
-        version = registered_version_of(info, name)
-        tag_model_version(
-            name, version,
-            {"run_id": run_id, "test_macro_auc": f"{test_auc:.6f}",
-             "recipe": tags.get(TAG_RECIPE, recipe_command(cfg)),
-             "recipe_hash": tags.get(TAG_RECIPE_HASH, ""),
-             "data_digest": tags.get(TAG_DATA_DIGEST, ""),
-             "git_commit": code_version(), "cell": cfg.cell,
-             "backbone": cfg.backbone, "seed": cfg.seed, **extra},
-            alias="candidate",
+    version_tags = {"run_id": run_id, "test_macro_auc": f"{test_auc:.6f}",
+                    "recipe": tags.get(TAG_RECIPE, recipe_command(cfg)),
+                    "recipe_hash": tags.get(TAG_RECIPE_HASH, ""),
+                    "data_digest": tags.get(TAG_DATA_DIGEST, ""),
+                    "git_commit": code_version(), "cell": cfg.cell,
+                    "backbone": cfg.backbone, "seed": cfg.seed, **extra}
+    existing = run_version(name, run_id) if name else None
+    info = None
+    if existing is None:
+        info = log_pyfunc_model(
+            python_model=python_model, artifacts=artifacts, input_example=example,
+            registered_model_name=None, signature_output=out_example, params=params,
         )
+    result = {"model_uri": info.model_uri if info else existing.source, "registered": None}
+    if name:
+        version = register_version(name, info, run_id=run_id, tags=version_tags,
+                                   description=description)
+        set_aliases(name, {"candidate": version})
         result["registered"] = f"models:/{name}/{version}"
         result["registered_name"] = name
         result["registered_version"] = version

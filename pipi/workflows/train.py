@@ -295,7 +295,9 @@ def run(req: TrainRequest, *, experiment: str | None = None, register: bool = Tr
                 summary["test_predictions"] = out["predictions"]["test"]
                 summary.update(log_frame_model(cfg, out["model"], work,
                                                test_auc=summary["test_macro_auc"],
-                                               register=register, tags=tags))
+                                               register=register, tags=tags,
+                                               description=_version_text(cfg, summary,
+                                                                         manifest, tags)))
             _show_in_ui(cfg, summary, root=root, frames=frames, manifest=manifest, tags=tags)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -315,7 +317,6 @@ def _show_in_ui(cfg: TrainConfig, summary: dict, *, root: Path, frames: pd.DataF
         figs["prior_examples"] = _prior_figure(cfg, root=root, frames=frames, manifest=manifest,
                                                label=label)
     tracking.log_figures(figs)
-    run_id = summary["run_id"]
     recipe = tags.get(tracking.TAG_RECIPE, recipe_command(cfg))
     digest = manifest.get("data_digest", "")
     base = summary.get("base_run_id")
@@ -325,14 +326,18 @@ def _show_in_ui(cfg: TrainConfig, summary: dict, *, root: Path, frames: pd.DataF
         data_digest=digest, base_run_id=base,
         base_run_url=tracking.run_url(base) if base else None,
         registered=summary.get("registered")))
-    if summary.get("registered"):
-        name, version = summary["registered_name"], summary["registered_version"]
+    if summary.get("registered"):  # the version's own description came with its creation
+        name = summary["registered_name"]
         tracking.set_model_description(name, model_card(cell=cfg.cell, backbone=cfg.backbone,
                                                         name=name))
-        tracking.set_version_description(name, version, version_description(
-            run_id=run_id, test_macro_auc=summary["test_macro_auc"],
-            test_classes=summary["test_classes"], data_digest=digest, recipe=recipe,
-            seed=cfg.seed))
+
+
+def _version_text(cfg: TrainConfig, summary: dict, manifest: dict, tags: dict) -> str:
+    """The registered version's description (its evidence), written when it is created."""
+    return version_description(
+        run_id=summary["run_id"], test_macro_auc=summary["test_macro_auc"],
+        test_classes=summary["test_classes"], data_digest=manifest.get("data_digest", ""),
+        recipe=tags.get(tracking.TAG_RECIPE, recipe_command(cfg)), seed=cfg.seed)
 
 
 def _prior_figure(cfg: TrainConfig, *, root: Path, frames: pd.DataFrame, manifest: dict,
@@ -392,12 +397,14 @@ def _fit_sequence(cfg: TrainConfig, *, root: Path, frames: pd.DataFrame, manifes
     tracking.log_artifact(work / "best_state.pt", "checkpoints")
     summary.update(base_run_id=base_id)
     summary.update(_log_sequence_model(cfg, out["model"], streams.norms, sources, work,
-                                       summary["test_macro_auc"], register, tags))
+                                       summary["test_macro_auc"], register, tags,
+                                       _version_text(cfg, summary, manifest, tags)))
     return summary
 
 
 def _log_sequence_model(cfg: TrainConfig, head, norms: dict, sources: dict, work: Path,
-                        test_auc: float, register: bool, tags: dict) -> dict:
+                        test_auc: float, register: bool, tags: dict,
+                        description: str | None = None) -> dict:
     """Log (and register) the sequence pyfunc: base backbone + head (+ C3 autoencoder)."""
     base_model, base_cfg = load_run_model(sources[tracking.TAG_BASE_RUN])
     ae_state = None
@@ -424,7 +431,8 @@ def _log_sequence_model(cfg: TrainConfig, head, norms: dict, sources: dict, work
                              "config": str(cpath)}, example, out_example, test_auc, register,
                              tags, params=None,
                              extra={"base_run_id": sources[tracking.TAG_BASE_RUN],
-                                    "window": cfg.window, "max_clip_frames": MAX_CLIP_FRAMES})
+                                    "window": cfg.window, "max_clip_frames": MAX_CLIP_FRAMES},
+                             description=description)
 
 
 def _autoencoder(state):
