@@ -392,7 +392,9 @@ def stage_kvasir(
             "classes": list(CLASSES),
             "counts": {s: {c: int(counts.loc[c, s]) for c in CLASSES} for s in SPLITS},
             "videos": {s: sorted(v for v, x in v2s.items() if x == s) for s in SPLITS},
-            "n_frames": {s: int(counts.loc["Total", s]) for s in SPLITS},
+            # frames, not (frame, class) rows: a multilabel frame is one frame
+            "n_frames": {s: int(meta.loc[meta["split"] == s, "filename"].nunique())
+                         for s in SPLITS},
             "multilabel_frames": sorted(meta.loc[meta["multilabel"], "filename"].unique().tolist()),
         }
         frames.to_parquet(stage_dir / "frames.parquet", index=False)
