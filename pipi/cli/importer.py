@@ -5,7 +5,6 @@ from __future__ import annotations
 import click
 
 from pipi import tracking
-from pipi.cells import PER_FRAME_CELLS
 from pipi.cli.common import (
     Auto,
     PipiGroup,
@@ -24,7 +23,7 @@ from pipi.workflows import importer as workflow
 _options = [
     click.option("--file", default="", help="The checkpoint (torch state dict) or prediction "
                  "file (CSV, Parquet or NPZ) to import."),
-    click.option("--cell", default="pi", show_default=True, type=choice(PER_FRAME_CELLS),
+    click.option("--cell", default="pi", show_default=True, type=choice(workflow.IMPORT_CELLS),
                  help="The per-frame cell the file belongs to."),
     backbone_option,
     click.option("--seed", type=int, default=42, show_default=True,

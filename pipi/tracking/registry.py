@@ -114,6 +114,12 @@ def run_model_uri(run_id: str, name: str = "model") -> str:
         m = mlflow.get_logged_model(mid)
         if m.name == name:
             return f"models:/{mid}"
+    tags = run.data.tags
+    if tags.get(TAG_SOURCE_KIND) == "predictions":
+        raise TrackingError(
+            f"run {run_id} is an imported prediction file ({tags.get(TAG_SOURCE_FILE, '')}): "
+            "it holds predictions, no model, so nothing can be run on new inputs; import the "
+            "checkpoint (pipi import checkpoint) or train the cell, and use that run")
     raise TrackingError(f"run {run_id} logged no model named {name!r}")
 
 
