@@ -8,7 +8,7 @@ random bytes at the path ``build_cache`` looks in, so the training code path is 
 training steps, validation each epoch, final predictions). Each size trains in a fresh
 subprocess that samples its anonymous RSS (``RssAnon``: memory the process owns, what a
 copy of the data costs) every 20 ms and reads its peak total RSS (``VmHWM``, which also
-counts the cache's file pages the kernel maps in: page cache, shared and reclaimable).
+counts the cache's file pages the process maps in: page cache, shared and reclaimable).
 
     .venv/bin/python benchmarks/bench_memory.py [--sizes 5000,20000,47000] [--image-size 224]
         [--eval-frames N] [--backbone resnet18]
@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -108,7 +107,9 @@ def child(root: Path, args) -> dict:
     peak["anon"] = max(peak["anon"], _status_kib("RssAnon"))
     return {"frames": len(frames), "anon_before_mib": before / 1024,
             "peak_anon_mib": peak["anon"] / 1024,
-            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            # VmHWM: this process's own peak (ru_maxrss would also carry the parent's RSS
+            # across fork and exec: the parent has just written the cache through a map)
+            "peak_rss_mib": _status_kib("VmHWM") / 1024,
             "wall_s": wall, "n_val": len(out["predictions"]["val"]),
             "n_test": len(out["predictions"]["test"])}
 
