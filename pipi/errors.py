@@ -28,3 +28,12 @@ class ServerGoneError(TrackingError):
 
 class ArtifactStoreError(TrackingError):
     """The artifact store is full or refuses writes (the server answers, its store does not)."""
+
+
+def reason_of(exc: BaseException, limit: int = 300) -> str:
+    """The cause an exception gives, for a one-line message: its first line, ended at the
+    first sentence when that line is longer than ``limit`` (never cut inside a sentence)."""
+    text = (str(exc).strip().splitlines() or [""])[0].strip()
+    if len(text) > limit and ". " in text:
+        text = text.split(". ", 1)[0] + "."
+    return text

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from pipi.classes import CLASSES, NUM_CLASSES
-from pipi.errors import PipiError
+from pipi.errors import DataError, PipiError, reason_of
 
 PREDICTIONS_FORMAT = "pipi.predictions"
 PREDICTIONS_VERSION = 1
@@ -58,10 +58,41 @@ def write_predictions(preds: dict[str, pd.DataFrame], folder: Path) -> Path:
 
 
 def read_predictions(folder: Path, split: str = "test") -> pd.DataFrame:
-    """Read one split of a predictions artifact folder, checking its schema version."""
-    schema = json.loads((Path(folder) / "schema.json").read_text())
-    if schema.get("format") != PREDICTIONS_FORMAT or schema.get("version") != PREDICTIONS_VERSION:
+    """Read one split of a predictions artifact folder, checking its schema version, that
+    the split is a Parquet file and that its probabilities are finite (DataError naming the
+    file otherwise)."""
+    sfile, path = Path(folder) / "schema.json", Path(folder) / f"{split}.parquet"
+    try:
+        schema = json.loads(sfile.read_text())
+    except ValueError as exc:
+        raise DataError(f"{sfile}: not JSON ({reason_of(exc)})") from None
+    if not isinstance(schema, dict) or schema.get("format") != PREDICTIONS_FORMAT \
+            or schema.get("version") != PREDICTIONS_VERSION:
         raise PipiError(f"{folder}: unsupported predictions format {schema}")
-    return pd.read_parquet(Path(folder) / f"{split}.parquet")
+    try:
+        df = pd.read_parquet(path)
+    except OSError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises its own types for a bad file
+        raise DataError(f"{path}: not a Parquet file ({type(exc).__name__}: "
+                        f"{reason_of(exc)})") from None
+    check_finite(df, str(path))
+    return df
+
+
+def check_finite(df: pd.DataFrame, where: str) -> None:
+    """Refuse probabilities that are NaN or infinite, naming ``where`` (a file, a run) and
+    the first frame that has one."""
+    cols = [c for c in PROB_COLUMNS if c in df]
+    if not cols or not len(df):
+        return
+    probs = df[cols].to_numpy(np.float64)
+    bad = ~np.isfinite(probs).all(axis=1)
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        frame = df["path"].iloc[first] if "path" in df else f"row {first}"
+        raise DataError(f"{where}: {int(bad.sum())} of {len(df)} frames have a NaN or infinite "
+                        f"probability (first: {frame}); the model that wrote them diverged or "
+                        "its weights hold NaN: retrain or re-import it")
 
 

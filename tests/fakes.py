@@ -99,6 +99,16 @@ def log_fake_run(client, exp_id: str, folder: Path | None, *, cell: str, seed: i
     return rid
 
 
+def fake_version_tags(client, run_id: str) -> dict:
+    """The tags pipi writes on a version it registers (``tracking.VERSION_TAGS``), from the
+    run's own tags: a version without them is refused by promote."""
+    t = client.get_run(run_id).data.tags
+    return {"run_id": run_id, "test_macro_auc": "0.5", "recipe": "mlflow run . -e train",
+            "recipe_hash": "", "data_digest": t.get("pipi.data_digest", ""),
+            "git_commit": "0" * 40, "cell": t.get("pipi.cell", ""),
+            "backbone": t.get("pipi.backbone", ""), "seed": t.get("pipi.seed", "")}
+
+
 # --------------------------------------------------------------------------- GalKva
 SCORING = SCORING_SETS["v1.0"]
 

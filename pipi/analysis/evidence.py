@@ -15,7 +15,12 @@ from pipi.analysis.arms import BACKBONES
 from pipi.analysis.selection import check_single_dataset
 from pipi.classes import CLASSES
 from pipi.errors import DataError
-from pipi.predictions import PREDICTIONS_FORMAT, PREDICTIONS_VERSION, PROB_COLUMNS
+from pipi.predictions import (
+    PREDICTIONS_FORMAT,
+    PREDICTIONS_VERSION,
+    PROB_COLUMNS,
+    check_finite,
+)
 from pipi.stats import per_class_auc
 from pipi.tracking.tags import TAG_EVALUABLE_CLASSES, TAG_TEST_CLASSES
 
@@ -152,6 +157,8 @@ def build_evidence(runs: pd.DataFrame, prediction_dirs: Mapping[str, Path], *,
         missing = [c for c in ("path", "video_id", "label", *PROB_COLUMNS) if c not in df]
         if missing:
             raise DataError(f"run {row.run_id}: test predictions lack columns {missing}")
+        check_finite(df, f"run {row.run_id} (cell {row.cell}, seed {row.seed}) "
+                         f"predictions/test.parquet")
         key = _frame_key(df)
         order = np.argsort(key, kind="stable")
         key = key[order]

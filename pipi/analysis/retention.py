@@ -49,7 +49,12 @@ from pipi.galkva import (
     SeedRun,
     classify_retention,
 )
-from pipi.predictions import PREDICTIONS_FORMAT, PREDICTIONS_VERSION, PROB_COLUMNS
+from pipi.predictions import (
+    PREDICTIONS_FORMAT,
+    PREDICTIONS_VERSION,
+    PROB_COLUMNS,
+    check_finite,
+)
 from pipi.stats import (
     ConfidenceInterval,
     DeltaBootstrapResult,
@@ -137,6 +142,7 @@ def _read(folder: Path, run_id: str) -> pd.DataFrame:
     if schema.get("format") != PREDICTIONS_FORMAT or schema.get("version") != PREDICTIONS_VERSION \
             or list(schema.get("classes", [])) != list(CLASSES):
         raise DataError(f"galar run {run_id}: unsupported predictions schema {schema}")
+    check_finite(df, f"galar run {run_id} predictions/test.parquet")
     return df
 
 

@@ -14,7 +14,7 @@ from pipi import tracking
 from pipi.analysis import HEADLINE_BACKBONE
 from pipi.cells import CELLS, PER_FRAME_CELLS
 from pipi.cli.common import with_options
-from pipi.errors import PipiError
+from pipi.errors import ConfigError, PipiError
 from pipi.galkva import (
     BENCHMARK_VERSION,
     LEADERBOARD_HEADER,
@@ -124,6 +124,9 @@ def score_cmd(file, predictions, markdown, report_path, json_path, tolerance, n_
     """
     if file is None and predictions is None:
         raise click.UsageError("give a submission FILE, --predictions DIR, or both")
+    if not tolerance >= 0:  # NaN too
+        raise ConfigError(f"--tolerance {tolerance}: must be a number >= 0 (the largest "
+                          "accepted gap between a self-reported and a recomputed AUC)")
     if file is not None:
         violations = validate_submission(file)
         if violations:

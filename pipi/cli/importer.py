@@ -5,7 +5,6 @@ from __future__ import annotations
 import click
 
 from pipi import tracking
-from pipi.cells import PER_FRAME_CELLS
 from pipi.cli.common import (
     Auto,
     PipiGroup,
@@ -31,7 +30,7 @@ _options = [
     click.option("--file", default="", help="The checkpoint (torch state dict) or prediction "
                  "file (CSV, Parquet or NPZ) to import."),
     click.option("--cell", default="auto", show_default=True,
-                 type=choice(["auto", *PER_FRAME_CELLS]),
+                 type=choice(["auto", *workflow.IMPORT_CELLS]),
                  help="The per-frame cell the file belongs to (auto: the published checkpoint's "
                       "args, use_physics_prior -> pi or a; else pi)."),
     click.option("--backbone", default="auto", show_default=True, type=choice(["auto", *ARCHS]),

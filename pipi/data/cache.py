@@ -93,6 +93,40 @@ def build_cache(root: Path, frames: pd.DataFrame, *, size: int, digest: str, cac
     return np.load(path, mmap_mode="r")
 
 
+class CacheRows:
+    """Rows ``rows`` of a cache, read from it only when indexed (a batch at a time): a split
+    of the memory-mapped cache that is never copied whole into memory. Indexing (an int, a
+    slice or an index array, positions within the split) returns those frames as an array."""
+
+    def __init__(self, cache: np.ndarray, rows: np.ndarray):
+        self.cache, self.rows = cache, np.asarray(rows, dtype=np.int64)
+        self.shape = (len(self.rows), *cache.shape[1:])
+        self.dtype = cache.dtype
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, key) -> np.ndarray:
+        sel = self.rows[key]
+        if np.ndim(sel) == 0:
+            return self.cache[int(sel)]
+        order = np.argsort(sel, kind="stable")  # read in file order, return in the asked one
+        out = np.empty((len(sel), *self.shape[1:]), self.dtype)
+        out[order] = self.cache[sel[order]]
+        return out
+
+
+def split_rows(cache: np.ndarray, rows: np.ndarray) -> np.ndarray | CacheRows:
+    """The frames ``rows`` of a cache without copying them: a view of the memmap when the
+    rows are one contiguous block (staging sorts frames by split), else :class:`CacheRows`."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if len(rows) == 0:
+        return cache[:0]
+    if rows[-1] - rows[0] + 1 == len(rows) and (np.diff(rows) == 1).all():
+        return cache[int(rows[0]):int(rows[-1]) + 1]
+    return CacheRows(cache, rows)
+
+
 # --------------------------------------------------------------------------- augmentation
 @dataclass(frozen=True)
 class AugmentConfig:

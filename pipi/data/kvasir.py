@@ -477,7 +477,9 @@ def stage_kvasir(
             "count_rule": f"counts: {PRIMARY_RULE}; counts_per_class: once per (frame, class); "
                           "n_frames: frames",
             "videos": {s: sorted(v for v, x in v2s.items() if x == s) for s in SPLITS},
-            "n_frames": {s: int(counts.loc["Total", s]) for s in SPLITS},
+            # frames, not (frame, class) rows: a multilabel frame is one frame
+            "n_frames": {s: int(meta.loc[meta["split"] == s, "filename"].nunique())
+                         for s in SPLITS},
             "multilabel_frames": sorted(meta.loc[meta["multilabel"], "filename"].unique().tolist()),
         }
         frames.to_parquet(stage_dir / "frames.parquet", index=False)

@@ -62,12 +62,26 @@ def _examples(values) -> str:
     return ", ".join(values[:_SHOWN]) + more
 
 
+def _shown(value) -> str:
+    """A cell's value as a reader writes it: ``'abc'``, ``NaN``, ``inf``, ``1.5`` (never a
+    numpy repr such as ``np.float64(nan)``)."""
+    if isinstance(value, str):
+        return repr(value)
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return repr(str(value))
+    return "NaN (an empty or missing value)" if np.isnan(x) else f"{x:g}"
+
+
 def read_prediction_file(path: Path) -> tuple[pd.DataFrame, np.ndarray]:
     """(frame keys, probabilities ``(N, 14)`` in pipi's class order) of a prediction file.
 
     The keys frame has a ``filename`` column or ``video_id`` and ``frame_number``.
     """
     path = Path(path)
+    if path.is_dir():
+        raise _fail(path, "is a folder; pass the prediction file itself (.csv, .parquet or .npz)")
     if not path.is_file():
         raise _fail(path, "no such file")
     kind = _SUFFIXES.get(path.suffix.lower())
@@ -136,7 +150,7 @@ def _read_table(path: Path, kind: str) -> tuple[pd.DataFrame, np.ndarray]:
     if bad.any():
         r, k = np.argwhere(bad)[0]
         raise _fail(path, f"row {r + 1}: column {by_class[k]!r} holds "
-                    f"{values.iloc[r, k]!r}, not a probability")
+                    f"{_shown(values.iloc[r, k])}, not a probability")
     return keys, probs
 
 

@@ -51,7 +51,9 @@ def _dataset_result(r: DatasetRecompute) -> dict:
     return {
         "macro_auc": {
             "mean": _r(r.method_macro.mean()),
-            "sd": _r(r.sd(r.method_macro)),
+            # the released schema requires a number: 0 for one seed (per_seed_values and
+            # n_seeds say it is one; scoring shows it n/a)
+            "sd": _r(r.sd(r.method_macro) or 0.0),
             "per_seed_values": [_r(v) for v in r.method_macro],
         },
         "per_class_auc": {
@@ -86,11 +88,12 @@ def _provenance(rec: Recomputed) -> dict:
     for ds in DATASETS:
         r = rec[ds]
         b = r.bootstrap
+        s1 = r.sd(r.baseline_macro)
         out[ds] = {
             "seeds": list(r.seeds),
             "n_videos": r.n_videos,
             "baseline_macro_auc": {"mean": _r(r.baseline_macro.mean()),
-                                   "sd": _r(r.sd(r.baseline_macro)),
+                                   "sd": None if s1 is None else _r(s1),
                                    "per_seed_values": [_r(v) for v in r.baseline_macro]},
             "delta_per_seed": [_r(d) for d in r.deltas],
             "delta_bootstrap": {"confidence_interval": _ci(b.confidence_interval),

@@ -170,7 +170,7 @@ def _table(header: list[str], rows: list[list[str]], align: str | None = None) -
 
 
 def _mean_sd(m, s) -> str:
-    return f"{_f(m)} ± {_f(s)}" if s is not None else _f(m)
+    return f"{_f(m)} ± {_f(s)}"  # _f(None): n/a (one seed has no sd)
 
 
 def _summary_section(ev: dict) -> list[str]:

@@ -140,7 +140,7 @@ class DatasetSummary:
     """One dataset's numbers as shown by the score (self-reported or recomputed)."""
 
     macro_auc_mean: float
-    macro_auc_sd: float
+    macro_auc_sd: float | None  # None for one seed: no spread measured ("n/a", JSON null)
     delta: float | None  # method - RGB baseline
     sign_positive_seeds: str | None  # "4/6"
     n_test_frames: int
@@ -235,10 +235,13 @@ def _ci(ci: ConfidenceInterval | None, spec: str = "+.4f") -> str:
     return "n/a" if ci is None else f"[{_fmt(ci.low, spec)}, {_fmt(ci.high, spec)}]"
 
 
-def _self_reported(res: dict) -> DatasetSummary:
+def _self_reported(res: dict, n_seeds: int | None) -> DatasetSummary:
+    # the schema makes macro_auc.sd a number; of one seed it measures nothing (shown n/a)
+    seeds = res["macro_auc"].get("per_seed_values")
+    one = n_seeds == 1 or (isinstance(seeds, list) and len(seeds) == 1)
     return DatasetSummary(
         macro_auc_mean=float(res["macro_auc"]["mean"]),
-        macro_auc_sd=float(res["macro_auc"]["sd"]),
+        macro_auc_sd=None if one else float(res["macro_auc"]["sd"]),
         delta=None if res.get("delta_vs_rgb_baseline") is None
         else float(res["delta_vs_rgb_baseline"]),
         sign_positive_seeds=res.get("sign_positive_seeds"),
@@ -257,7 +260,9 @@ def score_submission(obj_or_path, *, tolerance: float = 1e-3) -> SubmissionScore
         raise InvalidSubmissionError(str(obj_or_path) if not isinstance(obj_or_path, dict)
                                      else "submission", violations)
     doc = load_submission(obj_or_path)
-    k, g = _self_reported(doc["results"]["kvasir"]), _self_reported(doc["results"]["galar"])
+    n = doc.get("n_seeds")
+    k, g = (_self_reported(doc["results"][ds], n if isinstance(n, int) else None)
+            for ds in ("kvasir", "galar"))
     return SubmissionScore(
         method=doc["method"]["name"],
         submitter=doc["submitter"]["name"],

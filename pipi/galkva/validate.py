@@ -114,6 +114,10 @@ def load_submission(obj_or_path) -> dict:
     except RecursionError:
         raise DataError(f"{path}: JSON nested too deeply to read; a submission is at most "
                         "5 levels deep") from None
+    except ValueError as exc:  # valid JSON Python will not read, e.g. a 5,000-digit integer
+        raise DataError(f"{path}: a JSON value pipi cannot read "
+                        f"({str(exc).split(';')[0].strip()}); a submission's numbers are "
+                        "AUCs, counts and seeds") from None
     if _depth(doc) > MAX_DEPTH:
         raise DataError(f"{path}: JSON nested more than {MAX_DEPTH} levels deep; a submission "
                         "is at most 5 levels deep")

@@ -21,7 +21,7 @@ import torch
 import torchvision
 from torch import Tensor, nn
 
-from pipi.errors import ConfigError
+from pipi.errors import ConfigError, reason_of
 
 __all__ = ["ARCHS", "FEATURE_DIMS", "PAPER_ARCHS", "PRIOR_INITS", "Backbone", "build_backbone", "check_weights",
            "widen_first_conv"]
@@ -253,11 +253,11 @@ def _read_state_dict(path: Path) -> dict[str, Tensor]:
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises several types for unreadable files
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        first = reason_of(exc)
         if "weights only load failed" in first.lower():  # torch's advice would load code
             first = "not a torch save file holding only tensors"
         raise ConfigError(f"weights={str(path)!r}: cannot read it as a torch state_dict file "
-                          f"({type(exc).__name__}: {first[:160]}); pass a .pth file saved "
+                          f"({type(exc).__name__}: {first}); pass a .pth file saved "
                           "with torch.save(model.state_dict(), path), or weights=none") from None
     if isinstance(obj, Mapping) and "state_dict" in obj and isinstance(obj["state_dict"], Mapping):
         obj = obj["state_dict"]

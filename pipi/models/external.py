@@ -32,7 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from pipi.classes import CLASSES, class_index, is_known
-from pipi.errors import DataError
+from pipi.errors import DataError, reason_of
 from pipi.models.backbones import ARCHS
 
 __all__ = ["HEAD_KEYS", "WRAPPER_PREFIXES", "ExternalCheckpoint", "file_settings",
@@ -89,11 +89,11 @@ def _load(path: Path):
         with torch.serialization.safe_globals(_numpy_scalar_globals()):
             return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - torch raises several types for unreadable files
-        first = (str(exc).strip().splitlines() or [""])[0]
+        first = reason_of(exc)
         if "weights only load failed" in first.lower():  # torch's advice would load code
             first = "not a torch save file holding only tensors and plain data"
         raise DataError(f"{path}: cannot read it as a torch state dict ({type(exc).__name__}: "
-                        f"{first[:160]}); pass a file saved with torch.save(model.state_dict(), "
+                        f"{first}); pass a file saved with torch.save(model.state_dict(), "
                         "path)") from None
 
 

@@ -140,11 +140,12 @@ def fmt_auc(x, digits: int = 3) -> str:
 
 
 def fmt_mean_sd(mean, sd, digits: int = 3) -> str:
-    """``0.760 ± 0.027`` (sd omitted when undefined, e.g. one seed)."""
+    """``0.760 ± 0.027``; ``0.760 ± n/a`` when the sd is undefined (one seed: no spread is
+    measured, never shown as 0)."""
     if not _finite(mean):
         return "n/a"
     if not _finite(sd):
-        return f"{float(mean):.{digits}f}"
+        return f"{float(mean):.{digits}f} ± n/a"
     return f"{float(mean):.{digits}f} ± {float(sd):.{digits}f}"
 
 

@@ -20,6 +20,7 @@ Output: one row per frame (``clip``, ``frame``, the 14 probabilities, ``predicte
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import asdict
 
 import numpy as np
@@ -56,6 +57,21 @@ def _standardise(x: torch.Tensor, stats) -> torch.Tensor:
     return torch.from_numpy(((x.double().numpy() - mean) / std).astype(np.float32))
 
 
+def _load_bundle(path) -> dict:
+    """A sequence model's bundle, read without unpickling code (``weights_only``). Bundles
+    written before the norms were tensors hold numpy arrays: those numpy types (and only
+    they) are allowed for them."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        from numpy._core.multiarray import _reconstruct
+
+        kinds = [np.ndarray, np.dtype, _reconstruct,
+                 *{type(np.dtype(t)) for t in (np.float32, np.float64)}]
+        with torch.serialization.safe_globals(kinds):
+            return torch.load(path, map_location="cpu", weights_only=True)
+
+
 class ClipPredictor:
     """Base model + sequence head (+ C3 autoencoder) with their train-split statistics."""
 
@@ -71,7 +87,7 @@ class ClipPredictor:
     @classmethod
     def from_bundle(cls, path) -> ClipPredictor:
         """The predictor of a logged sequence model's ``sequence_model.pt`` bundle."""
-        bundle = torch.load(path, map_location="cpu", weights_only=False)
+        bundle = _load_bundle(path)
         cfg = TrainConfig.from_dict(bundle["config"], weights="none")
         base_cfg = TrainConfig.from_dict(bundle["base_config"], weights="none")
         base = build_frame_model(base_cfg)
@@ -83,7 +99,9 @@ class ClipPredictor:
             ae = NormalAutoencoder()
             ae.load_state_dict(bundle["autoencoder_state"])
             ae.eval()
-        return cls(cfg=cfg, base_cfg=base_cfg, base=base, head=head, norms=bundle["norms"],
+        return cls(cfg=cfg, base_cfg=base_cfg, base=base, head=head,
+                   norms={k: (np.asarray(m), np.asarray(s))
+                          for k, (m, s) in bundle["norms"].items()},
                    autoencoder=ae)
 
     @torch.no_grad()

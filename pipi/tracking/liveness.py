@@ -79,6 +79,16 @@ def claim_for_resume(run_id: str) -> None:
                           "it goes on, this one stops")
 
 
+def release_claim(run_id: str) -> None:
+    """Undo :func:`claim_for_resume` (a resume that failed before training): remove the
+    heartbeat when it is this process's, so the run does not look trained by a dead resumer."""
+    with contextlib.suppress(Exception):  # best effort: the failure is already being reported
+        c = MlflowClient()
+        who, _ = _parse(c.get_run(run_id).data.tags.get(TAG_HEARTBEAT, ""))
+        if who == ME:
+            c.delete_tag(run_id, TAG_HEARTBEAT)
+
+
 @contextlib.contextmanager
 def heartbeat(run_id: str) -> Iterator[None]:
     """Refresh the run's heartbeat tag from a daemon thread while the block runs."""
@@ -101,4 +111,4 @@ def heartbeat(run_id: str) -> Iterator[None]:
 
 
 __all__ = ["claim_for_resume", "heartbeat", "heartbeat_interval",
-           "live_holder"]
+           "live_holder", "release_claim"]

@@ -35,9 +35,10 @@ from pipi.tracking.datasets import DatasetRef, log_model_metrics
 from pipi.tracking.permissions import model_prefix
 from pipi.tracking.registry import (
     log_pyfunc_model,
-    registered_version_of,
+    register_version,
+    run_version,
+    set_aliases,
     set_registered_model_tags,
-    tag_model_version,
 )
 from pipi.tracking.runs import active_run_id
 from pipi.tracking.store import code_version
@@ -116,7 +117,8 @@ def example_images(cfg: TrainConfig, *, n: int) -> list[np.ndarray]:
 def log_frame_model(cfg: TrainConfig, model, work: Path, *, test_auc: float, register: bool,
                     tags: Mapping[str, str], version_tags: Mapping[str, str] | None = None,
                     test_metrics: Mapping[str, float] | None = None,
-                    test_dataset: DatasetRef | None = None) -> dict:
+                    test_dataset: DatasetRef | None = None,
+                    description: str | None = None) -> dict:
     """Log a per-frame model as the pyfunc of the active run (and register it).
     ``test_metrics`` are logged linked to the model (and to ``test_dataset``)."""
     wpath = work / "model_state.pt"
@@ -139,42 +141,48 @@ def log_frame_model(cfg: TrainConfig, model, work: Path, *, test_auc: float, reg
                             out_example, test_auc, register, tags, params=PARAMS,
                             extra=dict(version_tags or {}), work=work,
                             test_metrics=test_metrics, test_dataset=test_dataset,
-                            image_columns=True)
+                            image_columns=True, description=description)
 
 
 def log_and_register(cfg: TrainConfig, artifacts: dict, example, out_example,
                      test_auc: float, register: bool, tags: Mapping[str, str], *, params,
                      extra: dict, work: Path, test_metrics: Mapping[str, float] | None = None,
-                     test_dataset: DatasetRef | None = None, image_columns: bool = False
-                     ) -> dict:
-    """Log the pyfunc; register it as :func:`registered_name` with version tags and the
-    ``candidate`` alias."""
+                     test_dataset: DatasetRef | None = None, image_columns: bool = False,
+                     description: str | None = None) -> dict:
+    """Log the pyfunc; register it as :func:`registered_name` with its version tags and
+    ``description`` in the call that creates the version, then the ``candidate`` alias.
+
+    A run that already has a version (a resume after registration) logs no second model and
+    registers no second version: its version is completed and kept."""
     run_id = active_run_id()
     model_name = registered_name(cfg)
     name = model_name if register else None
-    code = copy_closure(SERVED_MODEL, work / "served_code")
-    info = log_pyfunc_model(
-        python_model=SERVED_MODEL, artifacts=artifacts, input_example=example,
-        registered_model_name=name, signature_output=out_example, params=params,
-        code_paths=[code], pip_requirements=serving_requirements(cfg.backbone),
-        model_name=model_name, model_params=run_params(cfg), model_tags=model_tags(cfg, tags),
-        image_columns=image_columns,
-    )
-    if test_metrics:
-        log_model_metrics(info.model_id, test_metrics, dataset=test_dataset)
-    result = {"model_uri": info.model_uri, "model_id": info.model_id, "registered": None}
-    if name:
-        version = registered_version_of(info, name)
-        tag_model_version(
-            name, version,
-            {"run_id": run_id, "test_macro_auc": f"{test_auc:.6f}",
-             "recipe": tags.get(TAG_RECIPE, recipe_command(cfg)),
-             "recipe_hash": tags.get(TAG_RECIPE_HASH, ""),
-             "data_digest": tags.get(TAG_DATA_DIGEST, ""),
-             "git_commit": code_version(), "cell": cfg.cell,
-             "backbone": cfg.backbone, "seed": cfg.seed, **extra},
-            alias="candidate",
+    version_tags = {"run_id": run_id, "test_macro_auc": f"{test_auc:.6f}",
+                    "recipe": tags.get(TAG_RECIPE, recipe_command(cfg)),
+                    "recipe_hash": tags.get(TAG_RECIPE_HASH, ""),
+                    "data_digest": tags.get(TAG_DATA_DIGEST, ""),
+                    "git_commit": code_version(), "cell": cfg.cell,
+                    "backbone": cfg.backbone, "seed": cfg.seed, **extra}
+    existing = run_version(name, run_id) if name else None
+    info = None
+    if existing is None:
+        code = copy_closure(SERVED_MODEL, work / "served_code")
+        info = log_pyfunc_model(
+            python_model=SERVED_MODEL, artifacts=artifacts, input_example=example,
+            registered_model_name=None, signature_output=out_example, params=params,
+            code_paths=[code], pip_requirements=serving_requirements(cfg.backbone),
+            model_name=model_name, model_params=run_params(cfg),
+            model_tags=model_tags(cfg, tags), image_columns=image_columns,
         )
+        if test_metrics:
+            log_model_metrics(info.model_id, test_metrics, dataset=test_dataset)
+    result = {"model_uri": info.model_uri if info else existing.source,
+              "model_id": info.model_id if info else getattr(existing, "model_id", None),
+              "registered": None}
+    if name:
+        version = register_version(name, info, run_id=run_id, tags=version_tags,
+                                   description=description)
+        set_aliases(name, {"candidate": version})
         set_registered_model_tags(name, {TAG_CELL: cfg.cell, TAG_BACKBONE: cfg.backbone})
         result["registered"] = f"models:/{name}/{version}"
         result["registered_name"] = name

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import mlflow
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from pipi.errors import TrackingError
@@ -67,24 +68,53 @@ def set_registered_model_tags(name: str, tags: Mapping[str, Any]) -> None:
         c.set_registered_model_tag(name, k, str(v))
 
 
-def tag_model_version(name: str, version: str, tags: Mapping[str, Any], *,
-                      alias: str | None = None) -> None:
-    c = MlflowClient()
-    for k, v in tags.items():
-        c.set_model_version_tag(name, version, k, str(v))
-    if alias:
-        c.set_registered_model_alias(name, alias, version)
+#: The tags of every version pipi registers (``train`` and ``import``), all written in the
+#: call that creates the version: ``promote`` refuses a version that lacks one.
+VERSION_TAGS = ("run_id", "test_macro_auc", "recipe", "recipe_hash", "data_digest",
+                "git_commit", "cell", "backbone", "seed")
 
 
-def registered_version_of(model_info, name: str) -> str | None:
-    """The registry version created for a logged model (MLflow 3 LoggedModel aware)."""
-    v = getattr(model_info, "registered_model_version", None)
-    if v is not None:
-        return str(v)
+def run_version(name: str, run_id: str):
+    """The version of ``name`` registered from ``run_id`` (the oldest), or None."""
+    try:
+        found = MlflowClient().search_model_versions(
+            f"name='{name}' and run_id='{run_id}'", order_by=["version_number ASC"])
+    except Exception:  # noqa: BLE001 - no such registered model yet
+        return None
+    return found[0] if found else None
+
+
+def missing_version_tags(mv) -> list[str]:
+    """The :data:`VERSION_TAGS` a model version lacks."""
+    return [k for k in VERSION_TAGS if k not in (mv.tags or {})]
+
+
+def register_version(name: str, model_info, *, run_id: str, tags: Mapping[str, Any],
+                     description: str | None = None) -> str:
+    """Register a logged model as a version of ``name`` with all its tags and description in
+    the one call that creates it (a signal never leaves a half-tagged version); a run that
+    already has a version of ``name`` (a resume after the registration) keeps that one, its
+    missing tags completed, instead of getting a second. Returns the version number."""
     c = MlflowClient()
-    versions = c.search_model_versions(f"name='{name}'", order_by=["version_number DESC"],
-                                       max_results=1)
-    return str(versions[0].version) if versions else None
+    tags = {k: str(v)[:5000] for k, v in tags.items()}
+    mv = run_version(name, run_id)
+    if mv is not None:
+        record_on_version(name, str(mv.version),
+                          {k: v for k, v in tags.items() if k not in (mv.tags or {})},
+                          description=description if description and not mv.description
+                          else None)
+        return str(mv.version)
+    if model_info is None:
+        raise TrackingError(f"model={name}: run {run_id} has no version to complete")
+    try:
+        c.create_registered_model(name)
+    except MlflowException as exc:
+        if exc.error_code not in ("RESOURCE_ALREADY_EXISTS", "ALREADY_EXISTS"):
+            raise
+    mv = c.create_model_version(name, source=model_info.model_uri, run_id=run_id, tags=tags,
+                                description=description,
+                                model_id=getattr(model_info, "model_id", None))
+    return str(mv.version)
 
 
 def run_model_uri(run_id: str, name: str | None = None) -> str:
@@ -99,6 +129,12 @@ def run_model_uri(run_id: str, name: str | None = None) -> str:
         models = [m for m in models if m.name == name]
     if models:
         return f"models:/{max(models, key=lambda m: m.creation_timestamp).model_id}"
+    tags = run.data.tags
+    if tags.get(TAG_SOURCE_KIND) == "predictions":
+        raise TrackingError(
+            f"run {run_id} is an imported prediction file ({tags.get(TAG_SOURCE_FILE, '')}): "
+            "it holds predictions, no model, so nothing can be run on new inputs; import the "
+            "checkpoint (pipi import checkpoint) or train the cell, and use that run")
     what = f"no model named {name!r}" if name else "no model"
     raise TrackingError(f"run {run_id} logged {what}")
 

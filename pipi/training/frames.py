@@ -30,11 +30,7 @@ from tqdm.auto import tqdm
 
 from pipi.classes import CLASSES, NUM_CLASSES
 from pipi.config import TrainConfig
-from pipi.data.cache import (
-    batches,
-    build_cache,
-    to_float,
-)
+from pipi.data.cache import batches, build_cache, split_rows, to_float
 from pipi.data.kvasir import load_staged
 from pipi.errors import PipiError
 from pipi.models import distill_loss
@@ -58,6 +54,7 @@ from pipi.runtime import (
 )
 from pipi.serving.frame_model import FrameInputs, build_frame_model
 from pipi.stats.auc import macro_auc, per_class_auc
+from pipi.training.checkpoint import plain_state
 from pipi.training.graphed import GraphedStep, capturable_adamw, make_capturable
 
 log = logging.getLogger(__name__)
@@ -248,7 +245,8 @@ def fit_epochs(model, *, cfg: TrainConfig, gen: torch.Generator, train_epoch, pr
 
     ``train_epoch(epoch, optimizer) -> mean loss`` runs one epoch; ``predict_val() ->
     probs[N, 14]`` scores ``val_frames``. On return the model holds the best epoch's weights.
-    Returns ``{"best": ..., "history": [...]}``. ``capturable``: AdamW for a CUDA graph
+    Returns ``{"best": ..., "history": [...], "val_probs": the best epoch's validation
+    probabilities}``. ``capturable``: AdamW for a CUDA graph
     (state and learning rate on the model's device; ``graph=on``).
     """
     if capturable:
@@ -279,7 +277,8 @@ def fit_epochs(model, *, cfg: TrainConfig, gen: torch.Generator, train_epoch, pr
         lr = float(optimizer.param_groups[0]["lr"])  # a device tensor when capturable
         loss = train_epoch(epoch, optimizer)
         scheduler.step()
-        vm = split_metrics(predictions_frame(val_frames, predict_val()), classes, "val")
+        vprobs = predict_val()
+        vm = split_metrics(predictions_frame(val_frames, vprobs), classes, "val")
         vauc = vm["val/macro_auc"]
         score = vm[f"val/{cfg.select_metric}"]  # what selects the checkpoint and stops early
         history.append({"epoch": epoch, "loss": loss, "val_macro_auc": vauc,
@@ -288,20 +287,26 @@ def fit_epochs(model, *, cfg: TrainConfig, gen: torch.Generator, train_epoch, pr
                  epoch, loss, vauc, vm["val/macro_f1"], lr)
         if score > best["score"] or best["state"] is None:
             best = {"score": score, "epoch": epoch, "bad_epochs": 0,
-                    "state": copy.deepcopy(model.state_dict())}
+                    "state": copy.deepcopy(model.state_dict()),
+                    "val_probs": torch.as_tensor(np.asarray(vprobs, np.float32))}
         else:
             best["bad_epochs"] += 1
         if tracker is not None:
             tracker.log_metrics({"train/loss": loss, "val/macro_auc": vauc,
                                  "val/macro_f1": vm["val/macro_f1"], "train/lr": lr}, step=epoch,
                                 model=model)
-            tracker.log_checkpoint({
+            # tensors and plain data only: resume reads it with weights_only=True
+            tracker.log_checkpoint(plain_state({
                 "config": cfg.to_dict(), "epoch": epoch, "model": model.state_dict(),
                 "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                 "best": best, "history": history, "gen_state": gen.get_state(),
-                "torch_rng": torch.get_rng_state(), **(extra_state or {})})
+                "torch_rng": torch.get_rng_state(), **(extra_state or {})}))
     model.load_state_dict(best["state"])
-    return {"best": best, "history": history}
+    # the best epoch's validation scores are the run's val predictions (no second val pass);
+    # a checkpoint from before they were kept has none (None: the caller scores val again)
+    val_probs = best.get("val_probs")
+    return {"best": best, "history": history,
+            "val_probs": None if val_probs is None else np.asarray(val_probs, np.float32)}
 
 
 def run_frame_cell(cfg: TrainConfig, *, data: Path, resume_state: dict | None = None,
@@ -325,7 +330,9 @@ def run_frame_cell(cfg: TrainConfig, *, data: Path, resume_state: dict | None = 
     cache = build_cache(data, frames, size=cfg.image_size, digest=digest,
                         cache_dir=cache_dir or pipi_home() / "cache", progress=progress)
     split_idx = {s: np.flatnonzero(frames["split"].to_numpy() == s) for s in ("train", "val", "test")}
-    images = {s: cache[i] if len(i) else cache[:0] for s, i in split_idx.items()}
+    # views of the memmap (or rows read a batch at a time), never copies: memory stays flat
+    # in the number of frames
+    images = {s: split_rows(cache, i) for s, i in split_idx.items()}
     labels = {s: frames["class_index"].to_numpy(np.int64)[i] for s, i in split_idx.items()}
     classes = split_classes(frames, "test")
     val_classes = split_classes(frames, "val")
@@ -360,9 +367,10 @@ def run_frame_cell(cfg: TrainConfig, *, data: Path, resume_state: dict | None = 
                      val_frames=frames.iloc[split_idx["val"]], classes=val_classes, tracker=tracker,
                      resume_state=resume_state, capturable=rt.graph)
     best, history = fit["best"], fit["history"]
-    preds = {}
-    for s in ("val", "test"):
-        preds[s] = predictions_frame(frames.iloc[split_idx[s]], predict(s))
+    preds = {s: predictions_frame(frames.iloc[split_idx[s]],
+                                  fit["val_probs"] if s == "val" and fit["val_probs"] is not None
+                                  else predict(s))
+             for s in ("val", "test")}
     metrics = {**split_metrics(preds["val"], val_classes, "val"),
                **split_metrics(preds["test"], classes, "test"),
                "best_epoch": best["epoch"]}

@@ -304,7 +304,8 @@ def fit_sequence(cfg: TrainConfig, frames: pd.DataFrame, streams: Streams, *, tr
                      resume_state=resume_state, extra_state={"spec": model.spec})
     best, history = fit["best"], fit["history"]
     preds = {s: predictions_frame(frames.iloc[rows[s]],
-                                  predict_sequence(model, streams, rows[s], device=dev))
+                                  fit["val_probs"] if s == "val" and fit["val_probs"] is not None
+                                  else predict_sequence(model, streams, rows[s], device=dev))
              for s in ("val", "test")}
     metrics = {**split_metrics(preds["val"], val_classes, "val"),
                **split_metrics(preds["test"], classes, "test"), "best_epoch": best["epoch"]}

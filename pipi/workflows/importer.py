@@ -43,7 +43,12 @@ from pipi.tracking.logged_model import log_frame_model
 from pipi.training.frames import build_frame_model, tmpdir
 from pipi.runs.data import resolve_data
 
-__all__ = ["ENTRY_POINT", "KINDS", "SOURCE_EXTERNAL", "ImportResult", "import_file"]
+__all__ = ["ENTRY_POINT", "IMPORT_CELLS", "KINDS", "SOURCE_EXTERNAL", "ImportResult",
+           "import_file"]
+
+#: The cells ``import`` takes (docs/import.md): per-frame cells trained end to end; not a
+#: sequence cell (more than one state dict) nor the frozen linear probe.
+IMPORT_CELLS = tuple(c for c in PER_FRAME_CELLS if not get_cell(c).frozen)
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +168,13 @@ def import_file(*, kind: str, file: str | Path, cell: str | None = None,
     if kind not in KINDS:
         raise ConfigError(f"kind={kind!r}: use one of {list(KINDS)}")
     label = check_label(label)
+    if cell is not None and cell not in IMPORT_CELLS:
+        raise ConfigError(f"cell={cell!r}: import takes the cells {list(IMPORT_CELLS)} "
+                          "(docs/import.md); a linear probe is trained with `train`")
     path = Path(file).expanduser()
+    if path.is_dir():
+        raise ConfigError(f"file={str(file)!r}: is a folder; pass the checkpoint or prediction "
+                          "file itself")
     if not path.is_file():
         raise ConfigError(f"file={str(file)!r}: no such file")
     path = path.resolve()

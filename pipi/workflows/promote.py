@@ -321,6 +321,12 @@ def promote(*, model: str, version: str = "", baseline: str = "a", min_sign_posi
         raise ConfigError(f"min_sign_positive={min_sign_positive}: must be >= 1")
     mv = tracking.model_version(model, version or None, alias=CANDIDATE)
     ver = str(mv.version)
+    missing = tracking.missing_version_tags(mv)
+    if missing:  # a registration cut short: not a version pipi finished registering
+        raise ConfigError(
+            f"model={model} version {ver}: lacks the version tags {', '.join(missing)} that "
+            f"registration writes (it was cut short); resume its run (pipi train --resume "
+            f"{mv.run_id}) to complete it, or promote another version")
     src = _runs_of_version(mv)
     if imported_arm(src["cell"])[0] == baseline:
         raise ConfigError(f"baseline={baseline}: the version is itself a {baseline} model; "

@@ -51,6 +51,7 @@ from pipi.tracking.logged_model import (
     log_frame_model,
     registered_name,
 )
+from pipi.training.checkpoint import read_checkpoint
 from pipi.training.frames import run_frame_cell, tmpdir, write_predictions
 from pipi.training.sequence import C3_DIR, base_config, fit_sequence
 
@@ -193,9 +194,13 @@ def load_resume(resume: str) -> tuple[TrainConfig, dict]:
     run's own: every recipe option passed with ``resume`` is ignored)."""
     refuse_finished(tracking.get_run(resume), resume)
     tracking.claim_for_resume(resume)  # refuses a run that another process still trains
-    ckpt = tracking.download_artifact(resume, "checkpoints/last.pt", tmpdir())
-    state = torch.load(ckpt, map_location="cpu", weights_only=False)
-    return TrainConfig.from_dict(state["config"]), state
+    try:
+        ckpt = tracking.download_artifact(resume, "checkpoints/last.pt", tmpdir())
+        state = read_checkpoint(ckpt, what=f"resume={resume}: checkpoints/last.pt")
+        return TrainConfig.from_dict(state["config"]), state
+    except BaseException:  # this process will not train it: no heartbeat of a dead resumer
+        tracking.release_claim(resume)
+        raise
 
 
 def log_results(out: dict, work: Path) -> dict:
@@ -300,7 +305,9 @@ def run(req: TrainRequest, *, experiment: str | None = None, register: bool = Tr
                                                test_auc=summary["test_macro_auc"],
                                                register=register, tags=tags,
                                                test_metrics=summary.pop("test_metrics"),
-                                               test_dataset=test_ds))
+                                               test_dataset=test_ds,
+                                               description=_version_text(cfg, summary,
+                                                                         manifest, tags)))
             _show_in_ui(cfg, summary, root=root, frames=frames, manifest=manifest, tags=tags)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -320,7 +327,6 @@ def _show_in_ui(cfg: TrainConfig, summary: dict, *, root: Path, frames: pd.DataF
         figs["prior_examples"] = _prior_figure(cfg, root=root, frames=frames, manifest=manifest,
                                                label=label)
     tracking.log_figures(figs)
-    run_id = summary["run_id"]
     recipe = tags.get(tracking.TAG_RECIPE, recipe_command(cfg))
     digest = manifest.get("data_digest", "")
     base = summary.get("base_run_id")
@@ -330,14 +336,18 @@ def _show_in_ui(cfg: TrainConfig, summary: dict, *, root: Path, frames: pd.DataF
         data_digest=digest, base_run_id=base,
         base_run_url=tracking.run_url(base) if base else None,
         registered=summary.get("registered")))
-    if summary.get("registered"):
-        name, version = summary["registered_name"], summary["registered_version"]
+    if summary.get("registered"):  # the version's own description came with its creation
+        name = summary["registered_name"]
         tracking.set_model_description(name, model_card(cell=cfg.cell, backbone=cfg.backbone,
                                                         name=name))
-        tracking.set_version_description(name, version, version_description(
-            run_id=run_id, test_macro_auc=summary["test_macro_auc"],
-            test_classes=summary["test_classes"], data_digest=digest, recipe=recipe,
-            seed=cfg.seed))
+
+
+def _version_text(cfg: TrainConfig, summary: dict, manifest: dict, tags: dict) -> str:
+    """The registered version's description (its evidence), written when it is created."""
+    return version_description(
+        run_id=summary["run_id"], test_macro_auc=summary["test_macro_auc"],
+        test_classes=summary["test_classes"], data_digest=manifest.get("data_digest", ""),
+        recipe=tags.get(tracking.TAG_RECIPE, recipe_command(cfg)), seed=cfg.seed)
 
 
 def _prior_figure(cfg: TrainConfig, *, root: Path, frames: pd.DataFrame, manifest: dict,
@@ -400,13 +410,14 @@ def _fit_sequence(cfg: TrainConfig, *, root: Path, frames: pd.DataFrame, manifes
     summary.update(_log_sequence_model(cfg, out["model"], streams.norms, sources, work,
                                        summary["test_macro_auc"], register, tags,
                                        test_metrics=summary.pop("test_metrics"),
-                                       test_ds=test_ds))
+                                       test_ds=test_ds,
+                                       description=_version_text(cfg, summary, manifest, tags)))
     return summary
 
 
 def _log_sequence_model(cfg: TrainConfig, head, norms: dict, sources: dict, work: Path,
                         test_auc: float, register: bool, tags: dict, *, test_metrics=None,
-                        test_ds=None) -> dict:
+                        test_ds=None, description: str | None = None) -> dict:
     """Log (and register) the sequence pyfunc: base backbone + head (+ C3 autoencoder)."""
     base_model, base_cfg = load_run_model(sources[tracking.TAG_BASE_RUN])
     ae_state = None
@@ -417,14 +428,16 @@ def _log_sequence_model(cfg: TrainConfig, head, norms: dict, sources: dict, work
     bundle = {"config": cfg.to_dict(), "base_config": base_cfg.to_dict(),
               "base_state": base_model.state_dict(), "spec": head.spec,
               "head_state": head.state_dict(), "autoencoder_state": ae_state,
-              "norms": {k: (np.asarray(m), np.asarray(s)) for k, (m, s) in norms.items()},
+              "norms": {k: (torch.from_numpy(np.asarray(m)), torch.from_numpy(np.asarray(s)))
+                        for k, (m, s) in norms.items()},
               "sources": dict(sources)}
     torch.save(bundle, work / "sequence_model.pt")
     cpath = work / "model_config.json"
     cpath.write_text(json.dumps(cfg.to_dict(), indent=2))
     clip = example_images(cfg, n=2)
     predictor = ClipPredictor(cfg=cfg, base_cfg=base_cfg, base=base_model, head=head.cpu(),
-                              norms=bundle["norms"], autoencoder=_autoencoder(ae_state))
+                              norms={k: (np.asarray(m), np.asarray(s)) for k, (m, s) in norms.items()},
+                              autoencoder=_autoencoder(ae_state))
     out_example = predictor.predict([clip])
     example = pd.DataFrame({"image": [encode_png(im) for im in clip]})   # one clip, 2 frames
     return log_and_register(cfg, {"bundle": str(work / "sequence_model.pt"),
@@ -432,7 +445,8 @@ def _log_sequence_model(cfg: TrainConfig, head, norms: dict, sources: dict, work
                              tags, params=None, work=work, test_metrics=test_metrics,
                              test_dataset=test_ds,
                              extra={"base_run_id": sources[tracking.TAG_BASE_RUN],
-                                    "window": cfg.window, "max_clip_frames": MAX_CLIP_FRAMES})
+                                    "window": cfg.window, "max_clip_frames": MAX_CLIP_FRAMES},
+                             description=description)
 
 
 def _autoencoder(state):

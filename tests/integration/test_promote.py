@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-from fakes import EVALUABLE, log_fake_run, make_frames, write_run
+from fakes import EVALUABLE, fake_version_tags, log_fake_run, make_frames, write_run
 from sklearn.metrics import roc_auc_score
 
 from pipi.cli import main
@@ -42,7 +42,8 @@ def registry(sqlite_store, tmp_path_factory):
         if not client.search_registered_models(f"name = '{name}'"):
             client.create_registered_model(name)
         mv = client.create_model_version(name, f"runs:/{runs[cell, seed]}/predictions",
-                                         run_id=runs[cell, seed])
+                                         run_id=runs[cell, seed],
+                                         tags=fake_version_tags(client, runs[cell, seed]))
         versions[cell, seed] = mv.version
     return {"runs": runs, "folders": folders, "versions": versions, "test": test}
 

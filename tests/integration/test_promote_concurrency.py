@@ -11,7 +11,7 @@ from pathlib import Path
 import mlflow
 import pytest
 from click.testing import CliRunner
-from fakes import log_fake_run, make_frames, write_run
+from fakes import fake_version_tags, log_fake_run, make_frames, write_run
 
 from pipi.cli import main
 
@@ -51,8 +51,8 @@ def versions(store, tmp_path):
     for seed in (41, 42, 43):
         rid = log_fake_run(client, exp_id, write_run(tmp_path / f"r{seed}", test, val, 1.5, seed),
                            cell="b_plus", seed=seed)
-        out.append(client.create_model_version(NAME, f"runs:/{rid}/predictions",
-                                               run_id=rid).version)
+        out.append(client.create_model_version(NAME, f"runs:/{rid}/predictions", run_id=rid,
+                                               tags=fake_version_tags(client, rid)).version)
     client.set_registered_model_alias(NAME, "champion", out[0])
     return [str(v) for v in out]
 

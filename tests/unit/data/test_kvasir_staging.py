@@ -119,6 +119,20 @@ def test_layout_index_manifest(release, tmp_path):
     assert (out / frames["path"][0]).stat().st_ino == src.stat().st_ino
 
 
+def test_n_frames_counts_frames_not_frame_class_rows(release, tmp_path):
+    images, meta = release
+    out = tmp_path / "staged"
+    stage_kvasir(images, meta, out, seed=1, progress=False)
+    frames = pd.read_parquet(out / "frames.parquet")
+    man = json.loads((out / "manifest.json").read_text())
+    ml_split = frames.loc[frames["multilabel"], "split"].iloc[0]
+    for s in ("train", "val", "test"):
+        rows = frames[frames["split"] == s]
+        assert man["n_frames"][s] == rows["filename"].nunique()
+        # the multilabel frame is two rows of its split but one frame
+        assert man["n_frames"][s] == len(rows) - (s == ml_split)
+
+
 def test_seeded_and_manifest_roundtrip(release, tmp_path):
     images, meta = release
     a = stage_kvasir(images, meta, tmp_path / "a", seed=3, progress=False)

@@ -1,0 +1,114 @@
+"""Registration is one step as seen from outside (issue 31): the version is created with all
+its tags and description; a resume never registers a second version of a run; promote
+refuses a version without the full tag set."""
+
+from __future__ import annotations
+
+import mlflow
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+
+from pipi import tracking
+from pipi.config import make_config
+from pipi.errors import ConfigError
+from pipi.tracking.logged_model import log_frame_model, registered_name
+from pipi.training.frames import build_frame_model
+
+NAME = "pipi-resnet18-a"
+
+
+@pytest.fixture()
+def cfg(monkeypatch):
+    monkeypatch.setenv("PIPI_MODEL_PREFIX", "pipi")
+    return make_config(cell="a", backbone="resnet18", profile="smoke", weights="none",
+                       image_size=32)
+
+
+def _log(cfg, tmp_path, description="evidence of the run"):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+    return log_frame_model(cfg, build_frame_model(cfg), tmp_path, test_auc=0.75, register=True,
+                           tags={tracking.TAG_RECIPE: "mlflow run . -e train -P cell=a"},
+                           description=description)
+
+
+def _versions(run_id: str) -> list:
+    return MlflowClient().search_model_versions(f"name='{NAME}' and run_id='{run_id}'")
+
+
+def test_a_signal_right_after_the_create_call_leaves_a_complete_version(
+        sqlite_tracking, cfg, tmp_path, monkeypatch):
+    assert registered_name(cfg) == NAME
+    created = MlflowClient._create_model_version if hasattr(
+        MlflowClient, "_create_model_version") else None
+    real = MlflowClient.create_model_version
+
+    def then_signal(real_fn):
+        def wrapped(self, *a, **k):
+            real_fn(self, *a, **k)
+            raise KeyboardInterrupt  # SIGTERM/SIGINT arrive as soon as the version exists
+        return wrapped
+
+    monkeypatch.setattr(MlflowClient, "create_model_version", then_signal(real))
+    if created is not None:
+        monkeypatch.setattr(MlflowClient, "_create_model_version", then_signal(created))
+    mlflow.set_experiment("registration")
+    with mlflow.start_run() as run, pytest.raises(KeyboardInterrupt):
+        _log(cfg, tmp_path)
+    (mv,) = _versions(run.info.run_id)
+    assert tracking.missing_version_tags(mv) == [], mv.tags
+    assert mv.tags["cell"] == "a" and mv.tags["seed"] == str(cfg.seed)
+    assert mv.tags["run_id"] == run.info.run_id
+    assert mv.description == "evidence of the run"
+
+
+def test_a_resume_keeps_the_runs_version(sqlite_tracking, cfg, tmp_path):
+    mlflow.set_experiment("registration")
+    with mlflow.start_run() as run:
+        first = _log(cfg, tmp_path / "1")
+    # the run resumed after its registration (e.g. killed while setting the alias)
+    with mlflow.start_run(run_id=run.info.run_id):
+        again = _log(cfg, tmp_path / "2")
+    assert again["registered"] == first["registered"]
+    (mv,) = _versions(run.info.run_id)
+    assert MlflowClient().get_model_version_by_alias(NAME, "candidate").version == mv.version
+
+
+def test_a_half_tagged_version_is_completed_not_duplicated(sqlite_tracking, cfg, tmp_path):
+    c = MlflowClient()
+    mlflow.set_experiment("registration")
+    with mlflow.start_run() as run:
+        pass
+    rid = run.info.run_id
+    partial = {"run_id": rid, "test_macro_auc": "0.7", "recipe": "r", "recipe_hash": "",
+               "data_digest": "d"}  # what a kill between tag writes left (5 of 9)
+    if not c.search_registered_models(f"name='{NAME}'"):
+        c.create_registered_model(NAME)
+    mv = c.create_model_version(NAME, f"runs:/{rid}/model", run_id=rid, tags=partial)
+    with mlflow.start_run(run_id=rid):
+        out = _log(cfg, tmp_path)
+    assert out["registered_version"] == str(mv.version)
+    (got,) = _versions(rid)
+    assert tracking.missing_version_tags(got) == []
+
+
+def test_promote_refuses_a_version_without_the_full_tag_set(sqlite_tracking, tmp_path):
+    from pipi.workflows.promote import promote
+
+    c = MlflowClient()
+    mlflow.set_experiment("registration")
+    with mlflow.start_run() as run:
+        pass
+    if not c.search_registered_models(f"name='{NAME}'"):
+        c.create_registered_model(NAME)
+    mv = c.create_model_version(NAME, f"runs:/{run.info.run_id}/model", run_id=run.info.run_id,
+                                tags={"run_id": run.info.run_id, "test_macro_auc": "0.7",
+                                      "recipe": "r", "recipe_hash": "", "data_digest": "d"})
+    with pytest.raises(ConfigError) as exc:
+        promote(model=NAME, version=str(mv.version), force_reason="ship it")
+    msg = str(exc.value)
+    assert "\n" not in msg and f"version {mv.version}" in msg, msg
+    for tag in ("git_commit", "cell", "backbone", "seed"):
+        assert tag in msg, msg
+    assert tracking.alias_version(NAME, "champion") is None
