@@ -35,6 +35,13 @@ def _isolate_mlflow_env():
     for k in _RUN_ENV:
         os.environ.pop(k, None)
     os.environ.update(saved)
+    # ... and in mlflow's fluent module, where an experiment id of one test's store would be
+    # used by the next test's mlflow.start_run() against another store
+    import sys
+
+    fluent = sys.modules.get("mlflow.tracking.fluent")
+    if fluent is not None and hasattr(fluent, "_active_experiment_id"):
+        fluent._active_experiment_id = None
 
 
 @pytest.fixture(scope="session")
