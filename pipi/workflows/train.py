@@ -72,6 +72,9 @@ class TrainRequest:
     resume_state: dict | None = field(default=None, repr=False, compare=False)
     base_run_id: str | None = None   # a resumed sequence run's base run
     tags: Mapping[str, str] = field(default_factory=dict)  # e.g. where the prior came from
+    # the launcher's options as requested (tracking.launch_params), logged before the resolved
+    # params: `pipi train` then logs what `mlflow run -e train` logs for the same request
+    options: Mapping[str, str] = field(default_factory=dict)
 
 
 def request(cfg: TrainConfig | None, *, data: str | None = None, resume: str | None = None,
@@ -176,7 +179,7 @@ def resume_data(resume: str, data: str | None) -> StagedData:
         staged = load_data(str(path))
         given = f"its own data folder {own}"
     else:
-        profile = run.data.params.get("profile", "")
+        profile = tracking.resolved_param(run.data.params, "profile")
         staged = load_data(data, preset=synthetic_preset(profile))
         given = f"data={data}"
     if digest and staged.digest != digest:
@@ -268,6 +271,7 @@ def run(req: TrainRequest, *, experiment: str | None = None, register: bool = Tr
                                nested=nested, run_name=f"{cfg.cell}-{cfg.backbone}-s{cfg.seed}",
                                tags=tags, log_system_metrics=system_metrics):
             if not resume:
+                tracking.log_params(req.options)
                 params = {**run_params(cfg), "data_dir": str(root)}
                 if seq:
                     params["base_cell"] = cfg.cell_config.base_cell
@@ -322,8 +326,10 @@ def _show_in_ui(cfg: TrainConfig, summary: dict, *, root: Path, frames: pd.DataF
         registered=summary.get("registered")))
     if summary.get("registered"):
         name, version = summary["registered_name"], summary["registered_version"]
+        # the serve command names an alias that exists: champion once promoted, else candidate
+        alias = "champion" if tracking.alias_version(name, "champion") else "candidate"
         tracking.set_model_description(name, model_card(cell=cfg.cell, backbone=cfg.backbone,
-                                                        name=name))
+                                                        name=name, alias=alias))
         tracking.set_version_description(name, version, version_description(
             run_id=run_id, test_macro_auc=summary["test_macro_auc"],
             test_classes=summary["test_classes"], data_digest=digest, recipe=recipe,

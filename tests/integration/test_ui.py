@@ -118,6 +118,9 @@ def test_the_ui_shows_runs_table_description_figure_and_model_card(smoke_run, ml
 
     model = _text(open_page(f"{root}/#/models/{summary['registered_name']}", tmp_path, "model"))
     assert "Strip-and-serve" in model and "mlflow models serve" in model
+    # the serve command names the alias that exists after train (issue 30)
+    assert f"models:/{summary['registered_name']}@candidate" in model
+    assert "@champion " not in model
     assert "Training evidence" in model
 
 
