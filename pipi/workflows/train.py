@@ -37,7 +37,7 @@ from pipi.models.backbones import check_weights
 from pipi.paths import pipi_home
 from pipi.report.descriptions import model_card, run_description, version_description
 from pipi.report.run_figures import cell_prior_figure, first_per_class, prediction_figures
-from pipi.runs.data import StagedData, is_synthetic, load_data
+from pipi.runs.data import StagedData, data_short_name, is_synthetic, load_data
 from pipi.runs.evaluate import load_run_model
 from pipi.runs.prior_params import CalibratedPrior, check_prior_params, resolve_prior
 from pipi.runs.streams import build_streams, find_base_run
@@ -230,6 +230,12 @@ def train(cfg: TrainConfig, *, data: str | None = None, resume: str | None = Non
                system_metrics=system_metrics, epoch_hook=epoch_hook)
 
 
+def run_name(cfg: TrainConfig, root: Path) -> str:
+    """``<cell>-<backbone>-s<seed>-<profile>-<data short name>``: what tells runs apart in
+    the UI's name column (the same arm on demo and smoke data differs in the last two)."""
+    return f"{cfg.cell}-{cfg.backbone}-s{cfg.seed}-{cfg.profile}-{data_short_name(root)}"
+
+
 def run(req: TrainRequest, *, experiment: str | None = None, register: bool = True,
         progress: bool = True, nested: bool = False, system_metrics: bool = False,
         epoch_hook: Callable[[int, Mapping[str, float], object], None] | None = None) -> dict:
@@ -268,7 +274,7 @@ def run(req: TrainRequest, *, experiment: str | None = None, register: bool = Tr
     work = tmpdir()
     try:
         with tracking.pipi_run(entry_point="train", experiment=experiment, run_id=resume,
-                               nested=nested, run_name=f"{cfg.cell}-{cfg.backbone}-s{cfg.seed}",
+                               nested=nested, run_name=run_name(cfg, root),
                                tags=tags, log_system_metrics=system_metrics):
             if not resume:
                 tracking.log_params(req.options)

@@ -90,6 +90,9 @@ def test_the_run_carries_what_the_ui_shows(smoke_run, mlflow_server):
     assert "**Cell `pi`**" in note and f"{summary['test_macro_auc']:.4f}" in note
     assert any(k.startswith("system/cpu_utilization") for k in run.data.metrics)
     assert any(k.startswith("system/system_memory") for k in run.data.metrics)
+    # what tells runs apart is in the name; bookkeeping is not a user-facing tag (issue 30)
+    assert run.info.run_name == "pi-efficientnet_b0-s41-smoke-tiny"
+    assert not any(k.startswith("pipi.heartbeat") for k in run.data.tags)
     name, version = summary["registered_name"], summary["registered_version"]
     assert "strip_prior" in c.get_registered_model(name).description
     assert f"run `{run.info.run_id}`" in c.get_model_version(name, version).description
@@ -108,6 +111,7 @@ def test_the_ui_shows_runs_table_description_figure_and_model_card(smoke_run, ml
 
     page = _text(open_page(f"{root}/#/experiments/{exp_id}/runs/{run_id}", tmp_path, "run"))
     assert "Cell pi on efficientnet_b0" in page  # the description, rendered as Markdown
+    assert "heartbeat" not in page
     assert "system/cpu_utilization_percentage" in page
 
     art = open_page(tracking.artifact_url(run_id, "figures/roc_per_class.png", exp_id),
