@@ -109,7 +109,10 @@ def test_the_ui_shows_runs_table_description_figure_and_model_card(smoke_run, ml
     assert "test/macro_auc" in runs and "backbone" in runs  # pipi's columns
     assert "Traces 0" not in runs
 
-    page = _text(open_page(f"{root}/#/experiments/{exp_id}/runs/{run_id}", tmp_path, "run"))
+    # the printed run link opens the model-training view, though a fresh browser starts on
+    # GenAI (whose sidebar lists "Evaluation runs")
+    page = _text(open_page(tracking.run_url(run_id, exp_id), tmp_path, "run"))
+    assert "Evaluation runs" not in page and "Model registry" in page
     assert "Cell pi on efficientnet_b0" in page  # the description, rendered as Markdown
     assert "heartbeat" not in page
     assert "system/cpu_utilization_percentage" in page
