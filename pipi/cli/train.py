@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import click
 
 from pipi import tracking
 from pipi.cli.common import (
+    CLI_ONLY_OPTIONS,
+    Auto,
     PipiCommand,
     backbone_option,
     cell_option,
@@ -51,6 +55,8 @@ def train(cell, seed, backbone, data, profile, weights, prior_params, resume, sy
         cell=cell, backbone=backbone, seed=seed, profile=profile, data=data, weights=weights,
         prior_params=prior_params, resume=resume or None, connect=tracking.configure,
         **overrides_from(kw))
+    # the options as `mlflow run -e train` logs them, whichever launcher parsed them
+    req = dataclasses.replace(req, options=requested_options(click.get_current_context()))
     s = workflow.run(req, experiment=experiment or None, system_metrics=system_metrics)
     cfg = req.cfg
     click.echo(f"run {s['run_id']}: test macro-AUC {s['test_macro_auc']:.4f} "
@@ -60,3 +66,12 @@ def train(cell, seed, backbone, data, profile, weights, prior_params, resume, sy
         click.echo(f"registered {s['registered']} (alias candidate: "
                    f"models:/{s['registered_name']}@candidate)")
     click.echo(tracking.ui_hint(s["run_id"]))
+
+
+def requested_options(ctx: click.Context) -> dict[str, str]:
+    """The command's options as requested, in the form ``mlflow run`` logs its parameters
+    (an unset number is ``auto``, as the MLproject default writes it)."""
+    return tracking.launch_params({
+        p.name: "auto" if isinstance(p.type, Auto) and ctx.params[p.name] is None
+        else ctx.params[p.name]
+        for p in ctx.command.params if p.name not in CLI_ONLY_OPTIONS})

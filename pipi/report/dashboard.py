@@ -24,11 +24,17 @@ from pipi.report.tables import Table
 TEMPLATE = Path(__file__).resolve().parents[2] / "dashboards" / "aggregate.html"
 
 
+#: The UI's model-training view (pipi.tracking.ui.ML_VIEW_QUERY; this layer is below it).
+ML_VIEW_QUERY = "workflowType=machine_learning"
+
+
 def run_url(tracking_uri: str, experiment_id: str, run_id: str) -> str | None:
-    """Link to a run in the MLflow UI, or None when the tracking URI is not http(s)."""
+    """Link to a run in the MLflow UI's model-training view, or None when the tracking URI is
+    not http(s)."""
     if not tracking_uri.startswith(("http://", "https://")) or not experiment_id:
         return None
-    return f"{tracking_uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+    return (f"{tracking_uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+            f"?{ML_VIEW_QUERY}")
 
 
 def _esc(x) -> str:

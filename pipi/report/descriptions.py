@@ -50,10 +50,12 @@ def run_description(*, cell: str, backbone: str, seed: int, recipe: str, test_ma
     return "\n".join(lines)
 
 
-def model_card(*, cell: str, backbone: str, name: str | None = None) -> str:
+def model_card(*, cell: str, backbone: str, name: str | None = None,
+               alias: str = "candidate") -> str:
     """The registered model's description: what the family is, what it accepts, how to serve
-    it (as ``name``, default ``pipi-<backbone>-<cell>``), and the strip-and-serve switch where
-    it applies."""
+    it (as ``name``, default ``pipi-<backbone>-<cell>``, at ``alias``: ``candidate`` after
+    train, ``champion`` once promoted, so that the command names an alias that exists), and
+    the strip-and-serve switch where it applies."""
     c = get_cell(cell)
     name = name or f"pipi-{backbone}-{cell}"
     lines = [f"pipi cell **`{cell}`** ({c.description}) on the **{backbone}** backbone, one "
@@ -72,7 +74,7 @@ def model_card(*, cell: str, backbone: str, name: str | None = None) -> str:
                   + ("the analytic prior (P_blood, Phi) is computed inside the model. "
                      if c.input_channels == 5 else "")
                   + "Output: a probability per Kvasir-Capsule class and `predicted_class`.", ""]
-    lines += ["## Serve", "", "```", f"mlflow models serve -m models:/{name}@champion "
+    lines += ["## Serve", "", "```", f"mlflow models serve -m models:/{name}@{alias} "
               "--env-manager local -p 5001", "```", ""]
     if c.input_channels == 5:
         lines += ["**Strip-and-serve**: send `params={\"strip_prior\": true}` (with "

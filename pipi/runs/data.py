@@ -44,6 +44,17 @@ def default_staged(preset: str = "demo", seed: int = 0) -> Path:
     return pipi_home() / "data" / f"kvasir-synthetic-{preset}-s{seed}"
 
 
+def data_short_name(root: Path) -> str:
+    """The data's short name in run names: the staged folder's name, ``synthetic-<preset>``
+    for the embedded synthetic data (``-s<seed>`` when not the default seed 0)."""
+    name = Path(root).name
+    preset, sep, seed = name.removeprefix("kvasir-synthetic-").rpartition("-s")
+    if name.startswith("kvasir-synthetic-") and sep and preset in SYNTHETIC_PRESETS \
+            and seed.isdigit():
+        return f"synthetic-{preset}" + (f"-s{seed}" if int(seed) else "")
+    return name
+
+
 def ensure_synthetic_staged(preset: str = "demo", seed: int = 0, *, log_run: bool = True) -> Path:
     """The staged synthetic release, staging (and logging a ``stage`` run) when missing."""
     out = default_staged(preset, seed)

@@ -2,8 +2,9 @@
 
 MLflow keeps no lease on a run: a run whose process was killed with SIGKILL, or lost its
 server, stays RUNNING, exactly like one that is training right now. The process that trains
-a run therefore refreshes ``pipi.heartbeat`` (``<host>:<pid>:<nonce> <unix time>``) every
-``PIPI_HEARTBEAT_S`` seconds (default 30) from a daemon thread; ``resume`` refuses a RUNNING
+a run therefore refreshes ``mlflow.pipi.heartbeat`` (``<host>:<pid>:<nonce> <unix time>``;
+bookkeeping, under the prefix MLflow's UI hides) every ``PIPI_HEARTBEAT_S`` seconds
+(default 30) from a daemon thread; ``resume`` refuses a RUNNING
 run whose heartbeat is younger than four intervals, and claims the run (writes its own
 heartbeat, waits, reads it back) so that of two resumes started together only one goes on.
 """
@@ -21,7 +22,7 @@ from collections.abc import Iterator
 from mlflow.tracking import MlflowClient
 
 from pipi.errors import ConfigError
-from pipi.tracking.tags import TAG_HEARTBEAT
+from pipi.tracking.tags import HEARTBEAT_TAG, TAG_HEARTBEAT
 
 #: who this process is, in a heartbeat: host, pid and a nonce (pids are reused)
 ME = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -46,11 +47,17 @@ def _parse(value: str) -> tuple[str, float]:
         return "", 0.0
 
 
+def _heartbeat_of(run) -> str:
+    """The run's heartbeat (the hidden tag; ``pipi.heartbeat`` on a run started before)."""
+    t = run.data.tags
+    return t.get(HEARTBEAT_TAG) or t.get(TAG_HEARTBEAT, "")
+
+
 def live_holder(run) -> tuple[str, float] | None:
     """(who, seconds since its heartbeat) when another process is training ``run``."""
     if run.info.status != "RUNNING":
         return None
-    who, t = _parse(run.data.tags.get(TAG_HEARTBEAT, ""))
+    who, t = _parse(_heartbeat_of(run))
     age = time.time() - t
     if not who or who == ME or age > 4 * heartbeat_interval():
         return None
@@ -71,9 +78,9 @@ def claim_for_resume(run_id: str) -> None:
             f"resume={run_id}: the run is still being trained by process {holder[0]} "
             f"(heartbeat {holder[1]:.0f} s ago); wait for it to end, or stop it (Ctrl-C or "
             "kill -TERM) and resume then")
-    c.set_tag(run_id, TAG_HEARTBEAT, _beat())
+    c.set_tag(run_id, HEARTBEAT_TAG, _beat())
     time.sleep(min(2.0, heartbeat_interval()))
-    who, _ = _parse(c.get_run(run_id).data.tags.get(TAG_HEARTBEAT, ""))
+    who, _ = _parse(_heartbeat_of(c.get_run(run_id)))
     if who != ME:
         raise ConfigError(f"resume={run_id}: process {who} resumed the run at the same time; "
                           "it goes on, this one stops")
@@ -98,7 +105,7 @@ def heartbeat(run_id: str) -> Iterator[None]:
     def beat() -> None:
         while True:
             with contextlib.suppress(Exception):  # a lost server is the run's business
-                c.set_tag(run_id, TAG_HEARTBEAT, _beat())
+                c.set_tag(run_id, HEARTBEAT_TAG, _beat())
             if stop.wait(heartbeat_interval()):
                 return
 

@@ -15,7 +15,7 @@ import pandas as pd
 from mlflow.tracking import MlflowClient
 
 from pipi.errors import TrackingError
-from pipi.tracking.runs import download_artifact
+from pipi.tracking.runs import download_artifact, resolved_param
 from pipi.tracking.tags import *
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ def load_runs(experiment: str, filter_string: str = "", *, page_size: int = 1000
                 "parent_run_id": t.get("mlflow.parentRunId", ""),
                 "evaluable_classes": t.get(TAG_EVALUABLE_CLASSES, ""),
                 "code_version": t.get(TAG_CODE_VERSION, ""),
-                "profile": r.data.params.get("profile", ""),
+                "profile": resolved_param(r.data.params, "profile"),
                 "test_macro_auc": r.data.metrics.get("test/macro_auc", float("nan")),
                 "test_classes": t.get(TAG_TEST_CLASSES, ""),
                 "val_classes": t.get(TAG_VAL_CLASSES, ""),

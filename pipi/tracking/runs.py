@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -368,9 +369,35 @@ def _drop_active_run() -> None:
                 os.environ[k] = v
 
 
+def param_value(v: Any) -> str:
+    """A param's one logged form: booleans ``true``/``false`` (as MLproject defaults and
+    ``-P`` values write them), None as empty, anything else ``str``."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return "" if v is None else str(v)
+
+
+def launch_params(options: Mapping[str, Any]) -> dict[str, str]:
+    """A launcher's options as ``mlflow run`` logs its MLproject parameters: each value in
+    :func:`param_value`'s form, shell-quoted (``''`` for empty) as MLflow quotes it.
+
+    ``pipi train`` logs these first, so that its run and ``mlflow run . -e train``'s for the
+    same request hold the same params: the options as requested (``batch_size=auto``) and,
+    by :func:`log_params`, what pipi resolved them to (``batch_size.resolved=16``)."""
+    return {k: shlex.quote(param_value(v)) for k, v in options.items()}
+
+
+def resolved_param(params: Mapping[str, str], key: str, default: str = "") -> str:
+    """What a logged option resolved to: ``<key>.resolved`` where the request said
+    otherwise (``profile=auto``), else ``<key>``."""
+    return params.get(f"{key}.resolved", params.get(key, default))
+
+
 def _same_param(logged: str, new: str) -> bool:
-    # `mlflow run` logs an empty MLproject default as the shell-quoted string "''"
-    return logged == new or (logged == "''" and new == "")
+    # `mlflow run` logs an empty MLproject default as the shell-quoted string "''", and a
+    # boolean as typed (-P compile=False)
+    return (logged == new or (logged == "''" and new == "")
+            or (new in ("true", "false") and logged.lower() == new))
 
 
 def log_params(params: Mapping[str, Any]) -> None:
@@ -383,7 +410,7 @@ def log_params(params: Mapping[str, Any]) -> None:
     existing = mlflow.get_run(active_run_id()).data.params
     items = []
     for k, v in params.items():
-        v = "" if v is None else str(v)
+        v = param_value(v)
         if k in existing:
             if _same_param(existing[k], v):
                 continue

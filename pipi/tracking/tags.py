@@ -57,6 +57,10 @@ TAG_PRIOR_PARAMS = "pipi.prior_params"
 TAG_PRIOR_PARAMS_RUN = "pipi.prior_params_run"
 
 # Liveness (``liveness``): "<host>:<pid>:<nonce> <unix time>" of the process training a run.
+# Bookkeeping, not a user-facing tag: it is written under ``mlflow.`` (the prefix MLflow's UI
+# hides from the run page, the runs table and the compare view); ``pipi.heartbeat`` is still
+# read, for runs started before.
+HEARTBEAT_TAG = "mlflow.pipi.heartbeat"
 TAG_HEARTBEAT = "pipi.heartbeat"
 
 # Sweeps (``ablate``, local and SLURM executors).

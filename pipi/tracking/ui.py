@@ -172,15 +172,21 @@ def _ui_root() -> str:
     return uri.rstrip("/") if uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
 
 
-def run_url(run_id: str, experiment_id: str | None = None) -> str:
-    """The run's page in the UI (``mlflow ui``'s default address for a local store)."""
+def _run_page(run_id: str, experiment_id: str | None) -> str:
     exp = experiment_id or mlflow.get_run(run_id).info.experiment_id
     return f"{_ui_root()}/#/experiments/{exp}/runs/{run_id}"
 
 
+def run_url(run_id: str, experiment_id: str | None = None) -> str:
+    """The run's page in the UI, in the model-training view (the tracking server's address;
+    ``mlflow ui``'s default address for a local store)."""
+    return f"{_run_page(run_id, experiment_id)}?{ML_VIEW_QUERY}"
+
+
 def artifact_url(run_id: str, path: str, experiment_id: str | None = None) -> str:
-    """The run's Artifacts tab with ``path`` selected (its preview: image, HTML, text)."""
-    return f"{run_url(run_id, experiment_id)}/artifacts/{path}"
+    """The run's Artifacts tab with ``path`` selected (its preview: image, HTML, text), in
+    the model-training view."""
+    return f"{_run_page(run_id, experiment_id)}/artifacts/{path}?{ML_VIEW_QUERY}"
 
 
 def experiment_url(experiment_id: str) -> str:

@@ -55,7 +55,7 @@ from pipi.analysis.recipes import recipe_signatures
 from pipi.cells import CELLS
 from pipi.classes import CLASSES
 from pipi.errors import ConfigError, DataError, PipiError
-from pipi.report.descriptions import training_evidence
+from pipi.report.descriptions import model_card, training_evidence
 from pipi.runs.evidence import default_cache_dir, fetch_predictions
 from pipi.stats import adjust_pvalues
 
@@ -142,7 +142,7 @@ def _runs_of_version(mv) -> dict:
     return {"run_id": mv.run_id, "experiment_id": run.info.experiment_id,
             "cell": t[tracking.TAG_CELL] + (f" ({label})" if label else ""), "label": label,
             "backbone": t[tracking.TAG_BACKBONE],
-            "digest": t[tracking.TAG_DATA_DIGEST], "profile": run.data.params.get("profile", "")}
+            "digest": t[tracking.TAG_DATA_DIGEST], "profile": tracking.resolved_param(run.data.params, "profile")}
 
 
 def _select(runs: pd.DataFrame, src: dict, baseline: str) -> pd.DataFrame:
@@ -353,6 +353,10 @@ def promote(*, model: str, version: str = "", baseline: str = "a", min_sign_posi
             aliases = {PREVIOUS: prev} if prev and prev != ver else {}
             tracking.set_aliases(model, {**aliases, CHAMPION: ver})
             tracking.check_aliases(model, {**aliases, CHAMPION: ver})
+        # the model card's serve command now names the champion (train wrote @candidate)
+        tracking.set_model_description(model, model_card(
+            cell=imported_arm(src["cell"])[0], backbone=src["backbone"], name=model,
+            alias=CHAMPION))
         text += f"\n@{CHAMPION} -> {model} version {ver}" + (
             f" (@{PREVIOUS} -> version {prev})" if aliases else "")
         if forced:

@@ -37,7 +37,7 @@ from pipi.models.backbones import check_weights
 from pipi.paths import pipi_home
 from pipi.report.descriptions import model_card, run_description, version_description
 from pipi.report.run_figures import cell_prior_figure, first_per_class, prediction_figures
-from pipi.runs.data import StagedData, is_synthetic, load_data
+from pipi.runs.data import StagedData, data_short_name, is_synthetic, load_data
 from pipi.runs.evaluate import load_run_model
 from pipi.runs.prior_params import CalibratedPrior, check_prior_params, resolve_prior
 from pipi.runs.streams import build_streams, find_base_run
@@ -73,6 +73,9 @@ class TrainRequest:
     resume_state: dict | None = field(default=None, repr=False, compare=False)
     base_run_id: str | None = None   # a resumed sequence run's base run
     tags: Mapping[str, str] = field(default_factory=dict)  # e.g. where the prior came from
+    # the launcher's options as requested (tracking.launch_params), logged before the resolved
+    # params: `pipi train` then logs what `mlflow run -e train` logs for the same request
+    options: Mapping[str, str] = field(default_factory=dict)
 
 
 def request(cfg: TrainConfig | None, *, data: str | None = None, resume: str | None = None,
@@ -177,7 +180,7 @@ def resume_data(resume: str, data: str | None) -> StagedData:
         staged = load_data(str(path))
         given = f"its own data folder {own}"
     else:
-        profile = run.data.params.get("profile", "")
+        profile = tracking.resolved_param(run.data.params, "profile")
         staged = load_data(data, preset=synthetic_preset(profile))
         given = f"data={data}"
     if digest and staged.digest != digest:
@@ -234,6 +237,12 @@ def train(cfg: TrainConfig, *, data: str | None = None, resume: str | None = Non
                system_metrics=system_metrics, epoch_hook=epoch_hook)
 
 
+def run_name(cfg: TrainConfig, root: Path) -> str:
+    """``<cell>-<backbone>-s<seed>-<profile>-<data short name>``: what tells runs apart in
+    the UI's name column (the same arm on demo and smoke data differs in the last two)."""
+    return f"{cfg.cell}-{cfg.backbone}-s{cfg.seed}-{cfg.profile}-{data_short_name(root)}"
+
+
 def run(req: TrainRequest, *, experiment: str | None = None, register: bool = True,
         progress: bool = True, nested: bool = False, system_metrics: bool = False,
         epoch_hook: Callable[[int, Mapping[str, float], object], None] | None = None) -> dict:
@@ -273,9 +282,10 @@ def run(req: TrainRequest, *, experiment: str | None = None, register: bool = Tr
     work = tmpdir()
     try:
         with tracking.pipi_run(entry_point="train", experiment=experiment, run_id=resume,
-                               nested=nested, run_name=f"{cfg.cell}-{cfg.backbone}-s{cfg.seed}",
+                               nested=nested, run_name=run_name(cfg, root),
                                tags=tags, log_system_metrics=system_metrics):
             if not resume:
+                tracking.log_params(req.options)
                 params = {**run_params(cfg), "data_dir": str(root)}
                 if seq:
                     params["base_cell"] = cfg.cell_config.base_cell
@@ -338,8 +348,10 @@ def _show_in_ui(cfg: TrainConfig, summary: dict, *, root: Path, frames: pd.DataF
         registered=summary.get("registered")))
     if summary.get("registered"):  # the version's own description came with its creation
         name = summary["registered_name"]
+        # the serve command names an alias that exists: champion once promoted, else candidate
+        alias = "champion" if tracking.alias_version(name, "champion") else "candidate"
         tracking.set_model_description(name, model_card(cell=cfg.cell, backbone=cfg.backbone,
-                                                        name=name))
+                                                        name=name, alias=alias))
 
 
 def _version_text(cfg: TrainConfig, summary: dict, manifest: dict, tags: dict) -> str:

@@ -118,7 +118,11 @@ def test_dashboard_links_every_run_to_the_mlflow_ui(built):
     html = (out / "dashboard.html").read_text()
     dom = DomSummary()
     dom.feed(html)
-    runs = {h.rsplit("/", 1)[1] for h in dom.links if "/#/experiments/7/runs/" in h}
+    runs = {h.rsplit("/", 1)[1].removesuffix("?workflowType=machine_learning")
+            for h in dom.links if "/#/experiments/7/runs/" in h}
+    # every run link opens the model-training view, not the GenAI one (issue 30)
+    assert all(h.endswith("?workflowType=machine_learning") for h in dom.links
+               if "/#/experiments/" in h)
     assert set(ev.runs["run_id"]) | {"f" * 32} == runs
     assert all(h.startswith(("http://127.0.0.1:5000/#/experiments/7/runs/", "#"))
                for h in dom.links)
@@ -149,3 +153,42 @@ def test_self_check_reports_a_broken_figure_and_an_empty_table(built, tmp_path):
     assert dom.body.get("data-selfcheck") == "failed"
     errors = " ".join(line for line in console if "pipi-dashboard-error" in line)
     assert "broken image roc" in errors and "empty table calibration" in errors
+
+
+def test_the_dashboard_renders_in_mlflow_s_html_preview(built, tracking, tmp_path):
+    """The preview, not the file (issue 30): MLflow 3.17 shows an HTML artifact in an
+    ``<iframe sandbox="allow-scripts">`` of a ``blob:`` URL (an opaque origin: no storage, no
+    network to relative paths, no navigation of the page). The dashboard's self-check runs
+    inside that frame and finds every table and figure rendered."""
+    import mlflow
+
+    from pipi.tracking import artifact_url
+
+    report, _, out = built
+    c = mlflow.MlflowClient(tracking)
+    exp = c.create_experiment("dashboard-preview")
+    rid = c.create_run(exp).info.run_id
+    c.log_artifact(rid, str(out / "dashboard.html"))
+    c.set_terminated(rid)
+    url = artifact_url(rid, "dashboard.html", exp)
+    base = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--window-size=1600,1000", "--virtual-time-budget=25000",
+            # the preview frame in the page's process, so that its console reaches the log
+            "--disable-site-isolation-trials",
+            "--enable-logging=stderr", "--v=0"]
+    r = subprocess.run([*base, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", url],
+                       capture_output=True, text=True, timeout=240, check=False)
+    assert r.returncode == 0, r.stderr[-2000:]
+    # the UI page holds MLflow's sandboxed preview frame ...
+    assert re.search(r'<iframe[^>]+sandbox="allow-scripts"[^>]*class="mlflow-html-iframe"'
+                     r'|<iframe[^>]+class="mlflow-html-iframe"[^>]*sandbox="allow-scripts"',
+                     r.stdout), r.stdout[-3000:]
+    console = [line for line in r.stderr.splitlines() if ":CONSOLE" in line]
+    n_tables = sum(1 for t in report.tables if t.ok and len(t.display))
+    want = (f"pipi-dashboard-selfcheck: ok ({n_tables} tables, {len(report.figures)} "
+            "figures, in a sandboxed preview)")
+    # ... and inside it, in a blob: document of the server's origin, the dashboard rendered
+    inside = [line for line in console if f"source: blob:{tracking}/" in line]
+    assert any(want in line for line in inside), console
+    assert not [line for line in inside if "pipi-dashboard-error" in line or "Uncaught" in line]

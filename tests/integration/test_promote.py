@@ -69,6 +69,9 @@ def test_promote_gates_records_keeps_the_previous_champion_and_rolls_back(regist
     assert r.exit_code == 0, r.output
     assert "| mean macro-AUC delta |" in r.output and "@champion ->" in r.output
     assert c.get_model_version_by_alias(name, "champion").version == v1
+    # the model card's serve command names the alias that now exists
+    assert f"mlflow models serve -m models:/{name}@champion " in c.get_registered_model(
+        name).description
     mv = c.get_model_version(name, v1)
     assert mv.tags["pipi.promote.decision"] == "promoted"
     assert "Evidence: b_plus vs a" in mv.description

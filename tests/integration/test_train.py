@@ -119,6 +119,28 @@ def test_mlflow_run_train_contract_registry_and_reproducibility(tracking, tiny_s
     assert "['Ampulla of Vater', 'Angiectasia']" in r.stdout
 
 
+def test_pipi_train_and_mlflow_run_log_the_same_params(tracking, tiny_staged):
+    """Issue 30: one form per option whichever launcher ran it, so that the UI's "show diff
+    only" shows nothing for the same request (booleans lower-case, `auto` as requested with
+    the resolved value beside it)."""
+    request = {"cell": "a", "seed": "43", "data": str(tiny_staged), "profile": "smoke",
+               "weights": "none"}
+    r1 = _run_train(tracking, *[x for k, v in request.items() for x in ("-P", f"{k}={v}")],
+                    "--experiment-name", "launchers")
+    assert r1.returncode == 0, r1.stderr[-3000:]
+    r2 = subprocess.run(
+        [str(Path(sys.executable).parent / "pipi"), "train", "--experiment", "launchers",
+         *[x for k, v in request.items() for x in (f"--{k}", v)]],
+        check=False, capture_output=True, text=True, cwd=ROOT, timeout=600,
+        env={**os.environ, "MLFLOW_TRACKING_URI": tracking})
+    assert r2.returncode == 0, r2.stderr[-3000:]
+    runs = mlflow.search_runs(experiment_names=["launchers"], order_by=["start_time ASC"])
+    a, b = (mlflow.get_run(r).data.params for r in runs["run_id"])
+    assert a == b
+    assert a["compile"] == "false" and a["deterministic"] == "true"
+    assert a["batch_size"] == "auto" and int(a["batch_size.resolved"]) > 0
+
+
 def test_failure_marks_run_failed_with_reason(tracking, tiny_staged, monkeypatch):
 
     def boom(*a, **k):

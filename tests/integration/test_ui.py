@@ -90,6 +90,9 @@ def test_the_run_carries_what_the_ui_shows(smoke_run, mlflow_server):
     assert "**Cell `pi`**" in note and f"{summary['test_macro_auc']:.4f}" in note
     assert any(k.startswith("system/cpu_utilization") for k in run.data.metrics)
     assert any(k.startswith("system/system_memory") for k in run.data.metrics)
+    # what tells runs apart is in the name; bookkeeping is not a user-facing tag (issue 30)
+    assert run.info.run_name == "pi-efficientnet_b0-s41-smoke-tiny"
+    assert not any(k.startswith("pipi.heartbeat") for k in run.data.tags)
     name, version = summary["registered_name"], summary["registered_version"]
     assert "strip_prior" in c.get_registered_model(name).description
     assert f"run `{run.info.run_id}`" in c.get_model_version(name, version).description
@@ -106,8 +109,12 @@ def test_the_ui_shows_runs_table_description_figure_and_model_card(smoke_run, ml
     assert "test/macro_auc" in runs and "backbone" in runs  # pipi's columns
     assert "Traces 0" not in runs
 
-    page = _text(open_page(f"{root}/#/experiments/{exp_id}/runs/{run_id}", tmp_path, "run"))
+    # the printed run link opens the model-training view, though a fresh browser starts on
+    # GenAI (whose sidebar lists "Evaluation runs")
+    page = _text(open_page(tracking.run_url(run_id, exp_id), tmp_path, "run"))
+    assert "Evaluation runs" not in page and "Model registry" in page
     assert "Cell pi on efficientnet_b0" in page  # the description, rendered as Markdown
+    assert "heartbeat" not in page
     assert "system/cpu_utilization_percentage" in page
 
     art = open_page(tracking.artifact_url(run_id, "figures/roc_per_class.png", exp_id),
@@ -118,6 +125,9 @@ def test_the_ui_shows_runs_table_description_figure_and_model_card(smoke_run, ml
 
     model = _text(open_page(f"{root}/#/models/{summary['registered_name']}", tmp_path, "model"))
     assert "Strip-and-serve" in model and "mlflow models serve" in model
+    # the serve command names the alias that exists after train (issue 30)
+    assert f"models:/{summary['registered_name']}@candidate" in model
+    assert "@champion " not in model
     assert "Training evidence" in model
 
 

@@ -128,7 +128,11 @@ def test_run_description_names_cell_metric_classes_recipe_and_base_run():
                                         ("distill", False), ("e_plus", False)])
 def test_model_card_says_how_to_serve_and_where_strip_and_serve_applies(cell, strip):
     card = model_card(cell=cell, backbone="efficientnet_b0")
-    assert f"models:/pipi-efficientnet_b0-{cell}@champion" in card
+    # the alias that exists: candidate after train, champion once promoted (issue 30)
+    assert f"mlflow models serve -m models:/pipi-efficientnet_b0-{cell}@candidate " in card
+    assert "@champion " not in card
+    promoted = model_card(cell=cell, backbone="efficientnet_b0", alias="champion")
+    assert f"mlflow models serve -m models:/pipi-efficientnet_b0-{cell}@champion " in promoted
     assert ('"strip_prior": true' in card) is strip
     assert ("clip" in card) is (cell == "e_plus")
 

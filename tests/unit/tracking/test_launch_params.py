@@ -1,0 +1,71 @@
+"""`pipi train` and `mlflow run . -e train` log one form of each option (issue 30).
+
+The `mlflow run` side is MLflow's own computation of the params it logs for an MLproject
+entry point; the `pipi train` side is the click command both launchers run, through
+:func:`pipi.tracking.launch_params` and :func:`pipi.tracking.log_params` into a real run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import mlflow
+import pytest
+from mlflow.projects._project_spec import load_project
+
+from pipi import tracking
+from pipi.cli import ENTRY_POINTS
+from pipi.cli.train import requested_options
+
+ROOT = Path(__file__).resolve().parents[3]
+
+REQUESTS = [
+    {},
+    {"cell": "pi", "profile": "smoke", "weights": "none", "data": "/tmp/my data/staged"},
+    {"compile": "true", "deterministic": "false", "batch_size": "16", "alpha": "2.5",
+     "resume": "", "model_prefix": "lab-anna"},
+]
+
+
+def _mlflow_run_params(request: dict) -> dict:
+    """What `mlflow run . -e train -P k=v ...` logs before the entry point starts."""
+    ep = load_project(str(ROOT)).get_entry_point("train")
+    params, extra = ep.compute_parameters(request, storage_dir=None)
+    assert extra == {}
+    return params
+
+
+def _pipi_train_params(request: dict) -> dict:
+    """What `pipi train --k v ...` logs as its options (the click parse both launchers run)."""
+    args = [x for k, v in request.items() for x in (f"--{k.replace('_', '-')}", v)]
+    return requested_options(ENTRY_POINTS["train"].make_context("train", args))
+
+
+@pytest.mark.parametrize("request_", REQUESTS, ids=["defaults", "smoke", "overrides"])
+def test_both_launchers_give_the_same_option_params(request_):
+    assert _pipi_train_params(request_) == _mlflow_run_params(request_)
+
+
+def test_booleans_are_lower_case_and_resolved_values_go_beside_the_request(tmp_path):
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/m.db")
+    try:
+        exp = mlflow.create_experiment("p", artifact_location=str(tmp_path / "a"))
+        # the same request, as each launcher logs it, then the same resolved values
+        resolved = {"compile": False, "deterministic": True, "batch_size": 16, "profile": "smoke"}
+        logged = []
+        for first in (_mlflow_run_params({}), None):
+            with mlflow.start_run(experiment_id=exp) as run:
+                if first is not None:  # `mlflow run` logged these before pipi started
+                    mlflow.log_params(first)
+                tracking.log_params(_pipi_train_params({}))
+                tracking.log_params(resolved)
+            logged.append(mlflow.get_run(run.info.run_id).data.params)
+        assert logged[0] == logged[1]
+        p = logged[0]
+        assert p["compile"] == "false" and p["deterministic"] == "true"
+        assert "compile.resolved" not in p and "deterministic.resolved" not in p
+        assert p["batch_size"] == "auto" and p["batch_size.resolved"] == "16"
+        assert tracking.resolved_param(p, "profile") == "smoke"
+        assert tracking.resolved_param(p, "cell") == "pi"
+    finally:
+        mlflow.set_tracking_uri(None)
