@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from pipi.tracking import runs
+from pipi.tracking import signals as runs  # the signal handling (tracking/signals.py)
 
 
 @pytest.fixture()
