@@ -10,6 +10,7 @@ from pipi import tracking
 from pipi.cli.common import (
     CLI_ONLY_OPTIONS,
     Auto,
+    AutoBool,
     PipiCommand,
     backbone_option,
     cell_option,
@@ -70,8 +71,8 @@ def train(cell, seed, backbone, data, profile, weights, prior_params, resume, sy
 
 def requested_options(ctx: click.Context) -> dict[str, str]:
     """The command's options as requested, in the form ``mlflow run`` logs its parameters
-    (an unset number is ``auto``, as the MLproject default writes it)."""
+    (an unset number or switch is ``auto``, as the MLproject default writes it)."""
     return tracking.launch_params({
-        p.name: "auto" if isinstance(p.type, Auto) and ctx.params[p.name] is None
+        p.name: "auto" if isinstance(p.type, (Auto, AutoBool)) and ctx.params[p.name] is None
         else ctx.params[p.name]
         for p in ctx.command.params if p.name not in CLI_ONLY_OPTIONS})

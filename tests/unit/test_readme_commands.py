@@ -24,7 +24,8 @@ def test_quick_start_is_two_commands_and_ci_runs_the_test_one():
 
 def test_readme_is_an_entrance():
     assert len(README.splitlines()) <= 200
-    assert commands(code_block_after(README, "## Tests")) == ["make test-fast", "make test"]
+    assert commands(code_block_after(README, "## Tests")) == ["make test-fast", "make test",
+                                                              "make test-envs"]
     tour = commands(code_block_after(README, "## A tour"))
     declared = yaml.safe_load((ROOT / "MLproject").read_text())["entry_points"]
     toured = {m.group(1) for c in tour if (m := re.match(r"mlflow run \. -e (\w+)", c))}

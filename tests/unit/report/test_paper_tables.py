@@ -290,7 +290,7 @@ def test_strip_and_serve_never_computes_the_prior(monkeypatch):
     import torch
 
     from pipi.config import make_config
-    from pipi.training import frames as training
+    from pipi.serving import frame_model as training  # FrameInputs' home (serving code)
 
     fi = training.FrameInputs(make_config(cell="pi", profile="smoke"))
     x01 = torch.rand(2, 3, 32, 32)
