@@ -31,7 +31,7 @@ from pipi.tracking.signals import (  # noqa: F401  (re-exported: tracking.runs w
 from pipi.tracking.store import code_version, record_lost_run, server_gone
 from pipi.tracking.tags import *  # noqa: F403
 from pipi.tracking.ui import mark_experiment
-from pipi.tracking.uploads import guarded_upload
+from pipi.tracking.uploads import environ_set, guarded_upload
 
 log = logging.getLogger(__name__)
 
@@ -260,17 +260,9 @@ def _store_failed(exc: ArtifactStoreError, run_id: str, entry_point: str) -> Art
 
 def _drop_active_run() -> None:
     """Pop the active run without waiting on a server that is gone (one quick attempt)."""
-    saved = {v: os.environ.get(v) for v in RETRY_VARS}
-    os.environ.update({RETRY_VARS[0]: "0", RETRY_VARS[2]: "5"})
-    try:
-        with contextlib.suppress(Exception):
-            mlflow.end_run("FAILED")  # pops first, then tries the server once
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with environ_set({RETRY_VARS[0]: "0", RETRY_VARS[2]: "5"}), \
+            contextlib.suppress(Exception):
+        mlflow.end_run("FAILED")  # pops first, then tries the server once
 
 
 def param_value(v: Any) -> str:

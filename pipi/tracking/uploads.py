@@ -42,10 +42,11 @@ _NAMES = {500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavai
 
 
 @contextlib.contextmanager
-def upload_budget() -> Iterator[None]:
-    """MLflow's retry settings of :data:`UPLOAD_BUDGET` for the calls inside (then restored)."""
-    saved = {k: os.environ.get(k) for k in UPLOAD_BUDGET}
-    os.environ.update(UPLOAD_BUDGET)
+def environ_set(values: dict[str, str]) -> Iterator[None]:
+    """``values`` set in ``os.environ`` for the calls inside (MLflow reads its retry settings
+    per request), then the previous values restored."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
     try:
         yield
     finally:
@@ -54,6 +55,11 @@ def upload_budget() -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def upload_budget():
+    """MLflow's retry settings of :data:`UPLOAD_BUDGET` for the calls inside (then restored)."""
+    return environ_set(UPLOAD_BUDGET)
 
 
 def server_status(exc: BaseException) -> int | None:
