@@ -17,6 +17,8 @@ parameters are described there. Refused input raises ``MlflowException`` with
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import mlflow.models
 import mlflow.pyfunc
@@ -24,9 +26,26 @@ import pandas as pd
 from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 
+import pipi
 from pipi.errors import DataError
 from pipi.serving.guard import guarded, install_body_limit
 from pipi.serving.predictors import load_predictor
+
+
+def unshadow_pipi() -> None:
+    """MLflow puts this model's ``code_paths`` (a partial copy of pipi: the serving closure) in
+    front of ``sys.path`` when it loads the model. In a process whose pipi came from elsewhere
+    (a notebook, a pipi workflow, the tests) that copy would shadow the real package in every
+    process spawned later (``import pipi.data.kvasir`` fails there): drop it from ``sys.path``
+    again. Where pipi came from the copy (``mlflow models serve`` in the model's own
+    environment) nothing changes."""
+    home = Path(pipi.__file__).resolve().parent.parent
+    sys.path[:] = [p for p in sys.path
+                   if not (Path(p or ".").joinpath("pipi", "__init__.py").is_file()
+                           and Path(p or ".").resolve() != home)]
+
+
+unshadow_pipi()
 
 
 def refused(reason) -> MlflowException:

@@ -113,6 +113,13 @@ def test_requirements_pin_what_the_served_code_imports_as_the_install_does():
     assert any(r.startswith("timm==") for r in serving_requirements("timm:resnet10t"))
 
 
+def _import_in_child(name: str) -> str:
+    import importlib
+
+    importlib.import_module(name)
+    return "ok"
+
+
 def test_a_logged_model_is_code_not_a_pickle_and_explains_itself(tmp_path, sqlite_tracking,
                                                                   monkeypatch):
     """Logged from code; named <prefix>-<backbone>-<cell> with params, tags and test metrics
@@ -173,6 +180,17 @@ def test_a_logged_model_is_code_not_a_pickle_and_explains_itself(tmp_path, sqlit
                                    a.iloc[:, :14].to_numpy(float), atol=1e-6)
     with pytest.raises(MlflowException):
         m.predict(imgs)                      # a bare array names no column of the schema
+    # loading it left no partial copy of pipi in front of sys.path: a process spawned now
+    # imports the whole package (pipi.data.kvasir is not in the served closure)
+    import multiprocessing
+    import sys
+
+    import pipi
+    home = Path(pipi.__file__).resolve().parent.parent
+    assert not [p for p in sys.path if Path(p or ".").joinpath("pipi", "__init__.py").is_file()
+                and Path(p or ".").resolve() != home]
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        assert pool.apply(_import_in_child, ("pipi.data.kvasir",)) == "ok"
 
 
 def test_registered_names_are_valid_mlflow_names_and_keep_the_original_as_a_tag():
