@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipi import tracking
-from pipi.cells import PER_FRAME_CELLS, get_cell
+from pipi.cells import CELLS, PER_FRAME_CELLS, get_cell
 from pipi.config import TrainConfig, make_config, resolve_profile, run_params
 from pipi.data.cache import build_cache
 from pipi.data.kvasir import load_staged
@@ -168,6 +168,10 @@ def import_file(*, kind: str, file: str | Path, cell: str | None = None,
     if kind not in KINDS:
         raise ConfigError(f"kind={kind!r}: use one of {list(KINDS)}")
     label = check_label(label)
+    if cell is not None and cell in CELLS and get_cell(cell).is_sequence:
+        raise ConfigError(f"cell={cell!r} is a sequence cell; import takes per-frame cells "
+                          f"{list(IMPORT_CELLS)} (a sequence model is more than one state "
+                          "dict)")
     if cell is not None and cell not in IMPORT_CELLS:
         raise ConfigError(f"cell={cell!r}: import takes the cells {list(IMPORT_CELLS)} "
                           "(docs/import.md); a linear probe is trained with `train`")
