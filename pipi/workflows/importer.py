@@ -188,10 +188,6 @@ def import_file(*, kind: str, file: str | Path, cell: str | None = None,
     settings, from_file = _settings(kind, path, ckpt, {"cell": cell, "backbone": backbone,
                                                         "image_size": image_size, **prior})
     cell, backbone = settings.pop("cell"), settings.pop("backbone")
-    if get_cell(cell).is_sequence:
-        raise ConfigError(f"cell={cell!r} is a sequence cell; import takes per-frame cells "
-                          f"{list(PER_FRAME_CELLS)} (a sequence model is more than one state "
-                          "dict)")
     if from_file:
         log.info("taken from %s's args: %s", path.name, ", ".join(from_file))
     root = resolve_data(data)
