@@ -1,0 +1,1 @@
+"""Stagers: turn a dataset on disk into the layout, frame index and manifest pipi trains on."""
