@@ -9,9 +9,9 @@
   the file name when those are distinct, the file's rank in the group otherwise.
 * **Split** (:func:`assign_splits`): split folders or a ``split`` column are kept; a missing
   val (and test) is carved out of train, a missing test out of train too, and with no split
-  at all a 70/15/15 split is made. Carving uses scikit-learn's ``StratifiedGroupKFold``
-  (seeded, stratified by each image's first class): group-disjoint when groups are known, a
-  plain class-stratified split when every image is its own group (and the manifest says so).
+  at all a 70/15/15 split is made. :func:`carve` is seeded and stratified by class:
+  group-disjoint when groups are known, a plain class-stratified split when every image is
+  its own group (and the manifest says so).
   When the dataset gives only training and validation (the Capsule Vision challenge),
   validation is the reported split: pipi's ``test``.
 """
@@ -20,12 +20,10 @@ from __future__ import annotations
 
 import logging
 import re
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from sklearn.model_selection import StratifiedGroupKFold
 
 from pipi.errors import DataError
 
@@ -101,43 +99,55 @@ def assign_groups(frames: pd.DataFrame, patterns: tuple[str, ...], group_column:
 
 def frame_numbers(frames: pd.DataFrame) -> pd.Series:
     """Frame numbers (see the module docstring); ``frames`` has ``video_id``, ``filename`` and
-    ``frame_number`` (the table's, or None)."""
+    ``frame_number`` (the table's, or None). Vectorised: a dataset of single-image groups has
+    tens of thousands of them."""
+    vid = frames["video_id"]
+    size = vid.map(vid.value_counts())
+
+    def distinct(values: pd.Series) -> pd.Series:
+        by = values.groupby(vid)
+        return by.transform("count").eq(size) & by.transform("nunique").eq(size)
+
     given = pd.to_numeric(frames["frame_number"], errors="coerce")
-    out = pd.Series(0, index=frames.index, dtype="int64")
-    for idx in frames.groupby("video_id", sort=False).groups.values():
-        sub = frames.loc[idx]
-        g = given.loc[idx]
-        if g.notna().all() and g.is_unique:
-            out.loc[idx] = g.astype("int64")
-            continue
-        last = [int(m.group(1)) if (m := _LAST_INT.search(n.rsplit(".", 1)[0])) else -1
-                for n in sub["filename"]]
-        if -1 not in last and len(set(last)) == len(last):
-            out.loc[idx] = last
-        else:
-            order = sorted(range(len(sub)), key=lambda i: (last[i], sub["filename"].iloc[i]))
-            ranks = np.empty(len(sub), dtype=np.int64)
-            ranks[order] = np.arange(len(sub))
-            out.loc[idx] = ranks
-    return out
+    last = pd.to_numeric(frames["filename"].str.rsplit(".", n=1).str[0]
+                         .str.extract(_LAST_INT, expand=False), errors="coerce")
+    use_given, use_last = distinct(given), distinct(last)
+    order = pd.DataFrame({"v": vid, "l": last.fillna(-1), "f": frames["filename"]})
+    rank = order.sort_values(["v", "l", "f"]).groupby("v").cumcount().reindex(frames.index)
+    out = rank.where(~use_last, last).where(~use_given, given)
+    return out.astype("int64")
 
 
 def carve(labels: np.ndarray, groups: np.ndarray, fraction: float, seed: int, what: str
           ) -> np.ndarray:
     """A seeded, class-stratified, group-disjoint subset of about ``fraction`` of the rows
-    (a boolean mask), from scikit-learn's ``StratifiedGroupKFold``."""
+    (a boolean mask).
+
+    Each group counts toward its most frequent class. Within a class, its groups are shuffled
+    with ``seed`` and taken in that order while the rows taken so far are under ``fraction``
+    of the class's rows, so at least one group is taken and never the class's last one (a
+    class in a single group stays where it is). scikit-learn's ``StratifiedGroupKFold``
+    does the same job with a Python loop over groups x folds: over two minutes for the
+    challenge's 50,000 ungrouped images, this is under a second.
+    """
     n_groups = len(set(groups.tolist()))
     if n_groups < 2:
         raise DataError(f"cannot carve {what} out: the data has {n_groups} group(s); give "
                         "split folders or a split column, or more videos/patients")
-    k = min(max(2, round(1 / fraction)), n_groups)
-    sgkf = StratifiedGroupKFold(n_splits=k, shuffle=True, random_state=seed)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # "least populated class" is expected
-        _, held = next(sgkf.split(np.zeros(len(labels)), labels, groups))
-    mask = np.zeros(len(labels), dtype=bool)
-    mask[held] = True
-    return mask
+    rows = pd.DataFrame({"g": groups, "y": labels})
+    per = rows.groupby(["g", "y"], sort=True).size().rename("n").reset_index()
+    size = per.groupby("g")["n"].sum()
+    dom = per.sort_values(["n", "y"], ascending=[False, True], kind="stable") \
+        .drop_duplicates("g").set_index("g")["y"]
+    g = pd.DataFrame({"y": dom, "n": size.reindex(dom.index)})
+    g["r"] = np.random.default_rng(seed).permutation(len(g))
+    g = g.sort_values(["y", "r"])
+    by = g.groupby("y")
+    before = by["n"].cumsum() - g["n"]
+    target = fraction * by["n"].transform("sum")
+    last = by.cumcount() == by["n"].transform("size") - 1
+    held = set(g.index[(before < target) & ~last])
+    return np.fromiter((x in held for x in groups), dtype=bool, count=len(groups))
 
 
 def assign_splits(given: pd.Series, labels: pd.Series, groups: pd.Series, *, seed: int,

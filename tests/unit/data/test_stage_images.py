@@ -357,3 +357,33 @@ def test_pipi_stage_images_command(capsule_vision, tmp_path):
     assert "| Angioectasia |" in r.output
     man = json.loads((out / "manifest.json").read_text())
     assert man["grouping"]["patterns"] == [KVASIR_RE, KID_RE]
+
+
+def test_frame_numbers_rule():
+    from pipi.data.staging.images_split import frame_numbers
+
+    f = pd.DataFrame({
+        "video_id": ["v", "v", "v", "p", "p", "p", "t", "t", "s"],
+        "filename": ["v_30.jpg", "v_10.jpg", "v_20.jpg",          # distinct: the numbers
+                     "ulcer-P0-3.jpg", "bleed-P0-3.jpg", "x-P0-1.jpg",   # clash: ranks
+                     "a.jpg", "b.jpg", "image00276.jpg"],
+        "frame_number": [None] * 6 + ["7", "5", None]})           # the table's own
+    assert frame_numbers(f).tolist() == [30, 10, 20, 2, 1, 0, 7, 5, 276]
+
+
+def test_carve_is_stratified_group_disjoint_and_seeded():
+    from pipi.data.staging.images_split import carve
+
+    rng = np.random.default_rng(3)
+    groups = np.repeat(np.arange(200), rng.integers(1, 6, 200)).astype(str)
+    labels = np.array([int(g) % 4 for g in groups])          # one class per group
+    labels[groups == "7"] = 9                                  # a class in a single group
+    held = carve(labels, groups, 0.15, seed=1, what="val")
+    df = pd.DataFrame({"g": groups, "y": labels, "h": held})
+    assert (df.groupby("g")["h"].nunique() == 1).all()         # group-disjoint
+    for y, sub in df[df["y"] != 9].groupby("y"):
+        biggest = sub.groupby("g").size().max()
+        assert 0.15 * len(sub) <= sub["h"].sum() < 0.15 * len(sub) + biggest, y
+    assert not df.loc[df["y"] == 9, "h"].any()                 # its only group stays
+    assert (carve(labels, groups, 0.15, seed=1, what="val") == held).all()
+    assert (carve(labels, groups, 0.15, seed=2, what="val") != held).any()
