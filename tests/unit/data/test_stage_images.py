@@ -387,3 +387,28 @@ def test_carve_is_stratified_group_disjoint_and_seeded():
     assert not df.loc[df["y"] == 9, "h"].any()                 # its only group stays
     assert (carve(labels, groups, 0.15, seed=1, what="val") == held).all()
     assert (carve(labels, groups, 0.15, seed=2, what="val") != held).any()
+
+
+def test_mlproject_stage_source_images_logs_a_run(capsule_vision, tmp_path, monkeypatch,
+                                                   sqlite_tracking):
+    """`mlflow run . -e stage -P source=images -P root=DIR`: the entry point's own options,
+    the default staged folder under PIPI_HOME, and a stage run with the manifest."""
+    import mlflow
+
+    from pipi.cli import ENTRY_POINTS
+
+    monkeypatch.setenv("PIPI_HOME", str(tmp_path / "home"))
+    args = ["--source", "images", "--metadata", "", "--out", "", "--split-manifest", "",
+            "--split", "auto", "--seed", "42", "--link", "hardlink",
+            "--root", str(capsule_vision), "--labels", "", "--classes", "", "--class-map", "",
+            "--multilabel", "false", "--group-pattern", KVASIR_RE]
+    r = CliRunner().invoke(ENTRY_POINTS["stage"], args)
+    assert r.exit_code == 0, r.output
+    out = tmp_path / "home" / "data" / f"images-{capsule_vision.name}"
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["layout"] == "capsule-vision" and man["grouping"]["patterns"] == [KVASIR_RE]
+    run = mlflow.search_runs(search_all_experiments=True, output_format="list")[0]
+    assert run.data.params["stage.layout"] == "capsule-vision"
+    assert run.data.tags["pipi.data_digest"] == man["data_digest"]
+    r = CliRunner().invoke(ENTRY_POINTS["stage"], ["--source", "synthetic", "--root", "x"])
+    assert r.exit_code != 0 and "are for source=images" in r.output
