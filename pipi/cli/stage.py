@@ -19,7 +19,7 @@ _split = click.option(
          "seeded search (--seed) otherwise; paper / random force one. --split-manifest wins.")
 _link = click.option("--link", type=click.Choice(["hardlink", "symlink", "copy"]),
                      default="hardlink", show_default=True)
-_HELP_ROOT = ("source=images: the dataset folder: [<split>/]<Class>/[<Source>/...]<file>, "
+_HELP_ROOT = ("The dataset folder: [<split>/]<Class>/[<Source>/...]<file>, "
               "split folders training|train, validation|val|valid, test (docs/your-own-dataset.md)")
 _HELP_LABELS = ("A label table (CSV, Parquet or Excel): image_path|path|filename, a class column "
                 "or one-hot class columns, optional split, video_id|patient_id, source.")
@@ -52,7 +52,7 @@ def _image_request(root, out, labels, classes, class_map, multilabel, group_patt
 @click.option("--seed", type=int, default=42, show_default=True,
               help="Seeds the search of --split random (or auto on other data).")
 @_link
-@click.option("--root", default="", help=_HELP_ROOT)
+@click.option("--root", default="", help="source=images: " + _HELP_ROOT)
 @click.option("--labels", default="", help="source=images: " + _HELP_LABELS)
 @click.option("--classes", default="", help="source=images: " + _HELP_CLASSES)
 @click.option("--class-map", default="", help="source=images: " + _HELP_CLASS_MAP)
