@@ -17,9 +17,8 @@ import pandas as pd
 
 from pipi import tracking
 from pipi.calibration.objective import TARGET_KVASIR, parse_target
-from pipi.data.galar import stage_galar
-from pipi.data.kvasir import StageResult, load_staged, stage_kvasir
-from pipi.data.synthetic import GALAR_PRESETS, KVASIR_PRESETS, synthesize_galar, synthesize_kvasir
+from pipi.data.staging import StageResult, load_staged, stage_galar, stage_kvasir
+from pipi.data.synth import GALAR_PRESETS, KVASIR_PRESETS, synthesize_galar, synthesize_kvasir
 from pipi.errors import ConfigError
 from pipi.paths import pipi_home
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipi import tracking
-from pipi.data.kvasir import StageResult, load_staged
+from pipi.data.staging import StageResult, load_staged
 from pipi.errors import DataError
 from pipi.runs.data import (
     SYNTHETIC_PRESETS,

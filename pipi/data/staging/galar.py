@@ -3,10 +3,10 @@
 Input: the real Galar layout (``reference/datasets.md``)::
 
     ROOT/metadata.csv             one row per video: File Name (integer id), Capsule System, ...
-    ROOT/Labels/<id>.csv          one row per frame, 27 or 32 columns (pipi.data.galar_labelfile)
+    ROOT/Labels/<id>.csv          one row per frame, 27 or 32 columns (pipi.data.staging.galar_labelfile)
     ROOT/Frames/<id>/frame_<frame:06d>.PNG   (folder ``1`` or zero-padded ``001``; PNG or JPEG)
 
-Output, under ``OUT``: the layout of Kvasir staging (:mod:`pipi.data.kvasir`), so that
+Output, under ``OUT``: the layout of Kvasir staging (:mod:`pipi.data.staging.kvasir`), so that
 ``load_staged`` and the uint8 cache read it unchanged::
 
     OUT/test/<Kvasir class>/<video_id>_<frame>.png   every frame in "test" (zero-shot)
@@ -17,7 +17,7 @@ Output, under ``OUT``: the layout of Kvasir staging (:mod:`pipi.data.kvasir`), s
 
 Rules (each recorded in the manifest):
 
-* **Classes** come from a Galar -> Kvasir mapping (:func:`pipi.data.galar_mapping.load_mapping`;
+* **Classes** come from a Galar -> Kvasir mapping (:func:`pipi.data.staging.galar_mapping.load_mapping`;
   the paper's by default). Every Galar column is mapped, used by the Normal clean mucosa
   derivation, or dropped with a reason (``manifest["columns"]``); positives of unmapped
   pathology columns are counted (``unmapped_positives``). Reduced Mucosal View is not
@@ -42,14 +42,10 @@ written: staging happens in a temporary folder beside ``OUT``, renamed into plac
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import re
-import shutil
 from collections import Counter
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -58,14 +54,30 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from pipi.classes import CLASSES, class_index
-from pipi.data.galar_labelfile import (
+from pipi.data.staging.common import (
+    FRAME_COLUMNS,
+    SCHEMA_VERSION,
+    SPLITS,
+    StageResult,
+    check_link,
+    check_out,
+    compute_data_digest,
+    count_table,
+    format_count_table,
+    hash_images,
+    place,
+    split_sha256,
+    staging_area,
+    write_index,
+)
+from pipi.data.staging.galar_labelfile import (
     HEADER_32,
     SECTION_COLUMNS,
     LabelTable,
     line_of_row,
     read_label_files,
 )
-from pipi.data.galar_mapping import (
+from pipi.data.staging.galar_mapping import (
     MULTILABEL_RULES,
     NOT_EVALUABLE,
     GalarMapping,
@@ -73,14 +85,14 @@ from pipi.data.galar_mapping import (
     column_roles,
     load_mapping,
 )
-from pipi.data.galar_presets import (
+from pipi.data.staging.galar_presets import (
     GALAR_PRESETS,
     SAMPLE_RULES,
     GalarPreset,
     resolve_preset,
     sample_frames,
 )
-from pipi.data.galar_release import (
+from pipi.data.staging.galar_release import (
     FOLDS,
     label_files,
     parse_video_spec,
@@ -90,20 +102,8 @@ from pipi.data.galar_release import (
     select_videos,
     vendor_folds,
 )
-from pipi.data.kvasir import (
-    FRAME_COLUMNS,
-    SCHEMA_VERSION,
-    SPLITS,
-    StageResult,
-    _check_image,
-    _place,
-    compute_data_digest,
-    count_table,
-    format_count_table,
-    split_sha256,
-)
 from pipi.errors import DataError
-from pipi.paths import staging_dir
+from pipi.paths import publish_dir
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +219,8 @@ def _source_labels(kept: pd.DataFrame, tables: dict[int, LabelTable]) -> dict[st
 
 
 # --------------------------------------------------------------------------- staging
-def _check_args(frames_per_class, link, multilabel, calibration_fraction, out: Path) -> None:
+def _check_args(frames_per_class, link, multilabel, calibration_fraction, sample,
+                out: Path) -> None:
     if frames_per_class is not None and (
         isinstance(frames_per_class, bool) or not isinstance(frames_per_class, int)
         or frames_per_class < 1
@@ -227,35 +228,74 @@ def _check_args(frames_per_class, link, multilabel, calibration_fraction, out: P
         raise DataError(
             f"frames_per_class must be an integer >= 1 or None, got {frames_per_class!r}"
         )
-    if link not in ("hardlink", "symlink", "copy"):
-        raise DataError(f"link must be hardlink, symlink or copy, got {link!r}")
+    check_link(link)
     if multilabel not in MULTILABEL_RULES:
         raise DataError(f"multilabel must be one of {list(MULTILABEL_RULES)}, got {multilabel!r}")
     if not 0.0 <= calibration_fraction < 1.0:
         raise DataError(f"calibration_fraction must be in [0, 1), got {calibration_fraction!r}")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise DataError(f"{out}: output folder exists and is not empty; choose a new --out")
+    check_out(out)
+    if sample not in SAMPLE_RULES:
+        raise DataError(f"sample must be one of {list(SAMPLE_RULES)}, got {sample!r}")
 
 
-def _verify_images(kept: pd.DataFrame, tables, workers: int, progress: bool) -> dict[Path, str]:
-    """Fully decode and hash every kept image; errors name the label file and line."""
-    row_of = {s: (v, r) for s, v, r in zip(kept["src"], kept["vid"], kept["row"])}
+@dataclass(frozen=True)
+class _Release:
+    """The parts of a Galar release that staging reads, the videos selected."""
 
-    def verify(p: Path) -> str:
-        try:
-            return _check_image(p)
-        except DataError as exc:
-            v, r = row_of[p]
-            raise DataError(
-                f"{exc} (listed in {tables[v].path}, line {line_of_row(tables[v], r)})"
-            ) from None
+    root: Path
+    meta_path: Path
+    meta: pd.DataFrame  # video_id, capsule_system, line (metadata.csv)
+    subsets: list  # the mapping's stratification subsets (SystemSubset)
+    labels_of: dict[int, Path]  # video id -> label file
+    sel: pd.DataFrame  # the selected rows of ``meta``
+    frames_root: Path
 
-    unique_src = list(row_of)
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        return dict(zip(unique_src, tqdm(
-            pool.map(verify, unique_src), total=len(unique_src), desc="verify images",
-            unit="img", disable=not progress,
-        )))
+
+def _read_release(root: Path, mapping: GalarMapping, videos, capsule_systems) -> _Release:
+    """Read metadata.csv, select the videos and check each has a label file."""
+    meta_path = root / mapping.metadata_csv_path
+    meta = read_galar_metadata(meta_path, system_column=mapping.metadata_column)
+    subsets = resolve_subsets(meta, mapping, meta_path)
+    labels_of = label_files(root, meta)
+    sel = select_videos(meta, mapping, videos, capsule_systems, meta_path)
+    absent = [(v, ln) for v, ln in zip(sel["video_id"], sel["line"]) if v not in labels_of]
+    if absent:
+        v, ln = absent[0]
+        raise DataError(
+            f"{meta_path}, line {ln}: video {v} has no label file {root / 'Labels' / f'{v}.csv'}"
+            f" ({len(absent)} selected video(s) lack one); pass --videos to leave them out"
+        )
+    frames_root = root / "Frames"
+    if not frames_root.is_dir():
+        raise DataError(f"{frames_root}: folder not found; a Galar release has ROOT/Frames/<id>/")
+    return _Release(root, meta_path, meta, subsets, labels_of, sel, frames_root)
+
+
+def _place_frames(kept: pd.DataFrame, scan: _LabelScan, rel: _Release, systems, fold,
+                  stage_dir: Path, link: str, workers: int, progress: bool):
+    """Find, verify (full decode), hash and place the kept frames; ``(kept, shas)`` with the
+    frame index's columns added to ``kept``."""
+    kept["src"] = resolve_frames(kept, scan.tables, rel.frames_root, rel.meta, rel.meta_path)
+    listed = {s: (v, r) for s, v, r in zip(kept["src"], kept["vid"], kept["row"])}
+
+    def where(p: Path) -> str:
+        v, r = listed[p]
+        return f"listed in {scan.tables[v].path}, line {line_of_row(scan.tables[v], r)}"
+
+    shas = hash_images(kept["src"], workers=workers, progress=progress, where=where)
+    kept["video_id"] = kept["vid"].astype(str)
+    kept["split"] = "test"
+    kept["filename"] = [f"{v}_{f}{Path(s).suffix.lower()}"
+                        for v, f, s in zip(kept["vid"], kept["frame_number"], kept["src"])]
+    kept["path"] = [f"test/{c}/{f}" for c, f in zip(kept["class"], kept["filename"])]
+    kept["class_index"] = [class_index(c) for c in kept["class"]]
+    kept["capsule_system"] = kept["vid"].map(systems)
+    kept["vendor_fold"] = kept["vid"].map(fold)
+    kept = kept.assign(**_source_labels(kept, scan.tables))
+    for r in tqdm(kept.itertuples(index=False), total=len(kept), desc="stage", unit="img",
+                  disable=not progress):
+        place(r.src, stage_dir / r.path, link)
+    return kept, shas
 
 
 def stage_galar(
@@ -298,7 +338,7 @@ def stage_galar(
         How images are placed (hardlinks fall back to copies across devices).
     multilabel : {"priority", "duplicate", "exclude"}
         Rule for a frame positive for several mapped classes
-        (:func:`pipi.data.galar_mapping.assign_classes`).
+        (:func:`pipi.data.staging.galar_mapping.assign_classes`).
     calibration_fraction : float
         Share of each capsule system's videos in the calibration fold.
     sample : {"random", "first"}
@@ -315,70 +355,48 @@ def stage_galar(
     Returns
     -------
     StageResult
-        As :func:`pipi.data.kvasir.stage_kvasir`; ``frames`` has :data:`GALAR_FRAME_COLUMNS`.
+        As :func:`pipi.data.staging.kvasir.stage_kvasir`; ``frames`` has
+        :data:`GALAR_FRAME_COLUMNS`.
     """
     root, out = Path(root), Path(out)
     pre = resolve_preset(preset, videos, frames_per_class, sample)
     if pre is not None:
         frames_per_class, sample = pre.frames_per_class, pre.sample
-    _check_args(frames_per_class, link, multilabel, calibration_fraction, out)
-    if sample not in SAMPLE_RULES:
-        raise DataError(f"sample must be one of {list(SAMPLE_RULES)}, got {sample!r}")
+    _check_args(frames_per_class, link, multilabel, calibration_fraction, sample, out)
     if not root.is_dir():
         raise DataError(f"{root}: Galar release folder not found")
     if not isinstance(mapping, GalarMapping):
         mapping = load_mapping(mapping)
     if pre is not None and pre.claim == "table":  # the first mapped class in the table wins
         mapping = replace(mapping, priority=tuple(dict.fromkeys(k for _, k in mapping.table)))
-    meta_path = root / mapping.metadata_csv_path
-    meta = read_galar_metadata(meta_path, system_column=mapping.metadata_column)
-    subsets = resolve_subsets(meta, mapping, meta_path)
-    labels_of = label_files(root, meta)
-    sel = select_videos(meta, mapping, videos, capsule_systems, meta_path)
-    absent = [(v, ln) for v, ln in zip(sel["video_id"], sel["line"]) if v not in labels_of]
-    if absent:
-        v, ln = absent[0]
-        raise DataError(
-            f"{meta_path}, line {ln}: video {v} has no label file {root / 'Labels' / f'{v}.csv'}"
-            f" ({len(absent)} selected video(s) lack one); pass --videos to leave them out"
-        )
-    frames_root = root / "Frames"
-    if not frames_root.is_dir():
-        raise DataError(f"{frames_root}: folder not found; a Galar release has ROOT/Frames/<id>/")
-
+    rel = _read_release(root, mapping, videos, capsule_systems)
     # 1. labels: columnar parse and classes (no image touched yet)
-    scan = _scan_labels(sel, labels_of, mapping, multilabel, progress)
+    scan = _scan_labels(rel.sel, rel.labels_of, mapping, multilabel, progress)
     if scan.cands.empty:
         raise DataError(
             f"{root}: no frame of the selected videos maps to a Kvasir-Capsule class under "
             f"{mapping.source}"
         )
     # 2. vendor folds and the seeded draw
-    systems = dict(zip(sel["video_id"].astype(int), sel["capsule_system"]))
+    systems = dict(zip(rel.sel["video_id"].astype(int), rel.sel["capsule_system"]))
     fold = vendor_folds(systems, seed=seed, calibration_fraction=calibration_fraction)
     kept = sample_frames(scan.cands, frames_per_class, seed, sample).copy()
     kept["vid"] = kept["vid"].astype(int)
     kept = kept.sort_values(["vid", "frame_number", "class"]).reset_index(drop=True)
-
-    tmp = staging_dir(out)
-    try:
-        # 3. only the kept frames: find, verify (full decode), hash and place them
-        kept["src"] = resolve_frames(kept, scan.tables, frames_root, meta, meta_path)
-        shas = _verify_images(kept, scan.tables, workers, progress)
-        kept["video_id"] = kept["vid"].astype(str)
-        kept["split"] = "test"
-        kept["filename"] = [f"{v}_{f}{Path(s).suffix.lower()}"
-                            for v, f, s in zip(kept["vid"], kept["frame_number"], kept["src"])]
-        kept["path"] = [f"test/{c}/{f}" for c, f in zip(kept["class"], kept["filename"])]
-        kept["class_index"] = [class_index(c) for c in kept["class"]]
-        kept["capsule_system"] = kept["vid"].map(systems)
-        kept["vendor_fold"] = kept["vid"].map(fold)
-        kept = kept.assign(**_source_labels(kept, scan.tables))
+    selection = {
+        "videos": None if videos is None else list(parse_video_spec(videos)),
+        "capsule_systems": None if capsule_systems is None else sorted(set(systems.values())),
+        "frames_per_class": frames_per_class,
+        "sample": sample,
+        "preset": None if pre is None else {
+            "name": preset, "note": pre.note, "n_videos": pre.n_videos,
+            "paper_n_frames": pre.n_frames, "staged_n_frames": None},
+    }
+    with staging_area(out) as tmp:
+        # 3. only the kept frames: find, verify, hash and place them
         stage_dir = tmp / "staged"
-        for r in tqdm(kept.itertuples(index=False), total=len(kept), desc="stage", unit="img",
-                      disable=not progress):
-            _place(r.src, stage_dir / r.path, link)
-
+        kept, shas = _place_frames(kept, scan, rel, systems, fold, stage_dir, link, workers,
+                                   progress)
         frames = (
             kept.sort_values(["class_index", "vid", "frame_number"])
             .reset_index(drop=True)[list(GALAR_FRAME_COLUMNS)]
@@ -387,86 +405,82 @@ def stage_galar(
         prank = frames["class"].map({c: i for i, c in enumerate(mapping.priority)}).fillna(-1)
         counts = count_table(frames.assign(  # a duplicated frame counts toward its priority class
             primary=prank == prank.groupby(frames["filename"]).transform("min")))
-        v2s = {str(v): "test" for v in sorted(systems)}
-        fold_content = split_sha256({str(v): f"test:{f}" for v, f in fold.items()})
-        digest = compute_data_digest(
-            fold_content,
-            [(p, c, shas[s]) for p, c, s in zip(kept["path"], kept["class"], kept["src"])],
-        )
-        manifest = {
-            "schema_version": SCHEMA_VERSION,
-            "dataset": "galar",
-            "video_to_split": v2s,
-            "content_sha256": split_sha256(v2s),
-            "data_digest": digest,
-            "split_source": "galar zero-shot: every selected video in test",
-            "seed": seed,
-            "classes": list(CLASSES),
-            "evaluable_classes": [c for c in CLASSES if counts.loc[c, "test_per_class"] > 0],
-            "counts": {s: {c: int(counts.loc[c, s]) for c in CLASSES} for s in SPLITS},
-            "counts_per_class": {s: {c: int(counts.loc[c, f"{s}_per_class"]) for c in CLASSES}
-                                 for s in SPLITS},
-            "videos": {s: sorted(v for v, x in v2s.items() if x == s) for s in SPLITS},
-            "n_frames": {s: int(counts.loc["Total", s]) for s in SPLITS},
-            "multilabel_frames": sorted(frames.loc[frames["multilabel"], "filename"].unique()),
-            "multilabel": {
-                "rule": multilabel,
-                "priority": list(mapping.priority),
-                "frames_in_selection": scan.n_multi,
-                "frames_excluded": scan.n_multi if multilabel == "exclude" else 0,
-                "frames_staged": int(frames.loc[frames["multilabel"], "filename"].nunique()),
-                "combinations": scan.combos,
-            },
-            **_fold_record(frames, systems, fold, calibration_fraction, seed, fold_content),
-            "galar_official_split": {
-                "train": [str(v) for v in sorted(systems) if v < 61],
-                "test": [str(v) for v in sorted(systems) if v >= 61],
-            },
-            "header_variants": {
-                str(k): [str(v) for v in sorted(systems) if scan.tables[v].header_variant == k]
-                for k in (27, 32)
-            },
-            "selection": {
-                "videos": None if videos is None else list(parse_video_spec(videos)),
-                "capsule_systems": None if capsule_systems is None
-                else sorted(set(systems.values())),
-                "frames_per_class": frames_per_class,
-                "sample": sample,
-                "preset": None if pre is None else {
-                    "name": preset, "note": pre.note, "n_videos": pre.n_videos,
-                    "paper_n_frames": pre.n_frames, "staged_n_frames": len(frames)},
-            },
-            "label_rows": scan.n_rows,
-            "unstaged_rows": {
-                "no_mapped_class_and_not_normal": scan.n_unassigned,
-                "multilabel_excluded": scan.n_multi if multilabel == "exclude" else 0,
-                "not_drawn": int(len(scan.cands) - len(kept)),
-            },
-            "mapping": mapping.as_dict(),
-            "capsule_system_subsets": _subset_record(subsets, meta, mapping, meta_path),
-            "normal_clean_mucosa_rule": _normal_record(mapping),
-            "label_files": _label_file_record(scan.tables, mapping),
-            "mapping_table_counts": scan.per_column,
-            "columns": column_roles(mapping),
-            "unmapped_positives": scan.unmapped,
-            "not_evaluable": dict(NOT_EVALUABLE),
-        }
-        frames.to_parquet(stage_dir / "frames.parquet", index=False)
-        (stage_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-        (stage_dir / "counts.md").write_text(
-            format_count_table(counts, GALAR_PRIMARY_RULE) + "\n" + format_vendor_table(frames)
-        )
-        counts.to_csv(stage_dir / "counts.csv")
-        if out.exists():
-            out.rmdir()
-        os.replace(stage_dir, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if pre is not None:
+            selection["preset"]["staged_n_frames"] = len(frames)
+        manifest = _manifest(frames, kept, shas, counts, scan, rel, mapping, systems, fold,
+                             seed=seed, multilabel=multilabel, selection=selection,
+                             calibration_fraction=calibration_fraction)
+        write_index(stage_dir, frames, manifest, counts,
+                    format_count_table(counts, GALAR_PRIMARY_RULE) + "\n"
+                    + format_vendor_table(frames))
+        publish_dir(stage_dir, out)
     log.info("staged %d Galar frames of %d videos into %s", len(frames), len(systems), out)
     if pre is not None and len(frames) != pre.n_frames:
         log.warning("preset %s: %d frames staged, the paper reports %d (other videos than "
                     "the paper's?)", preset, len(frames), pre.n_frames)
     return StageResult(out=out, manifest=manifest, frames=frames, counts=counts)
+
+
+def _manifest(frames, kept, shas, counts, scan: _LabelScan, rel: _Release,
+              mapping: GalarMapping, systems, fold, *, seed: int, multilabel: str,
+              selection: dict, calibration_fraction: float) -> dict:
+    """The staged Galar folder's manifest.json (module docstring: rules and hashes)."""
+    v2s = {str(v): "test" for v in sorted(systems)}
+    fold_content = split_sha256({str(v): f"test:{f}" for v, f in fold.items()})
+    digest = compute_data_digest(
+        fold_content,
+        [(p, c, shas[s]) for p, c, s in zip(kept["path"], kept["class"], kept["src"])],
+    )
+    n_excluded = scan.n_multi if multilabel == "exclude" else 0
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "dataset": "galar",
+        "video_to_split": v2s,
+        "content_sha256": split_sha256(v2s),
+        "data_digest": digest,
+        "split_source": "galar zero-shot: every selected video in test",
+        "seed": seed,
+        "classes": list(CLASSES),
+        "evaluable_classes": [c for c in CLASSES if counts.loc[c, "test_per_class"] > 0],
+        "counts": {s: {c: int(counts.loc[c, s]) for c in CLASSES} for s in SPLITS},
+        "counts_per_class": {s: {c: int(counts.loc[c, f"{s}_per_class"]) for c in CLASSES}
+                             for s in SPLITS},
+        "videos": {s: sorted(v for v, x in v2s.items() if x == s) for s in SPLITS},
+        "n_frames": {s: int(counts.loc["Total", s]) for s in SPLITS},
+        "multilabel_frames": sorted(frames.loc[frames["multilabel"], "filename"].unique()),
+        "multilabel": {
+            "rule": multilabel,
+            "priority": list(mapping.priority),
+            "frames_in_selection": scan.n_multi,
+            "frames_excluded": n_excluded,
+            "frames_staged": int(frames.loc[frames["multilabel"], "filename"].nunique()),
+            "combinations": scan.combos,
+        },
+        **_fold_record(frames, systems, fold, calibration_fraction, seed, fold_content),
+        "galar_official_split": {
+            "train": [str(v) for v in sorted(systems) if v < 61],
+            "test": [str(v) for v in sorted(systems) if v >= 61],
+        },
+        "header_variants": {
+            str(k): [str(v) for v in sorted(systems) if scan.tables[v].header_variant == k]
+            for k in (27, 32)
+        },
+        "selection": selection,
+        "label_rows": scan.n_rows,
+        "unstaged_rows": {
+            "no_mapped_class_and_not_normal": scan.n_unassigned,
+            "multilabel_excluded": n_excluded,
+            "not_drawn": int(len(scan.cands) - len(kept)),
+        },
+        "mapping": mapping.as_dict(),
+        "capsule_system_subsets": _subset_record(rel.subsets, rel.meta, mapping, rel.meta_path),
+        "normal_clean_mucosa_rule": _normal_record(mapping),
+        "label_files": _label_file_record(scan.tables, mapping),
+        "mapping_table_counts": scan.per_column,
+        "columns": column_roles(mapping),
+        "unmapped_positives": scan.unmapped,
+        "not_evaluable": dict(NOT_EVALUABLE),
+    }
 
 
 def _subset_record(subsets, meta: pd.DataFrame, mapping: GalarMapping, meta_path: Path) -> dict:

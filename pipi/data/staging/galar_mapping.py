@@ -1,7 +1,7 @@
 """The Galar -> Kvasir-Capsule class mapping and the class of every Galar frame.
 
 :func:`load_mapping` reads a mapping in the format of the GalKva-2026 release's
-``class_mapping.json`` (the default, ``pipi/data/galar_mapping.json``, is the paper's);
+``class_mapping.json`` (the default, ``pipi/data/staging/galar_mapping.json``, is the paper's);
 :func:`assign_classes` turns a label table into Kvasir classes under a stated rule for frames
 positive for several mapped classes; :func:`column_roles` says, for every Galar column,
 whether it is mapped, used by the Normal clean mucosa derivation, or dropped, and why.
@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from pipi.classes import CLASSES, canonical, is_known
-from pipi.data.galar_labelfile import (
+from pipi.data.staging.galar_labelfile import (
     ALL_COLUMNS,
     HEADER_32,
     SECTION_COLUMNS,
@@ -136,7 +136,7 @@ class GalarMapping:
     ignored: tuple[str, ...] = ()  # informational keys of the file that pipi does not use
     #: capsule-system names (values of ``metadata_column``) the subsets list, as written; the
     #: videos they stand for are resolved against the staged metadata.csv
-    #: (:func:`pipi.data.galar_release.resolve_subsets`)
+    #: (:func:`pipi.data.staging.galar_release.resolve_subsets`)
     pillcam_systems: tuple[str, ...] = ()
     olympus_systems: tuple[str, ...] = ()
     available_systems: tuple[tuple[str, int], ...] = ()  # as stated: system -> number of videos
@@ -309,8 +309,8 @@ def load_mapping(path: Path | None = None) -> GalarMapping:
     the file and line.
     """
     if path is None:
-        text = resources.files("pipi.data").joinpath("galar_mapping.json").read_text("utf-8")
-        source = "pipi default mapping (pipi/data/galar_mapping.json)"
+        text = resources.files("pipi.data.staging").joinpath("galar_mapping.json").read_text("utf-8")
+        source = "pipi default mapping (pipi/data/staging/galar_mapping.json)"
     else:
         try:
             text = Path(path).read_text(encoding="utf-8-sig")
