@@ -43,13 +43,11 @@ written: staging happens in a temporary folder beside ``OUT``, renamed into plac
 from __future__ import annotations
 
 import logging
-import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
@@ -70,18 +68,11 @@ from pipi.data.staging.common import (
     staging_area,
     write_index,
 )
-from pipi.data.staging.galar_labelfile import (
-    HEADER_32,
-    SECTION_COLUMNS,
-    LabelTable,
-    line_of_row,
-    read_label_files,
-)
+from pipi.data.staging.galar_labelfile import LabelTable, line_of_row
 from pipi.data.staging.galar_mapping import (
     MULTILABEL_RULES,
     NOT_EVALUABLE,
     GalarMapping,
-    assign_classes,
     column_roles,
     load_mapping,
 )
@@ -102,6 +93,13 @@ from pipi.data.staging.galar_release import (
     select_videos,
     vendor_folds,
 )
+from pipi.data.staging.galar_scan import (
+    LABEL_SOURCE,
+    LabelScan,
+    label_column,
+    scan_labels,
+    source_labels,
+)
 from pipi.errors import DataError
 from pipi.paths import publish_dir
 
@@ -111,7 +109,6 @@ __all__ = [
     "FOLDS",
     "GALAR_FRAME_COLUMNS",
     "GALAR_PRESETS",
-    "LABEL_PREFIX",
     "SAMPLE_RULES",
     "GalarPreset",
     "format_vendor_table",
@@ -121,15 +118,6 @@ __all__ = [
     "vendor_folds",
 ]
 
-#: frames.parquet column prefix of the source Galar labels: ``galar_active_bleeding`` ...
-LABEL_PREFIX = "galar_"
-_LABEL_SOURCE = tuple(c for c in HEADER_32 if c not in ("index", "frame"))
-
-
-def _label_column(name: str) -> str:
-    return LABEL_PREFIX + re.sub(r"[\s\-]+", "_", name.strip().lower())
-
-
 #: How counts.md counts a frame staged under several classes (``--multilabel duplicate``).
 GALAR_PRIMARY_RULE = ("a frame staged under several classes counts once, toward the first of "
                       "them in the mapping's multilabel priority")
@@ -138,111 +126,64 @@ GALAR_PRIMARY_RULE = ("a frame staged under several classes counts once, toward 
 #: ``anatomical_section``: the frame's section by name (LabelTable.sections; "" if unknown).
 GALAR_FRAME_COLUMNS: tuple[str, ...] = FRAME_COLUMNS + (
     "capsule_system", "vendor_fold", "anatomical_section") + tuple(
-    _label_column(c) for c in _LABEL_SOURCE
+    label_column(c) for c in LABEL_SOURCE
 )
-# --------------------------------------------------------------------------- labels
-@dataclass(frozen=True)
-class _LabelScan:
-    """Every selected label file parsed, with the candidate (frame, class) rows and tallies."""
-
-    tables: dict[int, LabelTable]
-    cands: pd.DataFrame  # vid, row, frame_number, class, multilabel
-    n_rows: int  # label rows read
-    n_multi: int  # rows positive for several mapped classes
-    n_unassigned: int  # rows with no mapped class that are not Normal either
-    combos: dict[str, int]  # "Blood - fresh+Ulcer" -> rows
-    unmapped: dict[str, int]  # unmapped (non-section) column -> positives
-    per_column: list[dict]  # the mapping table with positives and n_videos of this copy
-
-
-def _scan_labels(
-    sel: pd.DataFrame, labels_of: dict[int, Path], mapping: GalarMapping, multilabel: str,
-    progress: bool,
-) -> _LabelScan:
-    tables: dict[int, LabelTable] = {}
-    parts, unmapped, combos = [], Counter(), Counter()
-    n_rows = n_multi = n_unassigned = 0
-    other = [c for c, r in column_roles(mapping).items() if r["role"] != "mapped"
-             and c not in ("index", "frame", "section", *SECTION_COLUMNS)]
-    vids = [int(v) for v in sel["video_id"]]
-    with tqdm(total=len(vids), desc="read labels", unit="video", disable=not progress) as bar:
-        read = read_label_files([labels_of[v] for v in vids], strict=mapping.used_columns,
-                                on_file=bar.update)
-    for vid, t in zip(vids, read):
-        tables[vid] = t
-        rows, cls, n_mapped = assign_classes(t, mapping, multilabel=multilabel)
-        multi = np.nonzero(n_mapped > 1)[0]
-        n_rows += t.frame.shape[0]
-        n_multi += multi.size
-        n_unassigned += int(t.frame.shape[0] - np.unique(rows).size) - (
-            multi.size if multilabel == "exclude" else 0)
-        if multi.size:
-            pos = {k: np.zeros(t.frame.shape[0], bool) for k in mapping.priority}
-            for g, k in mapping.table:
-                v = t.column(g)
-                if v is not None:
-                    pos[k] |= v == 1
-            combos.update("+".join(k for k in mapping.priority if pos[k][r]) for r in multi)
-        for c in other:
-            v = t.column(c)
-            if v is not None:
-                unmapped[c] += int((v == 1).sum())
-        parts.append(pd.DataFrame({
-            "vid": vid, "row": rows, "frame_number": t.frame[rows], "class": cls,
-            "multilabel": n_mapped[rows] > 1, "anatomical_section": t.sections()[rows],
-        }))
-    per_column = []
-    for g, k in mapping.table:
-        pos = [int((c == 1).sum()) for c in (t.column(g) for t in tables.values()) if c is not None]
-        per_column.append({"galar_column": g, "kvasir_class": k, "positives": sum(pos),
-                           "n_videos": sum(1 for n in pos if n > 0)})
-    return _LabelScan(
-        tables=tables, cands=pd.concat(parts, ignore_index=True), n_rows=n_rows,
-        n_multi=n_multi, n_unassigned=n_unassigned, combos=dict(sorted(combos.items())),
-        unmapped=dict(sorted(unmapped.items())), per_column=per_column,
-    )
-
-
-def _source_labels(kept: pd.DataFrame, tables: dict[int, LabelTable]) -> dict[str, np.ndarray]:
-    """The Galar label columns of every kept row (-1 where the file lacks the column)."""
-    rows = kept["row"].to_numpy()
-    out = {}
-    groups = kept.groupby("vid").indices
-    for src_col in _LABEL_SOURCE:
-        vals = np.full(len(kept), -1, np.int8)
-        for vid, idx in groups.items():
-            v = tables[vid].column(src_col)
-            if v is not None:
-                vals[idx] = v[rows[idx]]
-        out[_label_column(src_col)] = vals
-    return out
 
 
 # --------------------------------------------------------------------------- staging
-def _check_args(frames_per_class, link, multilabel, calibration_fraction, sample,
-                out: Path) -> None:
-    if frames_per_class is not None and (
-        isinstance(frames_per_class, bool) or not isinstance(frames_per_class, int)
-        or frames_per_class < 1
-    ):
-        raise DataError(
-            f"frames_per_class must be an integer >= 1 or None, got {frames_per_class!r}"
-        )
-    check_link(link)
-    if multilabel not in MULTILABEL_RULES:
-        raise DataError(f"multilabel must be one of {list(MULTILABEL_RULES)}, got {multilabel!r}")
-    if not 0.0 <= calibration_fraction < 1.0:
-        raise DataError(f"calibration_fraction must be in [0, 1), got {calibration_fraction!r}")
+@dataclass(frozen=True)
+class _Request:
+    """``stage_galar``'s arguments, checked, with the preset applied and the mapping loaded."""
+
+    root: Path
+    out: Path
+    mapping: GalarMapping
+    pre: GalarPreset | None
+    frames_per_class: int | None
+    capsule_systems: str | Iterable[str] | None
+    videos: str | Iterable[int] | None
+    seed: int
+    link: str
+    multilabel: str
+    calibration_fraction: float
+    workers: int
+    progress: bool
+    sample: str
+    preset: str | None
+
+
+def _request(root: Path, out: Path, mapping, **kw) -> _Request:
+    """Check the arguments (one line each), apply the preset and load the mapping."""
+    root, out = Path(root), Path(out)
+    pre = resolve_preset(kw["preset"], kw["videos"], kw["frames_per_class"], kw["sample"])
+    if pre is not None:
+        kw.update(frames_per_class=pre.frames_per_class, sample=pre.sample)
+    fpc = kw["frames_per_class"]
+    if fpc is not None and (isinstance(fpc, bool) or not isinstance(fpc, int) or fpc < 1):
+        raise DataError(f"frames_per_class must be an integer >= 1 or None, got {fpc!r}")
+    check_link(kw["link"])
+    if kw["multilabel"] not in MULTILABEL_RULES:
+        raise DataError(f"multilabel must be one of {list(MULTILABEL_RULES)}, "
+                        f"got {kw['multilabel']!r}")
+    if not 0.0 <= kw["calibration_fraction"] < 1.0:
+        raise DataError(f"calibration_fraction must be in [0, 1), "
+                        f"got {kw['calibration_fraction']!r}")
     check_out(out)
-    if sample not in SAMPLE_RULES:
-        raise DataError(f"sample must be one of {list(SAMPLE_RULES)}, got {sample!r}")
+    if kw["sample"] not in SAMPLE_RULES:
+        raise DataError(f"sample must be one of {list(SAMPLE_RULES)}, got {kw['sample']!r}")
+    if not root.is_dir():
+        raise DataError(f"{root}: Galar release folder not found")
+    if not isinstance(mapping, GalarMapping):
+        mapping = load_mapping(mapping)
+    if pre is not None and pre.claim == "table":  # the first mapped class in the table wins
+        mapping = replace(mapping, priority=tuple(dict.fromkeys(k for _, k in mapping.table)))
+    return _Request(root=root, out=out, mapping=mapping, pre=pre, **kw)
 
 
 @dataclass(frozen=True)
 class _Release:
     """The parts of a Galar release that staging reads, the videos selected."""
 
-    root: Path
     meta_path: Path
     meta: pd.DataFrame  # video_id, capsule_system, line (metadata.csv)
     subsets: list  # the mapping's stratification subsets (SystemSubset)
@@ -251,13 +192,14 @@ class _Release:
     frames_root: Path
 
 
-def _read_release(root: Path, mapping: GalarMapping, videos, capsule_systems) -> _Release:
+def _read_release(req: _Request) -> _Release:
     """Read metadata.csv, select the videos and check each has a label file."""
+    root, mapping = req.root, req.mapping
     meta_path = root / mapping.metadata_csv_path
     meta = read_galar_metadata(meta_path, system_column=mapping.metadata_column)
     subsets = resolve_subsets(meta, mapping, meta_path)
     labels_of = label_files(root, meta)
-    sel = select_videos(meta, mapping, videos, capsule_systems, meta_path)
+    sel = select_videos(meta, mapping, req.videos, req.capsule_systems, meta_path)
     absent = [(v, ln) for v, ln in zip(sel["video_id"], sel["line"]) if v not in labels_of]
     if absent:
         v, ln = absent[0]
@@ -268,11 +210,27 @@ def _read_release(root: Path, mapping: GalarMapping, videos, capsule_systems) ->
     frames_root = root / "Frames"
     if not frames_root.is_dir():
         raise DataError(f"{frames_root}: folder not found; a Galar release has ROOT/Frames/<id>/")
-    return _Release(root, meta_path, meta, subsets, labels_of, sel, frames_root)
+    return _Release(meta_path, meta, subsets, labels_of, sel, frames_root)
 
 
-def _place_frames(kept: pd.DataFrame, scan: _LabelScan, rel: _Release, systems, fold,
-                  stage_dir: Path, link: str, workers: int, progress: bool):
+def _draw(req: _Request, rel: _Release, scan: LabelScan):
+    """``(systems, fold, kept)``: each selected video's capsule system and vendor fold, and
+    the candidate rows kept by the seeded draw."""
+    if scan.cands.empty:
+        raise DataError(
+            f"{req.root}: no frame of the selected videos maps to a Kvasir-Capsule class under "
+            f"{req.mapping.source}"
+        )
+    systems = dict(zip(rel.sel["video_id"].astype(int), rel.sel["capsule_system"]))
+    fold = vendor_folds(systems, seed=req.seed, calibration_fraction=req.calibration_fraction)
+    kept = sample_frames(scan.cands, req.frames_per_class, req.seed, req.sample).copy()
+    kept["vid"] = kept["vid"].astype(int)
+    kept = kept.sort_values(["vid", "frame_number", "class"]).reset_index(drop=True)
+    return systems, fold, kept
+
+
+def _place_frames(req: _Request, rel: _Release, scan: LabelScan, kept: pd.DataFrame, systems,
+                  fold, stage_dir: Path):
     """Find, verify (full decode), hash and place the kept frames; ``(kept, shas)`` with the
     frame index's columns added to ``kept``."""
     kept["src"] = resolve_frames(kept, scan.tables, rel.frames_root, rel.meta, rel.meta_path)
@@ -282,7 +240,7 @@ def _place_frames(kept: pd.DataFrame, scan: _LabelScan, rel: _Release, systems, 
         v, r = listed[p]
         return f"listed in {scan.tables[v].path}, line {line_of_row(scan.tables[v], r)}"
 
-    shas = hash_images(kept["src"], workers=workers, progress=progress, where=where)
+    shas = hash_images(kept["src"], workers=req.workers, progress=req.progress, where=where)
     kept["video_id"] = kept["vid"].astype(str)
     kept["split"] = "test"
     kept["filename"] = [f"{v}_{f}{Path(s).suffix.lower()}"
@@ -291,66 +249,61 @@ def _place_frames(kept: pd.DataFrame, scan: _LabelScan, rel: _Release, systems, 
     kept["class_index"] = [class_index(c) for c in kept["class"]]
     kept["capsule_system"] = kept["vid"].map(systems)
     kept["vendor_fold"] = kept["vid"].map(fold)
-    kept = kept.assign(**_source_labels(kept, scan.tables))
+    kept = kept.assign(**source_labels(kept, scan.tables))
     for r in tqdm(kept.itertuples(index=False), total=len(kept), desc="stage", unit="img",
-                  disable=not progress):
-        place(r.src, stage_dir / r.path, link)
+                  disable=not req.progress):
+        place(r.src, stage_dir / r.path, req.link)
     return kept, shas
 
 
+def _frame_index(kept: pd.DataFrame, mapping: GalarMapping) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(frames, counts)``: frames.parquet's rows and the count table."""
+    frames = (
+        kept.sort_values(["class_index", "vid", "frame_number"])
+        .reset_index(drop=True)[list(GALAR_FRAME_COLUMNS)]
+    )
+    frames["frame_number"] = frames["frame_number"].astype("int64")
+    prank = frames["class"].map({c: i for i, c in enumerate(mapping.priority)}).fillna(-1)
+    counts = count_table(frames.assign(  # a duplicated frame counts toward its priority class
+        primary=prank == prank.groupby(frames["filename"]).transform("min")))
+    return frames, counts
+
+
 def stage_galar(
-    root: Path,
-    out: Path,
-    *,
-    mapping: Path | GalarMapping | None = None,
-    frames_per_class: int | None = None,
-    capsule_systems: str | Iterable[str] | None = None,
-    videos: str | Iterable[int] | None = None,
-    seed: int = 0,
-    link: str = "hardlink",
-    multilabel: str = "priority",
-    calibration_fraction: float = 0.5,
-    workers: int = 4,
-    progress: bool = True,
-    sample: str = "random",
-    preset: str | None = None,
+    root: Path, out: Path, *, mapping: Path | GalarMapping | None = None,
+    frames_per_class: int | None = None, capsule_systems: str | Iterable[str] | None = None,
+    videos: str | Iterable[int] | None = None, seed: int = 0, link: str = "hardlink",
+    multilabel: str = "priority", calibration_fraction: float = 0.5, workers: int = 4,
+    progress: bool = True, sample: str = "random", preset: str | None = None,
 ) -> StageResult:
     """Stage a Galar release for zero-shot evaluation; see the module docstring.
 
     Parameters
     ----------
-    root : Path
-        The release: ``metadata.csv``, ``Labels/``, ``Frames/``.
-    out : Path
-        Staged folder to create (must not exist or be empty).
+    root, out : Path
+        The release (``metadata.csv``, ``Labels/``, ``Frames/``); the staged folder to create
+        (must not exist or be empty).
     mapping : Path or GalarMapping, optional
         A ``class_mapping.json`` (GalKva-2026 release format); default the paper's mapping.
-    frames_per_class : int, optional
-        Keep at most this many frames per class (seeded draw); default all.
-    capsule_systems : str or list of str, optional
-        Keep these ``Capsule System`` values ("PillCam SB3,Olympus"); default all.
-    videos : str or list of int, optional
-        Keep these video ids ("1-60,65"); default all, or the mapping's stratification
-        subsets when it lists any.
-    seed : int
-        Seeds the frame draw and the vendor folds.
+    frames_per_class, sample : int, optional; {"random", "first"}
+        Keep at most this many frames per class (default all): a draw seeded by ``seed``, or
+        the first ones of each class in video/frame order (the published staging script).
+    capsule_systems, videos : str or list, optional
+        Keep these ``Capsule System`` values ("PillCam SB3,Olympus") and video ids
+        ("1-60,65"); default all, or the mapping's stratification subsets when it lists any.
+    seed, calibration_fraction : int, float
+        Seed of the frame draw and the vendor folds; share of each capsule system's videos in
+        the calibration fold.
     link : {"hardlink", "symlink", "copy"}
         How images are placed (hardlinks fall back to copies across devices).
     multilabel : {"priority", "duplicate", "exclude"}
         Rule for a frame positive for several mapped classes
         (:func:`pipi.data.staging.galar_mapping.assign_classes`).
-    calibration_fraction : float
-        Share of each capsule system's videos in the calibration fold.
-    sample : {"random", "first"}
-        How ``frames_per_class`` keeps frames: a seeded draw, or the first ones of each class
-        in video/frame order (the published staging script).
     preset : str, optional
         A :data:`GALAR_PRESETS` recipe (``"paper-subset"``): its frame cap, sampling and
         multi-label rule; ``videos`` must name its number of videos.
-    workers : int
-        Threads that verify images.
-    progress : bool
-        Show progress bars.
+    workers, progress : int, bool
+        Threads that verify images; show progress bars.
 
     Returns
     -------
@@ -358,80 +311,43 @@ def stage_galar(
         As :func:`pipi.data.staging.kvasir.stage_kvasir`; ``frames`` has
         :data:`GALAR_FRAME_COLUMNS`.
     """
-    root, out = Path(root), Path(out)
-    pre = resolve_preset(preset, videos, frames_per_class, sample)
-    if pre is not None:
-        frames_per_class, sample = pre.frames_per_class, pre.sample
-    _check_args(frames_per_class, link, multilabel, calibration_fraction, sample, out)
-    if not root.is_dir():
-        raise DataError(f"{root}: Galar release folder not found")
-    if not isinstance(mapping, GalarMapping):
-        mapping = load_mapping(mapping)
-    if pre is not None and pre.claim == "table":  # the first mapped class in the table wins
-        mapping = replace(mapping, priority=tuple(dict.fromkeys(k for _, k in mapping.table)))
-    rel = _read_release(root, mapping, videos, capsule_systems)
+    req = _request(root, out, mapping, frames_per_class=frames_per_class,
+                   capsule_systems=capsule_systems, videos=videos, seed=seed, link=link,
+                   multilabel=multilabel, calibration_fraction=calibration_fraction,
+                   workers=workers, progress=progress, sample=sample, preset=preset)
+    rel = _read_release(req)
     # 1. labels: columnar parse and classes (no image touched yet)
-    scan = _scan_labels(rel.sel, rel.labels_of, mapping, multilabel, progress)
-    if scan.cands.empty:
-        raise DataError(
-            f"{root}: no frame of the selected videos maps to a Kvasir-Capsule class under "
-            f"{mapping.source}"
-        )
+    scan = scan_labels(rel.sel, rel.labels_of, req.mapping, req.multilabel, req.progress)
     # 2. vendor folds and the seeded draw
-    systems = dict(zip(rel.sel["video_id"].astype(int), rel.sel["capsule_system"]))
-    fold = vendor_folds(systems, seed=seed, calibration_fraction=calibration_fraction)
-    kept = sample_frames(scan.cands, frames_per_class, seed, sample).copy()
-    kept["vid"] = kept["vid"].astype(int)
-    kept = kept.sort_values(["vid", "frame_number", "class"]).reset_index(drop=True)
-    selection = {
-        "videos": None if videos is None else list(parse_video_spec(videos)),
-        "capsule_systems": None if capsule_systems is None else sorted(set(systems.values())),
-        "frames_per_class": frames_per_class,
-        "sample": sample,
-        "preset": None if pre is None else {
-            "name": preset, "note": pre.note, "n_videos": pre.n_videos,
-            "paper_n_frames": pre.n_frames, "staged_n_frames": None},
-    }
-    with staging_area(out) as tmp:
+    systems, fold, kept = _draw(req, rel, scan)
+    with staging_area(req.out) as tmp:
         # 3. only the kept frames: find, verify, hash and place them
         stage_dir = tmp / "staged"
-        kept, shas = _place_frames(kept, scan, rel, systems, fold, stage_dir, link, workers,
-                                   progress)
-        frames = (
-            kept.sort_values(["class_index", "vid", "frame_number"])
-            .reset_index(drop=True)[list(GALAR_FRAME_COLUMNS)]
-        )
-        frames["frame_number"] = frames["frame_number"].astype("int64")
-        prank = frames["class"].map({c: i for i, c in enumerate(mapping.priority)}).fillna(-1)
-        counts = count_table(frames.assign(  # a duplicated frame counts toward its priority class
-            primary=prank == prank.groupby(frames["filename"]).transform("min")))
-        if pre is not None:
-            selection["preset"]["staged_n_frames"] = len(frames)
-        manifest = _manifest(frames, kept, shas, counts, scan, rel, mapping, systems, fold,
-                             seed=seed, multilabel=multilabel, selection=selection,
-                             calibration_fraction=calibration_fraction)
-        write_index(stage_dir, frames, manifest, counts,
-                    format_count_table(counts, GALAR_PRIMARY_RULE) + "\n"
-                    + format_vendor_table(frames))
-        publish_dir(stage_dir, out)
-    log.info("staged %d Galar frames of %d videos into %s", len(frames), len(systems), out)
-    if pre is not None and len(frames) != pre.n_frames:
+        kept, shas = _place_frames(req, rel, scan, kept, systems, fold, stage_dir)
+        frames, counts = _frame_index(kept, req.mapping)
+        manifest = _manifest(req, rel, scan, kept, shas, frames, counts, systems, fold)
+        write_index(stage_dir, frames, manifest, counts, format_count_table(
+            counts, GALAR_PRIMARY_RULE) + "\n" + format_vendor_table(frames))
+        publish_dir(stage_dir, req.out)
+    log.info("staged %d Galar frames of %d videos into %s", len(frames), len(systems), req.out)
+    if req.pre is not None and len(frames) != req.pre.n_frames:
         log.warning("preset %s: %d frames staged, the paper reports %d (other videos than "
-                    "the paper's?)", preset, len(frames), pre.n_frames)
-    return StageResult(out=out, manifest=manifest, frames=frames, counts=counts)
+                    "the paper's?)", preset, len(frames), req.pre.n_frames)
+    return StageResult(out=req.out, manifest=manifest, frames=frames, counts=counts)
 
 
-def _manifest(frames, kept, shas, counts, scan: _LabelScan, rel: _Release,
-              mapping: GalarMapping, systems, fold, *, seed: int, multilabel: str,
-              selection: dict, calibration_fraction: float) -> dict:
+# --------------------------------------------------------------------------- manifest
+def _manifest(req: _Request, rel: _Release, scan: LabelScan, kept, shas, frames, counts,
+              systems, fold) -> dict:
     """The staged Galar folder's manifest.json (module docstring: rules and hashes)."""
+    mapping = req.mapping
     v2s = {str(v): "test" for v in sorted(systems)}
     fold_content = split_sha256({str(v): f"test:{f}" for v, f in fold.items()})
     digest = compute_data_digest(
         fold_content,
         [(p, c, shas[s]) for p, c, s in zip(kept["path"], kept["class"], kept["src"])],
     )
-    n_excluded = scan.n_multi if multilabel == "exclude" else 0
+    n_excluded = scan.n_multi if req.multilabel == "exclude" else 0
     return {
         "schema_version": SCHEMA_VERSION,
         "dataset": "galar",
@@ -439,7 +355,7 @@ def _manifest(frames, kept, shas, counts, scan: _LabelScan, rel: _Release,
         "content_sha256": split_sha256(v2s),
         "data_digest": digest,
         "split_source": "galar zero-shot: every selected video in test",
-        "seed": seed,
+        "seed": req.seed,
         "classes": list(CLASSES),
         "evaluable_classes": [c for c in CLASSES if counts.loc[c, "test_per_class"] > 0],
         "counts": {s: {c: int(counts.loc[c, s]) for c in CLASSES} for s in SPLITS},
@@ -449,23 +365,19 @@ def _manifest(frames, kept, shas, counts, scan: _LabelScan, rel: _Release,
         "n_frames": {s: int(counts.loc["Total", s]) for s in SPLITS},
         "multilabel_frames": sorted(frames.loc[frames["multilabel"], "filename"].unique()),
         "multilabel": {
-            "rule": multilabel,
-            "priority": list(mapping.priority),
-            "frames_in_selection": scan.n_multi,
-            "frames_excluded": n_excluded,
+            "rule": req.multilabel, "priority": list(mapping.priority),
+            "frames_in_selection": scan.n_multi, "frames_excluded": n_excluded,
             "frames_staged": int(frames.loc[frames["multilabel"], "filename"].nunique()),
             "combinations": scan.combos,
         },
-        **_fold_record(frames, systems, fold, calibration_fraction, seed, fold_content),
-        "galar_official_split": {
-            "train": [str(v) for v in sorted(systems) if v < 61],
-            "test": [str(v) for v in sorted(systems) if v >= 61],
-        },
+        **_fold_record(frames, systems, fold, req.calibration_fraction, req.seed, fold_content),
+        "galar_official_split": {"train": [str(v) for v in sorted(systems) if v < 61],
+                                 "test": [str(v) for v in sorted(systems) if v >= 61]},
         "header_variants": {
             str(k): [str(v) for v in sorted(systems) if scan.tables[v].header_variant == k]
             for k in (27, 32)
         },
-        "selection": selection,
+        "selection": _selection_record(req, systems, len(frames)),
         "label_rows": scan.n_rows,
         "unstaged_rows": {
             "no_mapped_class_and_not_normal": scan.n_unassigned,
@@ -480,6 +392,21 @@ def _manifest(frames, kept, shas, counts, scan: _LabelScan, rel: _Release,
         "columns": column_roles(mapping),
         "unmapped_positives": scan.unmapped,
         "not_evaluable": dict(NOT_EVALUABLE),
+    }
+
+
+def _selection_record(req: _Request, systems, n_frames: int) -> dict:
+    """Which videos, capsule systems and frames were asked for (and the preset's claim)."""
+    pre = req.pre
+    return {
+        "videos": None if req.videos is None else list(parse_video_spec(req.videos)),
+        "capsule_systems": None if req.capsule_systems is None
+        else sorted(set(systems.values())),
+        "frames_per_class": req.frames_per_class,
+        "sample": req.sample,
+        "preset": None if pre is None else {
+            "name": req.preset, "note": pre.note, "n_videos": pre.n_videos,
+            "paper_n_frames": pre.n_frames, "staged_n_frames": n_frames},
     }
 
 

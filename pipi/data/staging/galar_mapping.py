@@ -308,8 +308,25 @@ def load_mapping(path: Path | None = None) -> GalarMapping:
     mapping to Reduced Mucosal View (not evaluable on Galar) raise :class:`DataError` naming
     the file and line.
     """
+    doc, text, source = _read_mapping_doc(path)
+    rows, ignored = _mapping_rows(doc, source)
+    table = _checked_table(rows, source, text)
+    normal = _normal_rule(doc.get("_normal_clean_mucosa_derivation"), source, text)
+    strat = _stratification(doc, source, text)
+    prio = _priority(doc.get("_multilabel_priority", []), [k for _, k in table], source, text)
+    raw = doc.get("_capsule_system_stratification") or {}
+    return GalarMapping(
+        source=source, table=table, normal=normal, priority=prio, ignored=tuple(ignored),
+        available_systems=_available_systems(raw.get("available_systems"), source, text),
+        **strat,
+    )
+
+
+def _read_mapping_doc(path: Path | None) -> tuple[dict, str, str]:
+    """``(the parsed JSON object, its text, where it came from)``."""
     if path is None:
-        text = resources.files("pipi.data.staging").joinpath("galar_mapping.json").read_text("utf-8")
+        text = resources.files("pipi.data.staging").joinpath("galar_mapping.json").read_text(
+            "utf-8")
         source = "pipi default mapping (pipi/data/staging/galar_mapping.json)"
     else:
         try:
@@ -323,7 +340,11 @@ def load_mapping(path: Path | None = None) -> GalarMapping:
         raise DataError(f"{source}, line {exc.lineno}: not valid JSON ({exc.msg})") from None
     if not isinstance(doc, dict):
         raise DataError(f"{source}: expected a JSON object with '_galar_to_kvasir_mapping_table'")
+    return doc, text, source
 
+
+def _mapping_rows(doc: dict, source: str) -> tuple[list[tuple[str, str]], list[str]]:
+    """``(the (Galar column, class) rows as written, the keys not used)``."""
     rows: list[tuple[str, str]] = []
     ignored: list[str] = []
     table = doc.get("_galar_to_kvasir_mapping_table", [])
@@ -354,7 +375,12 @@ def load_mapping(path: Path | None = None) -> GalarMapping:
         log.info("%s: not used by pipi (informational): %s", source, ", ".join(ignored))
     if not rows:
         raise DataError(f"{source}: no mapping rows; add '_galar_to_kvasir_mapping_table'")
+    return rows, ignored
 
+
+def _checked_table(rows: list[tuple[str, str]], source: str,
+                   text: str) -> tuple[tuple[str, str], ...]:
+    """The mapping table: known columns and evaluable classes, each column once."""
     out: list[tuple[str, str]] = []
     seen: dict[str, str] = {}
     for g, k in rows:
@@ -383,8 +409,12 @@ def load_mapping(path: Path | None = None) -> GalarMapping:
         if col not in seen:
             seen[col] = cls
             out.append((col, cls))
+    return tuple(out)
 
-    normal = _normal_rule(doc.get("_normal_clean_mucosa_derivation"), source, text)
+
+def _stratification(doc: dict, source: str, text: str) -> dict:
+    """The :class:`GalarMapping` fields of ``_capsule_system_stratification`` but
+    ``available_systems``: the PillCam and Olympus subsets and the metadata.csv to read."""
     strat = doc.get("_capsule_system_stratification") or {}
     if not isinstance(strat, dict):
         raise DataError(f"{source}: _capsule_system_stratification must be an object")
@@ -405,9 +435,14 @@ def load_mapping(path: Path | None = None) -> GalarMapping:
     if not isinstance(csv_path, str) or Path(csv_path).is_absolute() or ".." in Path(csv_path).parts:
         raise DataError(f"{source}: metadata_csv_path must be a path inside the release, "
                         f"got {csv_path!r}")
+    return {"metadata_column": str(strat.get("metadata_column") or "Capsule System"),
+            "pillcam_subset": pill, "olympus_subset": oly, "pillcam_systems": pill_names,
+            "olympus_systems": oly_names, "metadata_csv_path": csv_path}
 
-    mapped = [k for _, k in out]
-    prio_raw = doc.get("_multilabel_priority", [])
+
+def _priority(prio_raw, mapped: list[str], source: str, text: str) -> tuple[str, ...]:
+    """``_multilabel_priority`` over the mapped classes; the ones it leaves out come after
+    it, in class-index order."""
     prio: list[str] = []
     for k in prio_raw if isinstance(prio_raw, list) else []:
         if not isinstance(k, str) or not is_known(k):
@@ -417,16 +452,8 @@ def load_mapping(path: Path | None = None) -> GalarMapping:
             )
         if canonical(k) in mapped and canonical(k) not in prio:
             prio.append(canonical(k))
-    # mapped classes the list leaves out come after it, in class-index order
     prio += [c for c in CLASSES if c in mapped and c not in prio]
-    return GalarMapping(
-        source=source, table=tuple(out), normal=normal,
-        metadata_column=str(strat.get("metadata_column") or "Capsule System"),
-        pillcam_subset=pill, olympus_subset=oly, priority=tuple(prio), ignored=tuple(ignored),
-        pillcam_systems=pill_names, olympus_systems=oly_names,
-        available_systems=_available_systems(strat.get("available_systems"), source, text),
-        metadata_csv_path=csv_path,
-    )
+    return tuple(prio)
 
 
 def column_roles(mapping: GalarMapping) -> dict[str, dict[str, str]]:
