@@ -8,9 +8,7 @@ import click
 
 from pipi import tracking
 from pipi.cli.common import PipiGroup, setup_logging
-from pipi.data.galar import GALAR_PRESETS
-from pipi.data.galar_mapping import MULTILABEL_RULES
-from pipi.data.staging.images import ImageStageRequest
+from pipi.data.staging import GALAR_PRESETS, MULTILABEL_RULES, ImageStageRequest
 from pipi.workflows import stage as workflow
 
 _split = click.option(

@@ -17,10 +17,15 @@ import pandas as pd
 
 from pipi import tracking
 from pipi.calibration.objective import TARGET_KVASIR, parse_target
-from pipi.data.galar import stage_galar
-from pipi.data.kvasir import StageResult, load_staged, stage_kvasir
-from pipi.data.staging.images import ImageStageRequest, stage_images
-from pipi.data.synthetic import GALAR_PRESETS, KVASIR_PRESETS, synthesize_galar, synthesize_kvasir
+from pipi.data.staging import (
+    ImageStageRequest,
+    StageResult,
+    load_staged,
+    stage_galar,
+    stage_images,
+    stage_kvasir,
+)
+from pipi.data.synth import GALAR_PRESETS, KVASIR_PRESETS, synthesize_galar, synthesize_kvasir
 from pipi.errors import ConfigError
 from pipi.paths import pipi_home
 

@@ -11,8 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from pipi import tracking
-from pipi.data.kvasir import StageResult, load_staged
-from pipi.data.staging.images import ImageStageRequest
+from pipi.data.staging import ImageStageRequest, StageResult, load_staged
 from pipi.errors import DataError
 from pipi.runs.data import (
     SYNTHETIC_PRESETS,

@@ -30,9 +30,6 @@ from __future__ import annotations
 import csv
 import json
 import logging
-import os
-import shutil
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -40,19 +37,22 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from pipi.classes import CLASSES, slug
-from pipi.data.kvasir import (
+from pipi.data.staging.common import (
     SPLITS,
     StageResult,
-    _check_image,
-    _place,
+    check_link,
     compute_data_digest,
+    hash_images,
     load_staged,
+    place,
     split_sha256,
+    staging_area,
+    write_index,
 )
 from pipi.data.staging.images_scan import Scan, scan_folders, scan_table
 from pipi.data.staging.images_split import assign_groups, assign_splits, frame_numbers
 from pipi.errors import DataError
-from pipi.paths import staging_dir
+from pipi.paths import publish_dir
 
 log = logging.getLogger(__name__)
 
@@ -159,13 +159,6 @@ def resolve_classes(rows: pd.DataFrame, req: ImageStageRequest) -> tuple[pd.Data
 
 
 # --------------------------------------------------------------------------- images
-def _verify(paths: list[str], progress: bool, workers: int = 4) -> dict[str, str]:
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        shas = list(tqdm(pool.map(lambda p: _check_image(Path(p)), paths), total=len(paths),
-                         desc="verify images", unit="img", disable=not progress))
-    return dict(zip(paths, shas))
-
-
 def _frames(scan: Scan, rows: pd.DataFrame, shas: dict[str, str], multilabel: bool
             ) -> pd.DataFrame:
     """One row per (image, class) with its ``frame_id``; two classes for one image refused
@@ -265,8 +258,7 @@ def _check_out(out: Path) -> dict | None:
 
 def stage_images(req: ImageStageRequest, *, progress: bool = True) -> StageResult:
     """Stage the dataset of ``req``; see the module docstring."""
-    if req.link not in ("hardlink", "symlink", "copy"):
-        raise DataError(f"link must be hardlink, symlink or copy, got {req.link!r}")
+    check_link(req.link)
     if req.out is None:
         raise DataError("pass --out <the staged folder>")
     out = Path(req.out)
@@ -276,7 +268,8 @@ def stage_images(req: ImageStageRequest, *, progress: bool = True) -> StageResul
     rows, classes, class_map = resolve_classes(scan.rows, req)
     if "from_sheet" not in rows:
         rows["from_sheet"] = False
-    shas = _verify(list(dict.fromkeys(rows["src"])), progress)
+    shas = {str(p): sha for p, sha in hash_images(
+        [Path(p) for p in rows["src"]], workers=4, progress=progress).items()}
     rows = _frames(scan, rows, shas, req.multilabel)
     capsule = _capsule_vision(scan, classes)
     if capsule:   # the challenge's own form where no sheet gave it
@@ -348,18 +341,11 @@ def stage_images(req: ImageStageRequest, *, progress: bool = True) -> StageResul
 
 
 def _write(out: Path, rows, frames, manifest, counts, classes, sources, link, progress) -> None:
-    tmp = staging_dir(out)
-    try:
+    with staging_area(out) as tmp:
         stage_dir = tmp / "staged"
         for src, path in tqdm(zip(rows["src"], rows["path"]), total=len(rows), desc="stage",
                               unit="img", disable=not progress):
-            _place(Path(src), stage_dir / path, link)
-        frames.to_parquet(stage_dir / "frames.parquet", index=False)
-        (stage_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-        (stage_dir / "counts.md").write_text(format_counts(counts, classes, sources))
-        _counts_csv(counts).to_csv(stage_dir / "counts.csv")
-        if out.exists():
-            out.rmdir()
-        os.replace(stage_dir, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+            place(Path(src), stage_dir / path, link)
+        write_index(stage_dir, frames, manifest, _counts_csv(counts),
+                    format_counts(counts, classes, sources))
+        publish_dir(stage_dir, out)

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from PIL import Image
 
 from pipi.classes import CLASSES as KVASIR_CLASSES
-from pipi.data.kvasir import load_staged
+from pipi.data.staging import load_staged
 from pipi.data.staging.images import (
     CAPSULE_VISION_CLASSES,
     ImageStageRequest,
@@ -75,7 +75,7 @@ def _req(root, out, **kw) -> ImageStageRequest:
 
 
 def _digest(out: Path, frames: pd.DataFrame) -> str:
-    """The data digest recomputed from the staged files (pipi.data.kvasir's definition)."""
+    """The data digest recomputed from the staged files (pipi.data.staging.common)."""
     split = json.dumps(dict(zip(frames["frame_id"], frames["split"])), sort_keys=True,
                        separators=(",", ":"))
     content = hashlib.sha256(split.encode()).hexdigest()
