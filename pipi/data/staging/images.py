@@ -250,6 +250,8 @@ def _check_out(out: Path) -> dict | None:
     """The manifest of an existing staged ``out`` (None when ``out`` is absent or empty)."""
     if not out.exists() or (out.is_dir() and not any(out.iterdir())):
         return None
+    if not out.is_dir():
+        raise DataError(f"--out {out}: is a file; choose a folder")
     if not (out / "manifest.json").is_file():
         raise DataError(f"--out {out}: exists, is not empty and holds no staged dataset; "
                         "choose a new --out")
@@ -268,8 +270,11 @@ def stage_images(req: ImageStageRequest, *, progress: bool = True) -> StageResul
     rows, classes, class_map = resolve_classes(scan.rows, req)
     if "from_sheet" not in rows:
         rows["from_sheet"] = False
+    listed = dict(zip(rows["src"], rows["where"]))   # a table's line, for the error
     shas = {str(p): sha for p, sha in hash_images(
-        [Path(p) for p in rows["src"]], workers=4, progress=progress).items()}
+        [Path(p) for p in rows["src"]], workers=4, progress=progress,
+        where=(lambda p: f"listed at {listed[str(p)]}") if scan.layout == "table" else None,
+    ).items()}
     rows = _frames(scan, rows, shas, req.multilabel)
     capsule = _capsule_vision(scan, classes)
     if capsule:   # the challenge's own form where no sheet gave it

@@ -326,6 +326,15 @@ def test_an_unreadable_image_is_refused_naming_it(tmp_path, damage):
     _refused(_req(root, tmp_path / "o"), rf"{re.escape(str(bad))}: unreadable or corrupt image")
 
 
+def test_an_unreadable_image_of_a_table_names_its_line(tmp_path):
+    root = tmp_path / "data"
+    table = _table_dataset(root)
+    (root / "imgs" / "p2" / "frame_1.jpg").write_bytes(b"\xff\xd8\xff")
+    table.to_csv(tmp_path / "labels.csv", index=False)
+    _refused(_req(root, tmp_path / "o", labels=tmp_path / "labels.csv"),
+             r"frame_1\.jpg: unreadable or corrupt image .*listed at .*labels\.csv, line 9\)")
+
+
 def test_other_bad_layouts_are_refused_in_one_line(tmp_path):
     root = tmp_path / "d"
     _kvasir_folder(root)
@@ -343,6 +352,8 @@ def test_other_bad_layouts_are_refused_in_one_line(tmp_path):
     (tmp_path / "full" / "x").write_text("x")
     with pytest.raises(DataError, match="holds no staged dataset"):
         stage_images(_req(root, tmp_path / "full"), progress=False)
+    with pytest.raises(DataError, match="is a file"):
+        stage_images(_req(root, tmp_path / "full" / "x"), progress=False)
 
 
 # --------------------------------------------------------------------------- command line
