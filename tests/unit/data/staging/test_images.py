@@ -368,6 +368,14 @@ def test_pipi_stage_images_command(capsule_vision, tmp_path):
     assert "| Angioectasia |" in r.output
     man = json.loads((out / "manifest.json").read_text())
     assert man["grouping"]["patterns"] == [KVASIR_RE, KID_RE]
+    empty = tmp_path / "bad" / "train" / "Ulcer"
+    _jpg(tmp_path / "bad" / "train" / "Normal" / "a.jpg", 1)
+    empty.mkdir(parents=True)
+    r = CliRunner().invoke(main, ["stage", "images", "--root", str(tmp_path / "bad"), "--out",
+                                  str(tmp_path / "bad-out"), "--no-mlflow"])
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert r.exit_code != 0 and len(lines) == 1, r.output
+    assert f"{empty}: class folder has no images" in lines[0]
 
 
 def test_frame_numbers_rule():
