@@ -431,3 +431,41 @@ def test_mlproject_stage_source_images_logs_a_run(capsule_vision, tmp_path, monk
     assert run.data.tags["pipi.data_digest"] == man["data_digest"]
     r = CliRunner().invoke(ENTRY_POINTS["stage"], ["--source", "synthetic", "--root", "x"])
     assert r.exit_code != 0 and "are for source=images" in r.output
+
+
+def test_capsule_vision_sheet_rows_are_checked_against_the_folders(capsule_vision, tmp_path):
+    import shutil
+
+    root = tmp_path / "cv"
+    shutil.copytree(capsule_vision, root)
+    sheet = root / "Dataset/validation/validation_data.xlsx"
+    df = pd.read_excel(sheet)
+    good = df.copy()
+    df.loc[3, "Angioectasia"], df.loc[3, "Bleeding"] = 0, 1     # row 3 is an Angioectasia
+    df.to_excel(sheet, index=False)
+    _refused(_req(root, tmp_path / "o"), r"validation_data\.xlsx, row 5: .* is labelled "
+                                         r"'Bleeding' but sits in the class folder 'Angioectasia'")
+    good.loc[len(good)] = {**good.iloc[0].to_dict(), "image_path": "validation\\Polyp\\KID\\x.jpg"}
+    good.to_excel(sheet, index=False)
+    _refused(_req(root, tmp_path / "o"), r"row \d+: image 'validation\\\\Polyp\\\\KID\\\\x\.jpg' "
+                                         "is not in the folders")
+
+
+def test_table_layout_parquet_and_csv_class_map(tmp_path):
+    root = tmp_path / "data"
+    table = _table_dataset(root, n_patients=10).rename(columns={"patient_id": "video_id",
+                                                                "label": "class"})
+    table["split"] = ["test" if v in ("P0", "P1") else "training" for v in table["video_id"]]
+    table.to_parquet(tmp_path / "labels.parquet")
+    cmap = tmp_path / "map.csv"
+    cmap.write_text("from,to\nUlcer,Lesion\nPolyp,Lesion\nNormal,Normal\n")
+    res = stage_images(_req(root, tmp_path / "o", labels=tmp_path / "labels.parquet",
+                            class_map=cmap), progress=False)
+    f = res.frames
+    assert res.manifest["classes"] == ["Lesion", "Normal"]
+    assert set(f.loc[f["split"] == "test", "video_id"]) == {"P0", "P1"}   # given: kept
+    assert set(f["split"]) == {"train", "val", "test"}                    # val carved
+    assert (f.groupby("video_id")["split"].nunique() == 1).all()
+    assert "val carved out of training" in res.manifest["split_rule"]
+    assert res.manifest["class_map"]["map"] == {"Normal": "Normal", "Polyp": "Lesion",
+                                                "Ulcer": "Lesion"}
