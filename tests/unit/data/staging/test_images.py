@@ -147,9 +147,13 @@ def test_staged_folder_reused_only_when_its_digest_matches(capsule_vision, tmp_p
 
 def test_staged_frames_feed_the_uint8_cache(capsule_vision, tmp_path):
     from pipi.data.cache import build_cache
+    from pipi.runs.data import load_data
 
     out = tmp_path / "cv"
     res = stage_images(_req(capsule_vision, out), progress=False)
+    staged = load_data(str(out))                     # what every workflow trains or scores on
+    assert staged.digest == res.data_digest and len(staged.frames) == len(res.frames)
+    assert {"source", "image_path", "class_index", "video_id"} <= set(staged.frames.columns)
     test = res.frames[res.frames["split"] == "test"]
     arr = build_cache(out, test, size=8, digest=res.data_digest, cache_dir=tmp_path / "cache",
                       progress=False)
