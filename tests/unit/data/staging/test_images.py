@@ -185,6 +185,10 @@ def test_classes_option_fixes_the_order(capsule_vision, tmp_path):
     assert (f["class_index"] == [order.index(c) for c in f["class"]]).all()
     with pytest.raises(DataError, match="leaves out the data's class"):
         stage_images(_req(capsule_vision, tmp_path / "o2", classes=order[:-1]), progress=False)
+    extra = stage_images(_req(capsule_vision, tmp_path / "o3",
+                              classes=(*CAPSULE_VISION_CLASSES, "Tumour")), progress=False)
+    assert extra.manifest["classes"][-1] == "Tumour"
+    assert extra.manifest["counts_per_class"]["train"]["Tumour"] == 0
 
 
 # --------------------------------------------------------------------------- table layout
