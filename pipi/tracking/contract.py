@@ -35,6 +35,10 @@ from pipi.tracking.tags import (
     TAG_VARIANT,
 )
 
+__all__ = [
+    "class_tags", "config_key", "data_tags", "evaluation_key", "evaluation_tags", "train_tags",
+]
+
 
 def config_key(cfg: TrainConfig, data_digest: str) -> dict:
     """What makes two training runs the same experiment (the idempotency key of sweeps)."""

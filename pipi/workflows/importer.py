@@ -228,9 +228,9 @@ def import_file(*, kind: str, file: str | Path, cell: str | None = None,
                                        **{tracking.TAG_ENTRY_POINT: ENTRY_POINT})
     if found is not None:
         log.info("file %s (sha256 %s) was imported already as run %s", path, sha[:12],
-                 found.info.run_id)
-        return ImportResult(found.info.run_id, kind, cell, backbone, seed,
-                            found.data.metrics.get("test/macro_auc", float("nan")), sha,
+                 found.run_id)
+        return ImportResult(found.run_id, kind, cell, backbone, seed,
+                            found.metrics.get("test/macro_auc", float("nan")), sha,
                             reused=True, from_file=from_file)
     images = None
     if kind == "checkpoint":
@@ -264,7 +264,7 @@ def import_file(*, kind: str, file: str | Path, cell: str | None = None,
                                                                "source_sha256": sha,
                                                                "source_label": label})
                 registered = out.get("registered")
-            return ImportResult(run.info.run_id, kind, cell, backbone, seed, auc, sha,
+            return ImportResult(run.run_id, kind, cell, backbone, seed, auc, sha,
                                 registered=registered, from_file=from_file)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -88,7 +88,7 @@ def request(cfg: TrainConfig | None, *, data: str | None = None, resume: str | N
         saved, state = load_resume(resume)
         if cfg is not None and saved != cfg:
             log.warning("resuming run %s with its own configuration, not the one passed", resume)
-        base_id = tracking.get_run(resume).data.tags.get(tracking.TAG_BASE_RUN)
+        base_id = tracking.get_run(resume).tags.get(tracking.TAG_BASE_RUN)
         return TrainRequest(saved, staged, runtime_of(saved), data=data, resume=resume,
                             resume_state=state, base_run_id=base_id)
     if prior is not None:
@@ -157,7 +157,7 @@ def check_trainable(staged: StagedData, data: str | None) -> None:
 
 def refuse_finished(run, resume: str) -> None:
     """Resume continues an interrupted run; a FINISHED one is refused before anything else."""
-    if run.info.status == "FINISHED":
+    if run.status == "FINISHED":
         raise ConfigError(
             f"resume={resume}: that run FINISHED; resume continues an interrupted (FAILED, "
             "KILLED or RUNNING) run. To train again, start a new run without resume")
@@ -168,8 +168,8 @@ def resume_data(resume: str, data: str | None) -> StagedData:
     the run's data digest. A ``data`` that is given must hold the same data."""
     run = tracking.get_run(resume)
     refuse_finished(run, resume)
-    digest = run.data.tags.get(tracking.TAG_DATA_DIGEST, "")
-    own = run.data.params.get("data_dir", "")
+    digest = run.tags.get(tracking.TAG_DATA_DIGEST, "")
+    own = run.params.get("data_dir", "")
     if data in (None, "", "synthetic") and own:
         path = Path(own)
         if not (path / "manifest.json").is_file():
@@ -180,7 +180,7 @@ def resume_data(resume: str, data: str | None) -> StagedData:
         staged = load_data(str(path))
         given = f"its own data folder {own}"
     else:
-        profile = tracking.resolved_param(run.data.params, "profile")
+        profile = tracking.resolved_param(run.params, "profile")
         staged = load_data(data, preset=synthetic_preset(profile))
         given = f"data={data}"
     if digest and staged.digest != digest:
@@ -268,7 +268,7 @@ def run(req: TrainRequest, *, experiment: str | None = None, register: bool = Tr
             # the base run this sequence cell will train first registers under its own name
             tracking.check_can_register(registered_name(base_config(cfg)))
     if resume:  # the recipe the run was started with, not one naming the resolved folder
-        tags[tracking.TAG_RECIPE] = tracking.get_run(resume).data.tags.get(
+        tags[tracking.TAG_RECIPE] = tracking.get_run(resume).tags.get(
             tracking.TAG_RECIPE, tags[tracking.TAG_RECIPE])
     if resume:  # `mlflow run -P resume=` made a run of its own: say what it did
         wrapper = tracking.tag_project_run(
@@ -277,7 +277,7 @@ def run(req: TrainRequest, *, experiment: str | None = None, register: bool = Tr
             unless=resume)
         if wrapper:
             tags[tracking.TAG_RESUMED_BY] = ",".join(
-                x for x in (tracking.get_run(resume).data.tags.get(tracking.TAG_RESUMED_BY),
+                x for x in (tracking.get_run(resume).tags.get(tracking.TAG_RESUMED_BY),
                             wrapper) if x)
     work = tmpdir()
     try:
@@ -401,7 +401,7 @@ def _fit_sequence(cfg: TrainConfig, *, root: Path, frames: pd.DataFrame, manifes
     if base_id is None:
         base_id, _ = ensure_base_run(cfg, staged=StagedData(root, frames, manifest),
                                      register=register, progress=progress)
-    base_code = tracking.get_run(base_id).data.tags.get(tracking.TAG_CODE_VERSION, "")
+    base_code = tracking.get_run(base_id).tags.get(tracking.TAG_CODE_VERSION, "")
     tracking.set_tags({tracking.TAG_BASE_RUN: base_id, tracking.TAG_BASE_CODE_VERSION: base_code})
     dev = device
     cache_dir = pipi_home() / "cache"
