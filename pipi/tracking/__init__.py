@@ -19,11 +19,15 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 from pipi.tracking.contract import (
+    SOURCE_EXTERNAL,
     class_tags,
     config_key,
     data_tags,
     evaluation_key,
     evaluation_tags,
+    import_key,
+    import_tags,
+    import_version_tags,
     train_tags,
 )
 from pipi.tracking.datasets import (
@@ -269,6 +273,7 @@ __all__ = [
     "RETRY_VARS",
     "RUN_COLUMNS",
     "SHARED_VIEW_PREFIX",
+    "SOURCE_EXTERNAL",
     "SPLIT_CONTEXTS",
     "SYSTEM_METRICS_ENV",
     "TAG_AGGREGATE_N_RUNS",
@@ -400,6 +405,9 @@ __all__ = [
     "heartbeat",
     "heartbeat_interval",
     "image_schema",
+    "import_key",
+    "import_tags",
+    "import_version_tags",
     "install_signal_handlers",
     "interrupt_reason",
     "keep_killed_after_parent",
