@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
@@ -70,6 +70,12 @@ class RunRecord:
             value = getattr(self, name)
             if not isinstance(value, MappingProxyType):
                 object.__setattr__(self, name, _frozen(value))
+
+    def __reduce__(self):
+        """Picklable (a record may go to a worker process): its mappings travel as dicts."""
+        values = (getattr(self, f.name) for f in fields(self))
+        return (RunRecord, tuple(dict(v) if isinstance(v, MappingProxyType) else v
+                                 for v in values))
 
     # ------------------------------------------------------------------ status
     @property

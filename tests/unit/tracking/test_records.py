@@ -7,7 +7,9 @@ import ast
 import dataclasses
 import importlib
 import math
+import pickle
 from pathlib import Path
+from types import MappingProxyType
 
 import mlflow
 import pytest
@@ -73,6 +75,10 @@ def test_a_record_is_frozen_and_its_mappings_are_read_only():
     assert RunRecord(run_id="r", tags={tracking.TAG_SEED: "x1"}).seed is None
     assert RunRecord(run_id="r", status="SCHEDULED").live
     assert run_record(rec) is rec
+    full = RunRecord(run_id="r", status="FAILED", start_time=1, tags={"a": "1"},
+                     metrics={"m": 0.5}, model_ids=("m-1",))
+    back = pickle.loads(pickle.dumps(full))        # a record may go to a worker process
+    assert back == full and isinstance(back.tags, MappingProxyType)
 
 
 def test_pipi_run_and_child_runs_give_records(store):
