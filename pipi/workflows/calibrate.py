@@ -267,7 +267,8 @@ def _split(trials: int, workers: int) -> list[int]:
     return [trials // workers + (i < trials % workers) for i in range(workers)]
 
 
-def calibration_data(data: str | None, *, target: str, run) -> StagedData:
+def calibration_data(data: str | None, *, target: str, run: tracking.RunRecord
+                     ) -> StagedData:
     """The staged data: ``data``, else (kvasir-val) the run's own, else an error (galar)."""
     kind, _ = parse_target(target)
     if data:
@@ -275,7 +276,7 @@ def calibration_data(data: str | None, *, target: str, run) -> StagedData:
     if kind == "galar":
         raise ConfigError(f"target={target}: pass data=<a staged Galar folder> "
                           "(`pipi synthesize galar` then `pipi stage galar`)")
-    own = run.data.params.get("data_dir")
+    own = run.data_dir
     if own and (Path(own) / "manifest.json").is_file():
         return load_data(own)
     return load_data("synthetic")
@@ -315,9 +316,9 @@ def run_calibration(*, run: str = "", target: str, trials: int = 40, sampler: st
     storage_url = check_storage_url(storage)
     rdb = open_storage(storage_url)                       # unreachable storage: fail first
     run_id = tracking.model_run_id(run)
-    tracking.usable_run(run_id, what=f"run={run}", finished=True)
+    source = tracking.usable_run(run_id, what=f"run={run}", finished=True)
     model, cfg = load_run_model(run_id)
-    staged = calibration_data(data, target=target, run=tracking.get_run(run_id))
+    staged = calibration_data(data, target=target, run=source)
     root, frames, manifest = staged.root, staged.frames, staged.manifest
     images = build_cache(root, frames, size=cfg.image_size, digest=manifest["data_digest"],
                          cache_dir=pipi_home() / "cache", progress=progress)
@@ -346,7 +347,7 @@ def run_calibration(*, run: str = "", target: str, trials: int = 40, sampler: st
                                tags={**tags, tracking.TAG_OPTUNA_STUDY: name,
                                      tracking.TAG_CALIBRATE_MODE: "frozen",
                                      tracking.TAG_OPTUNA_STORAGE: redact(storage_url)}) as prun:
-            parent = prun.info.run_id
+            parent = prun.run_id
             tracking.log_params({
                 "mode": "frozen", "source_run_id": run_id, "target": target,
                 "optuna_study": name,
@@ -498,7 +499,7 @@ def _calibrate_by_training(*, target, trials, sampler, pruner, storage, study, w
                                run_name=f"calibrate-train-pi-{target}",
                                tags={**tags, tracking.TAG_OPTUNA_STUDY: name,
                                      tracking.TAG_OPTUNA_STORAGE: redact(storage_url)}) as prun:
-            parent = prun.info.run_id
+            parent = prun.run_id
             tracking.log_params({
                 "mode": "train", "target": target, "optuna_study": name,
                 "optuna_storage": redact(storage_url), "trials": trials, "sampler": sampler,
