@@ -16,6 +16,7 @@ from pipi.cli.common import (
     setup_logging,
     with_options,
 )
+from pipi.cells import RELEASED
 from pipi.errors import ConfigError
 from pipi.models.backbones import ARCHS
 from pipi.prior import HB_INDICES, PRIOR_MASKS, SECOND_CHANNELS
@@ -58,7 +59,7 @@ _options = [
                  "+PI checkpoint, else phi)."),
     click.option("--prior-mask", type=choice(["auto", *PRIOR_MASKS]), default="auto",
                  show_default=True, help="none or fov, as train takes it (auto: none)."),
-    click.option("--label", default="released", show_default=True,
+    click.option("--label", default=RELEASED, show_default=True,
                  help="Name of the source; aggregate shows the arm as '<cell> (<label>)'."),
     model_prefix_option,
     experiment_option,

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipi import tracking
-from pipi.cells import CELLS, PER_FRAME_CELLS, get_cell
+from pipi.cells import CELLS, EXTERNAL_SOURCE, PER_FRAME_CELLS, RELEASED, get_cell
 from pipi.config import TrainConfig, make_config, resolve_profile, run_params
 from pipi.data.cache import build_cache
 from pipi.data.kvasir import load_staged
@@ -55,7 +55,7 @@ log = logging.getLogger(__name__)
 ENTRY_POINT = "import"
 KINDS = ("checkpoint", "predictions")
 #: ``pipi.source`` of an imported run (``aggregate`` keeps such runs in their own arms).
-SOURCE_EXTERNAL = "external"
+SOURCE_EXTERNAL = EXTERNAL_SOURCE
 #: Splits an import scores (a prediction file may cover test only).
 SPLITS = ("val", "test")
 #: The prior options of ``train`` that ``import`` takes (None: not set).
@@ -141,7 +141,7 @@ def _settings(kind: str, path: Path, ckpt: ExternalCheckpoint | None,
 def import_file(*, kind: str, file: str | Path, cell: str | None = None,
                 backbone: str | None = None, seed: int = 42,
                 data: str | None = None, profile: str = "auto", image_size: int | None = None,
-                label: str = "released", experiment: str | None = None,
+                label: str = RELEASED, experiment: str | None = None,
                 register: bool = True, progress: bool = True, alpha: float | None = None,
                 lambda_eff: float | None = None, hb_index: str | None = None,
                 second_channel: str | None = None,
