@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from pipi import tracking
+from pipi.cells import RELEASED
 from pipi.cli.common import (
     Auto,
     PipiGroup,
@@ -16,7 +17,6 @@ from pipi.cli.common import (
     setup_logging,
     with_options,
 )
-from pipi.cells import RELEASED
 from pipi.errors import ConfigError
 from pipi.models.backbones import ARCHS
 from pipi.prior import HB_INDICES, PRIOR_MASKS, SECOND_CHANNELS

@@ -8,11 +8,10 @@ import warnings
 
 import numpy as np
 import pytest
+from brute import replay_delta_bootstrap
 from scipy import stats
 from sklearn.metrics import average_precision_score, roc_auc_score
 from sklearn.metrics import confusion_matrix as sk_confusion
-
-from brute import replay_delta_bootstrap
 
 from pipi.errors import ConfigError
 from pipi.stats import (
