@@ -114,5 +114,45 @@ def list_cells(pattern: str = "*") -> list[str]:
     return [n for n in CELLS if fnmatch.fnmatch(n, pattern)]
 
 
-__all__ = ["CELLS", "PER_FRAME_CELLS", "SEQUENCE_CELLS", "CellConfig", "get_cell", "list_cells",
-           "register_cell"]
+#: ``pipi.source`` tag of a run made by the ``import`` entry point from outside files.
+EXTERNAL_SOURCE = "external"
+#: Source label of an imported run without ``pipi.source_label`` (``import --label``).
+RELEASED = "released"
+
+
+@dataclass(frozen=True)
+class Arm:
+    """An arm of a comparison: a cell, the source label of imported runs ("" when trained
+    here) and the evaluation variant of a child run ("" for the trained model itself).
+
+    Written ``cell[ (source)][@variant]``: ``str(Arm("a", "released", "perturb_jpeg25"))`` is
+    ``"a (released)@perturb_jpeg25"`` (the ``pipi.cell`` tag of a child run, a table row);
+    :meth:`parse` reads it back.
+    """
+
+    cell: str
+    source: str = ""
+    variant: str = ""
+
+    def __str__(self) -> str:
+        text = f"{self.cell} ({self.source})" if self.source else self.cell
+        return f"{text}@{self.variant}" if self.variant else text
+
+    @classmethod
+    def parse(cls, text: str) -> Arm:
+        """The arm an arm name writes (any text: the part before the first ``@`` is the cell
+        and its source label, ``"a (released)"``; the rest is the variant)."""
+        head, _, variant = str(text).partition("@")
+        if head.endswith(")") and " (" in head:
+            cell, _, source = head[:-1].partition(" (")
+            return cls(cell, source, variant)
+        return cls(head, "", variant)
+
+    @property
+    def base(self) -> Arm:
+        """The arm without its variant: the model an evaluation child scored."""
+        return Arm(self.cell, self.source)
+
+
+__all__ = ["CELLS", "EXTERNAL_SOURCE", "PER_FRAME_CELLS", "RELEASED", "SEQUENCE_CELLS", "Arm",
+           "CellConfig", "get_cell", "list_cells", "register_cell"]

@@ -30,7 +30,6 @@ from pipi.analysis.arms import (
     PR_FOCAL_CLASSES,
     STOUFFER_LABEL,
     cell_label,
-    imported_arm,
     is_mechanism_arm,
 )
 from pipi.analysis.compare import (
@@ -44,7 +43,7 @@ from pipi.analysis.compare import (
     missing_notes,
     seeds_text,
 )
-from pipi.analysis.evidence import Arm, Evidence, build_evidence
+from pipi.analysis.evidence import ArmEvidence, Evidence, build_evidence
 from pipi.analysis.options import AggregateOptions
 from pipi.analysis.recipes import check_recipes, recipe_signatures
 from pipi.analysis.selection import (
@@ -62,9 +61,9 @@ __all__ = [
     "CLASS_STOUFFER_LABEL", "FIGURE_PAIR", "FOCAL_CLASSES",
     "HEADLINE_BACKBONE", "OTHER_STUDIES", "PAIRED_TESTS", "PER_CLASS_PAPER",
     "PER_CLASS_TABLES", "PER_FRAME_CELLS",
-    "PI_TTA_ARMS", "PI_TTA_PAPER", "PR_FOCAL_CLASSES", "STOUFFER_LABEL", "AggregateOptions", "Analysis", "Arm",
+    "PI_TTA_ARMS", "PI_TTA_PAPER", "PR_FOCAL_CLASSES", "STOUFFER_LABEL", "AggregateOptions", "Analysis", "ArmEvidence",
     "Comparison", "Evidence", "adjust_comparisons", "aggregate_over_seeds", "build_evidence",
-    "cell_label", "check_recipes", "imported_arm", "is_mechanism_arm", "mark_imported", "check_single_dataset", "collect_warnings", "compare_cells", "compare_pairs",
+    "cell_label", "check_recipes", "is_mechanism_arm", "mark_imported", "check_single_dataset", "collect_warnings", "compare_cells", "compare_pairs",
     "missing_notes", "mixed_profile_note", "reason_kind", "recipe_signatures", "seeds_text",
     "select_runs", "tidy_metrics",
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipi.cells import CELLS
+from pipi.cells import CELLS, Arm
 
 #: Backbone of the headline tables (the others appear in the cross-backbone table).
 HEADLINE_BACKBONE = "efficientnet_b0"
@@ -97,22 +97,14 @@ CLASS_STOUFFER_LABEL = ("macro z, published code's form (per-class z, Stouffer o
                         "then classes)")
 
 
-def imported_arm(cell: str) -> tuple[str, str]:
-    """(cell, source label) of an arm name: ``'a (released)'`` -> ``('a', 'released')``;
-    ``('a', '')`` for a trained arm (imported runs: ``selection.mark_imported``)."""
-    if cell.endswith(")") and " (" in cell:
-        base, _, label = cell[:-1].partition(" (")
-        return base, label
-    return cell, ""
-
-
 def cell_label(cell: str) -> str:
-    """The paper's row label of a cell (its description for cells the paper lacks)."""
+    """The paper's row label of an arm (its cell's description for cells the paper lacks;
+    ``[<source>: imported]`` after an imported model's)."""
     if cell in CELL_LABELS:
         return CELL_LABELS[cell]
-    base, source = imported_arm(cell)
-    if source:
-        return f"{cell_label(base)} [{source}: imported]"
-    base = cell.split("@")[0]
+    arm = Arm.parse(cell)
+    if arm.source and not arm.variant:
+        return f"{cell_label(arm.cell)} [{arm.source}: imported]"
+    base = str(arm.base)
     return f"{cell}: {CELLS[base].description}" if base in CELLS else cell
 

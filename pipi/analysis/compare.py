@@ -33,7 +33,7 @@ from pipi.analysis.options import AggregateOptions
 from pipi.analysis.tidy import tidy_metrics
 from pipi.stats import (
     DegenerateDataWarning,
-    DeltaCI,
+    DeltaBootstrapResult,
     Family,
     PairedAUCBootstrap,
     SeedBCaResult,
@@ -76,7 +76,7 @@ class Comparison:
     sign_flip_p: float = float("nan")
     sign_flip_exact: bool = False
     wilcoxon_p: float = float("nan")
-    bootstrap: DeltaCI | None = None       # resamples test videos (or frames)
+    bootstrap: DeltaBootstrapResult | None = None  # resamples test videos (or frames)
     seed_bca: SeedBCaResult | None = None  # resamples seeds (the paper's intervals)
     family: str = ""
     adjusted: Mapping[str, float] = field(default_factory=dict)
@@ -158,13 +158,13 @@ class Analysis:
         return self._bootstrap
 
     def delta_ci(self, backbone: str, reference: str, new: str, seeds: Sequence[int], *,
-                 classes: Sequence[int] | None = None) -> DeltaCI:
+                 classes: Sequence[int] | None = None) -> DeltaBootstrapResult:
         """Bootstrap CI of the mean over ``seeds`` (and classes) of AUC(new) - AUC(ref)."""
         return self.bootstrap.delta([(backbone, reference, s) for s in seeds],
                                     [(backbone, new, s) for s in seeds], classes=classes)
 
     def retention_ci(self, backbone: str, reference: str, numerator: str, denominator: str,
-                     seeds: Sequence[int]) -> DeltaCI:
+                     seeds: Sequence[int]) -> DeltaBootstrapResult:
         """Bootstrap CI (shared draws) of mean(num - ref) / mean(den - ref) over ``seeds``."""
         return self.bootstrap.ratio([(backbone, reference, s) for s in seeds],
                                     [(backbone, numerator, s) for s in seeds],

@@ -24,11 +24,11 @@ from pipi.predictions import (
 from pipi.stats import per_class_auc
 from pipi.tracking.tags import TAG_EVALUABLE_CLASSES, TAG_TEST_CLASSES
 
-__all__ = ["Arm", "Evidence", "build_evidence"]
+__all__ = ["ArmEvidence", "Evidence", "build_evidence"]
 
 
 @dataclass(frozen=True)
-class Arm:
+class ArmEvidence:
     """All seeds of one (backbone, cell) on the shared test frames."""
 
     backbone: str
@@ -62,7 +62,7 @@ class Evidence:
     videos: np.ndarray           # (N,) video (patient) id
     paths: np.ndarray            # (N,)
     classes: tuple[int, ...]     # headline classes (with test positives; see class_source)
-    arms: Mapping[tuple[str, str], Arm]
+    arms: Mapping[tuple[str, str], ArmEvidence]
     runs: pd.DataFrame           # included runs (one row each)
     excluded: pd.DataFrame       # excluded runs with a reason
     data_digest: str = ""
@@ -81,7 +81,7 @@ class Evidence:
     #: (``gradcam/overlay.png``, ``gradcam/prior.png``), read by the workflow
     images: Mapping[str, Mapping[str, bytes]] = field(default_factory=dict)
 
-    def arm(self, backbone: str, cell: str) -> Arm | None:
+    def arm(self, backbone: str, cell: str) -> ArmEvidence | None:
         return self.arms.get((backbone, cell))
 
     def backbones(self) -> list[str]:
@@ -173,14 +173,14 @@ def build_evidence(runs: pd.DataFrame, prediction_dirs: Mapping[str, Path], *,
         per_run[row.run_id] = df[list(PROB_COLUMNS)].to_numpy(np.float32)[order]
     classes, class_source = _headline_classes(runs, ref_frame)
     labels = ref_frame["label"].to_numpy(np.int64)
-    arms: dict[tuple[str, str], Arm] = {}
+    arms: dict[tuple[str, str], ArmEvidence] = {}
     for (backbone, cell), grp in runs.groupby(["backbone", "cell"], sort=False):
         grp = grp.sort_values("seed")
         probs = np.stack([per_run[r] for r in grp["run_id"]])
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # headline classes have test positives
             auc = np.stack([per_class_auc(labels, p, classes=classes) for p in probs])
-        arms[(backbone, cell)] = Arm(backbone, cell, tuple(int(s) for s in grp["seed"]),
+        arms[(backbone, cell)] = ArmEvidence(backbone, cell, tuple(int(s) for s in grp["seed"]),
                                      tuple(grp["run_id"]), probs, auc)
     return Evidence(
         labels=labels, videos=ref_frame["video_id"].astype(str).to_numpy(),

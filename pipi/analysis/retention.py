@@ -38,7 +38,7 @@ import pandas as pd
 from pipi.analysis.arms import PAIRED_TESTS
 from pipi.analysis.evidence import Evidence
 from pipi.analysis.selection import check_single_dataset, select_runs
-from pipi.cells import PER_FRAME_CELLS
+from pipi.cells import PER_FRAME_CELLS, Arm
 from pipi.classes import CLASSES, class_index
 from pipi.errors import DataError
 from pipi.galkva import (
@@ -229,11 +229,11 @@ def build_cross_vendor(galar_runs: pd.DataFrame, prediction_dirs: Mapping[str, P
     own_variants = run_variants(galar_runs).tolist()
     folds = run_folds(galar_runs).reset_index(drop=True)
     fold = _pick_fold(folds, own_variants, variant)
-    tuned = frozenset((r.backbone, str(r.cell).split("@")[0])
+    tuned = frozenset((r.backbone, str(Arm.parse(r.cell).base))
                       for r, own in zip(galar_runs.itertuples(index=False), own_variants)
                       if variant != ZERO_SHOT and own == variant)
     for r, own, f in zip(galar_runs.itertuples(index=False), own_variants, folds):
-        cell = str(r.cell).split("@")[0]
+        cell = str(Arm.parse(r.cell).base)
         arm = kvasir.arm(r.backbone, cell)
         src = str(r.base_run_id or "")
         if own != variant and not (own == ZERO_SHOT and (r.backbone, cell) not in tuned):
@@ -273,7 +273,7 @@ def build_cross_vendor(galar_runs: pd.DataFrame, prediction_dirs: Mapping[str, P
                             "one with --filter")
         per_run[r.run_id] = df[list(PROB_COLUMNS)].to_numpy(np.float32)[order]
     arms = {}
-    runs["cell"] = runs["cell"].astype(str).str.split("@").str[0]
+    runs["cell"] = runs["cell"].astype(str).map(lambda c: str(Arm.parse(c).base))
     for (backbone, cell), grp in runs.groupby(["backbone", "cell"], sort=False):
         grp = grp.sort_values("seed")
         arms[(backbone, cell)] = GalarArm(
@@ -319,17 +319,17 @@ class DeltaSide(PairedDeltas):
 
     @property
     def distribution(self) -> np.ndarray:
-        return self.bootstrap.bootstrap.bootstrap_distribution
+        return self.bootstrap.bootstrap_distribution
 
     @property
     def ci_method(self) -> str:
         """BCa, or the percentile interval where BCa is undefined (degenerate jackknife)."""
-        bca = self.bootstrap.bootstrap.bca_interval
+        bca = self.bootstrap.bca_interval
         return "BCa" if np.isfinite([bca.low, bca.high]).all() else "percentile"
 
     @property
     def ci(self) -> ConfidenceInterval:
-        b = self.bootstrap.bootstrap
+        b = self.bootstrap
         return b.bca_interval if self.ci_method == "BCa" else b.percentile_interval
 
 
@@ -376,7 +376,7 @@ class RetentionRow:
 
 def _ratio_ci(kv: DeltaSide, gs: DeltaSide, level: float):
     """(Delta_Galar* / Delta_Kvasir* per draw, its percentile interval or None)."""
-    res = ratio_bootstrap(gs.bootstrap.bootstrap, kv.bootstrap.bootstrap,
+    res = ratio_bootstrap(gs.bootstrap, kv.bootstrap,
                           confidence_level=level)
     return res.distribution, (res.percentile_interval if res.n_finite >= 2 else None)
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pandas as pd
 
 from pipi.analysis.recipes import check_recipes
+from pipi.cells import EXTERNAL_SOURCE, RELEASED, Arm
 from pipi.errors import DataError
 from pipi.tracking.tags import TAG_SOURCE, TAG_SOURCE_LABEL
 
@@ -14,7 +16,7 @@ __all__ = ["IMPORTED_SOURCE", "check_single_dataset", "mark_imported", "mixed_pr
            "reason_kind", "select_runs"]
 
 #: ``pipi.source`` of runs made by the ``import`` entry point from outside files.
-IMPORTED_SOURCE = "external"
+IMPORTED_SOURCE = EXTERNAL_SOURCE
 
 
 def mark_imported(runs: pd.DataFrame, *, pair: bool = False) -> pd.DataFrame:
@@ -38,11 +40,10 @@ def mark_imported(runs: pd.DataFrame, *, pair: bool = False) -> pd.DataFrame:
     ext = (source == IMPORTED_SOURCE) & (out["cell"].fillna("") != "")
     if not ext.any():
         return out
-    label = tags.map(lambda t: t.get(TAG_SOURCE_LABEL, "") or "released")
-    cell = out.loc[ext, "cell"].astype(str)
+    label = tags.map(lambda t: t.get(TAG_SOURCE_LABEL, "") or RELEASED)
     # an evaluation child of an imported run: a@perturb_jpeg25 -> a (released)@perturb_jpeg25
-    parts = cell.str.partition("@")
-    out.loc[ext, "cell"] = parts[0] + " (" + label[ext] + ")" + parts[1] + parts[2]
+    out.loc[ext, "cell"] = [str(replace(Arm.parse(c), source=s))
+                            for c, s in zip(out.loc[ext, "cell"], label[ext], strict=True)]
     return out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from pipi import tracking
+from pipi.cells import RELEASED
 from pipi.cli.common import (
     Auto,
     PipiGroup,
@@ -58,7 +59,7 @@ _options = [
                  "+PI checkpoint, else phi)."),
     click.option("--prior-mask", type=choice(["auto", *PRIOR_MASKS]), default="auto",
                  show_default=True, help="none or fov, as train takes it (auto: none)."),
-    click.option("--label", default="released", show_default=True,
+    click.option("--label", default=RELEASED, show_default=True,
                  help="Name of the source; aggregate shows the arm as '<cell> (<label>)'."),
     model_prefix_option,
     experiment_option,

@@ -60,13 +60,13 @@ def train(cell, seed, backbone, data, profile, weights, prior_params, resume, sy
     req = dataclasses.replace(req, options=requested_options(click.get_current_context()))
     s = workflow.run(req, experiment=experiment or None, system_metrics=system_metrics)
     cfg = req.cfg
-    click.echo(f"run {s['run_id']}: test macro-AUC {s['test_macro_auc']:.4f} "
-               f"(val {s['val_macro_auc']:.4f}, best epoch {s['best_epoch']}; profile "
+    click.echo(f"run {s.run_id}: test macro-AUC {s.test_macro_auc:.4f} "
+               f"(val {s.val_macro_auc:.4f}, best epoch {s.best_epoch}; profile "
                f"{cfg.profile}, {cfg.image_size} px)")
-    if s.get("registered"):
-        click.echo(f"registered {s['registered']} (alias candidate: "
-                   f"models:/{s['registered_name']}@candidate)")
-    click.echo(tracking.ui_hint(s["run_id"]))
+    if s.registered:
+        click.echo(f"registered {s.registered} (alias candidate: "
+                   f"models:/{s.registered_name}@candidate)")
+    click.echo(tracking.ui_hint(s.run_id))
 
 
 def requested_options(ctx: click.Context) -> dict[str, str]:

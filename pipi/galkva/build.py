@@ -97,10 +97,10 @@ def _provenance(rec: Recomputed) -> dict:
                                    "per_seed_values": [_r(v) for v in r.baseline_macro]},
             "delta_per_seed": [_r(d) for d in r.deltas],
             "delta_bootstrap": {"confidence_interval": _ci(b.confidence_interval),
-                                "pvalue": _r(b.pvalue, 6), "unit": b.bootstrap.unit,
-                                "method": b.bootstrap.method,
-                                "n_resamples": b.bootstrap.n_resamples,
-                                "confidence_level": b.bootstrap.confidence_level},
+                                "pvalue": _r(b.pvalue, 6), "unit": b.unit,
+                                "method": b.method,
+                                "n_resamples": b.n_resamples,
+                                "confidence_level": b.confidence_level},
             "delong_per_seed": [
                 {"seed": s, "z": _r(d.statistic) if math.isfinite(d.statistic) else None,
                  "pvalue": _r(d.pvalue, 6) if math.isfinite(d.pvalue) else None}

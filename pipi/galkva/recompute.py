@@ -352,7 +352,7 @@ def recompute(
                               method=method, rng=streams[ds])
         for ds in DATASETS
     }
-    ratio = ratio_bootstrap(rec["galar"].bootstrap.bootstrap, rec["kvasir"].bootstrap.bootstrap,
+    ratio = ratio_bootstrap(rec["galar"].bootstrap, rec["kvasir"].bootstrap,
                             confidence_level=confidence_level)
     ci = ratio.percentile_interval if ratio.n_finite >= 2 else None
     retention = classify_retention(
@@ -436,8 +436,8 @@ def _details(rec: Recomputed) -> list[str]:
         lines.append(
             f"{ds}: {len(r.seeds)} seed pair(s), {r.n_videos} videos, RGB baseline macro-AUC "
             f"{r.baseline_macro.mean():.3f} ± {format_number(r.sd(r.baseline_macro))}; bootstrap over "
-            f"{r.bootstrap.bootstrap.unit} ({r.bootstrap.bootstrap.n_resamples} resamples, "
-            f"{r.bootstrap.bootstrap.method}), p = {r.bootstrap.pvalue:.3g}"
+            f"{r.bootstrap.unit} ({r.bootstrap.n_resamples} resamples, "
+            f"{r.bootstrap.method}), p = {r.bootstrap.pvalue:.3g}"
         )
         for s, d, dl in zip(r.seeds, r.deltas, r.delong):
             lines.append(f"  seed {s}: Δ {d:+.4f}  DeLong z {dl.statistic:+.2f}  p {dl.pvalue:.3g}"

@@ -51,7 +51,7 @@ def _sd(v: np.ndarray) -> float | None:
 
 
 def _dataset(r: DatasetRecompute) -> dict:
-    comp, boot = r.comparison, r.bootstrap.bootstrap
+    comp, boot = r.comparison, r.bootstrap
     per_class = []
     for j, cd in enumerate(r.per_class):
         bt = cd.bootstrap
@@ -68,8 +68,8 @@ def _dataset(r: DatasetRecompute) -> dict:
             "stouffer_z": _num(cd.stouffer.statistic),
             "pvalues": {k: _num(v) for k, v in cd.pvalues.items()},
             "adjusted": {k: _num(v) for k, v in cd.adjusted.items()},
-            "percentile_interval": _ci(bt.percentile),
-            "bca_interval": _ci(bt.bca),
+            "percentile_interval": _ci(bt.percentile_interval),
+            "bca_interval": _ci(bt.bca_interval),
             "bootstrap_unit": bt.unit,
             "n_resamples": bt.n_resamples,
         })

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from pipi.analysis import Analysis, cell_label, collect_warnings, compare_cells, missing_notes
-from pipi.cells import get_cell
+from pipi.cells import Arm, get_cell
 from pipi.report.rows import arm_summary, delta_cis, no_runs, run_map, seed_ci_note
 from pipi.report.tables import Table, fmt_ci, fmt_delta, fmt_mean_sd
 from pipi.stats import bootstrap_ci
@@ -35,7 +35,7 @@ SERVED_AS = 'registered pi model served with params={"strip_prior": true}'
 def recipe_costs(arm: str) -> dict:
     """Training and inference cost of an arm's recipe, from its cell configuration."""
     strip = arm == STRIP_AND_SERVE
-    cell = get_cell(arm.split("@")[0])
+    cell = get_cell(Arm.parse(arm).cell)
     train_ch = cell.input_channels
     train_prior = train_ch == 5 or cell.distill
     infer_ch = 3 if strip else cell.input_channels
@@ -103,8 +103,8 @@ def deployment_table(an: Analysis) -> Table:
                "served_as": SERVED_AS if strip else "",
                "retention": retention if strip else float("nan"),
                "retention_seeds": ",".join(map(str, seeds)) if strip else "",
-               "retention_ci_videos_low": video.bca.low if strip and video else float("nan"),
-               "retention_ci_videos_high": video.bca.high if strip and video else float("nan"),
+               "retention_ci_videos_low": video.bca_interval.low if strip and video else float("nan"),
+               "retention_ci_videos_high": video.bca_interval.high if strip and video else float("nan"),
                "retention_ci_unit": video.unit if strip and video else "",
                "retention_ci_seeds_low": (seed.bca_interval.low if strip and seed
                                           else float("nan")),
@@ -124,7 +124,7 @@ def deployment_table(an: Analysis) -> Table:
             **delta_cis(an, c if ok else None),
             "retention (zero_both - a)/(pi - a)": ret_text,
             f"{level}% BCa CI of retention (videos)": (
-                fmt_ci(video.bca.low, video.bca.high, 2) if strip and video else ""),
+                fmt_ci(video.bca_interval.low, video.bca_interval.high, 2) if strip and video else ""),
             f"{level}% BCa CI of retention (seeds)": (
                 fmt_ci(seed.bca_interval.low, seed.bca_interval.high, 2)
                 if strip and seed else ""),

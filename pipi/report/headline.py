@@ -18,10 +18,10 @@ from pipi.analysis import (
     cell_label,
     compare_cells,
     compare_pairs,
-    imported_arm,
     missing_notes,
     seeds_text,
 )
+from pipi.cells import Arm
 from pipi.report.probes import probe_rows
 from pipi.report.rows import (
     arm_summary,
@@ -59,7 +59,8 @@ def imported_per_frame_tables(an: Analysis) -> list[Table]:
     """The per-frame table of each source of imported runs (``a (released)``, ...): its
     arms paired with its own ``a``, never with trained runs."""
     ev, b = an.evidence, an.headline
-    labels = sorted({imported_arm(c)[1] for c in ev.cells(b) if "@" not in c} - {""})
+    arms = [Arm.parse(c) for c in ev.cells(b)]
+    labels = sorted({a.source for a in arms if not a.variant} - {""})
     return [_per_frame(an, label) for label in labels]
 
 

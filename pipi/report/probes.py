@@ -64,8 +64,8 @@ def probe_rows(an: Analysis) -> tuple[list[dict], list[dict], list[dict], list[s
                     f"n_positive_vs_{tag}": int((v["deltas"] > 0).sum()) if v else None,
                     f"n_paired_vs_{tag}": len(v["seeds"]) if v else 0,
                     f"sign_flip_p_vs_{tag}": v["sign_flip"].pvalue if v else float("nan"),
-                    f"vs_{tag}_ci_bca_low": v["boot"].bca.low if v else float("nan"),
-                    f"vs_{tag}_ci_bca_high": v["boot"].bca.high if v else float("nan"),
+                    f"vs_{tag}_ci_bca_low": v["boot"].bca_interval.low if v else float("nan"),
+                    f"vs_{tag}_ci_bca_high": v["boot"].bca_interval.high if v else float("nan"),
                     f"vs_{tag}_bootstrap_unit": v["boot"].unit if v else "",
                     f"vs_{tag}_seed_ci_bca_low": (v["seed_bca"].confidence_interval.low
                                                   if v and v["seed_bca"] else float("nan")),
@@ -89,13 +89,13 @@ def probe_rows(an: Analysis) -> tuple[list[dict], list[dict], list[dict], list[s
                      "Macro-AUC": fmt_mean_sd(row["mean"], sd),
                      "paired Δ vs (a)": delta_text(va),
                      "sign-flip p": fmt_p(va["sign_flip"].pvalue) if va else "",
-                     ci_header(an): fmt_ci(*va["boot"].bca) if va else "",
+                     ci_header(an): fmt_ci(*va["boot"].bca_interval) if va else "",
                      seed_ci_header(an): _seed_text(va["seed_bca"]) if va else "",
                      seed_ci_header(an, "percentile"): (
                          fmt_ci(*va["seed_bca"].percentile_interval)
                          if va and va["seed_bca"] else ("n/a (< 2 seeds)" if va else "")),
                      "paired Δ vs +PI [videos; seeds]": (
-                         f"{delta_text(vp)} {fmt_ci(*vp['boot'].bca)}; "
+                         f"{delta_text(vp)} {fmt_ci(*vp['boot'].bca_interval)}; "
                          f"{_seed_text(vp['seed_bca'])}" if vp else "n/a")})
         ids.append({f"{fb}/probe": arm.runs()}
                    | ({"a": va["ref_runs"]} if va else {}) | ({"pi": vp["ref_runs"]} if vp else {}))

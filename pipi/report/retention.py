@@ -24,6 +24,7 @@ from pipi.analysis.retention import (
     run_calibrate_modes,
     run_variants,
 )
+from pipi.cells import Arm
 from pipi.galkva import BENCHMARK_VERSION, classify_retention
 from pipi.report.rows import no_runs
 from pipi.report.tables import Table, fmt_ci, fmt_delta, fmt_mean_sd
@@ -55,7 +56,7 @@ def _side_cols(side: DeltaSide | None, prefix: str) -> dict:
             f"{prefix}_baseline_macro_auc": float(side.baseline_macro.mean()),
             f"{prefix}_method_macro_auc": float(side.method_macro.mean()),
             f"{prefix}_n_frames": side.n_frames, f"{prefix}_n_videos": side.n_videos,
-            f"{prefix}_unit": side.bootstrap.bootstrap.unit, f"{prefix}_ci_method": side.ci_method,
+            f"{prefix}_unit": side.bootstrap.unit, f"{prefix}_ci_method": side.ci_method,
             f"{prefix}_classes": "; ".join(side.classes)}
 
 
@@ -183,7 +184,7 @@ def _calibrate_mode(cal, row: RetentionRow) -> str:
     if runs is None or runs.empty or "backbone" not in runs:
         return "frozen"
     own = (run_variants(runs) == CALIBRATED) & (runs["backbone"] == row.backbone) & (
-        runs["cell"].astype(str).str.split("@").str[0] == cell)
+        runs["cell"].astype(str).map(lambda c: str(Arm.parse(c).base)) == cell)
     return ", ".join(sorted(set(run_calibrate_modes(runs[own])))) or "frozen"
 
 

@@ -5,6 +5,7 @@ test macro-AUC, the +PI lift across seeds and the paired DeLong test per seed, f
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -12,6 +13,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from pipi.analysis import Analysis, compare_pairs
+from pipi.cells import Arm
 from pipi.probes.perturb import KINDS, PERTURBATIONS
 from pipi.report.rows import ci_cols, delta_cis, no_runs, run_map, seed_ci_note
 from pipi.report.tables import Table, fmt_mean_sd, fmt_p, fmt_z
@@ -25,12 +27,13 @@ REFERENCE = "a"
 
 def robustness_arm(cell: str, perturbation: str) -> str:
     """The arm of a cell's runs under a perturbation: ``pi@perturb_jpeg25``."""
-    return f"{cell}@perturb_{perturbation}"
+    return str(replace(Arm.parse(cell), variant=f"perturb_{perturbation}"))
 
 
 def _cells(an: Analysis, backbone: str) -> list[str]:
     """Cells (other than the reference) that have perturbed runs on ``backbone``."""
-    found = {c.split("@")[0] for c in an.evidence.cells(backbone) if "@perturb_" in c}
+    arms = [Arm.parse(c) for c in an.evidence.cells(backbone)]
+    found = {str(a.base) for a in arms if a.variant.startswith("perturb_")}
     return sorted(found - {REFERENCE}, key=lambda c: (c != "pi", c))
 
 

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pipi.analysis import BREAKDOWN_PAIRS, Analysis, Arm, Comparison, Evidence, seeds_text
+from pipi.analysis import BREAKDOWN_PAIRS, Analysis, ArmEvidence, Comparison, Evidence, seeds_text
 from pipi.report.tables import NO_RUNS, Table, fmt_ci
-from pipi.stats import MIN_VIDEOS_CLASS, MIN_VIDEOS_MACRO, DeltaCI, SeedBCaResult
+from pipi.stats import MIN_VIDEOS_CLASS, MIN_VIDEOS_MACRO, DeltaBootstrapResult, SeedBCaResult
 
 __all__ = ["arm_summary", "base_run_notes", "bootstrap_note", "breakdown_pair", "ci_cols",
            "ci_header", "ci_text", "delta_cis", "no_runs", "present_pairs", "run_map",
            "seed_bca_text", "seed_ci_header", "seed_ci_note", "seed_ci_text", "seed_cols"]
 
 
-def run_map(arm: Arm | None) -> dict[int, str]:
+def run_map(arm: ArmEvidence | None) -> dict[int, str]:
     """seed -> run id of an arm ({} without runs)."""
     return arm.runs() if arm is not None else {}
 
@@ -23,7 +23,7 @@ def no_runs(key: str, title: str, paper: str, *notes: str) -> Table:
     return Table(key, title, notes=tuple(notes), status=NO_RUNS, paper=paper)
 
 
-def arm_summary(arm: Arm | None) -> dict:
+def arm_summary(arm: ArmEvidence | None) -> dict:
     """n_seeds, seeds, mean and sd (ddof = 1) of an arm's macro-AUC."""
     if arm is None:
         return {"n_seeds": 0, "seeds": "", "mean": float("nan"), "sd": float("nan")}
@@ -32,7 +32,7 @@ def arm_summary(arm: Arm | None) -> dict:
             "sd": float(m.std(ddof=1)) if len(m) > 1 else float("nan")}
 
 
-def ci_cols(c: Comparison | DeltaCI | None, prefix: str = "") -> dict:
+def ci_cols(c: Comparison | DeltaBootstrapResult | None, prefix: str = "") -> dict:
     """The bootstrap columns of a table row: intervals, p, resampling unit, redrawn resamples;
     for a comparison (or a missing one) also the seed-level BCa (``seed_ci_bca_*``, whether
     it is unstable and why)."""
@@ -41,10 +41,10 @@ def ci_cols(c: Comparison | DeltaCI | None, prefix: str = "") -> dict:
     seed = {}
     if c is None or isinstance(c, Comparison):
         seed = seed_cols(c.seed_bca if c is not None else None, prefix)
-    return {f"{prefix}ci_percentile_low": b.percentile.low if b else nan,
-            f"{prefix}ci_percentile_high": b.percentile.high if b else nan,
-            f"{prefix}ci_bca_low": b.bca.low if b else nan,
-            f"{prefix}ci_bca_high": b.bca.high if b else nan,
+    return {f"{prefix}ci_percentile_low": b.percentile_interval.low if b else nan,
+            f"{prefix}ci_percentile_high": b.percentile_interval.high if b else nan,
+            f"{prefix}ci_bca_low": b.bca_interval.low if b else nan,
+            f"{prefix}ci_bca_high": b.bca_interval.high if b else nan,
             f"{prefix}bootstrap_p": b.pvalue if b else nan,
             f"{prefix}bootstrap_unit": b.unit if b else "",
             f"{prefix}bootstrap_redrawn": b.n_redrawn if b else None, **seed}
@@ -69,11 +69,12 @@ def ci_header(an: Analysis, kind: str = "BCa") -> str:
     return f"{round(100 * an.options.confidence_level)}% {kind} CI ({an.bootstrap_unit})"
 
 
-def ci_text(b: DeltaCI | None, an: Analysis, *, kind: str = "bca", digits: int = 3) -> str:
+def ci_text(b: DeltaBootstrapResult | None, an: Analysis, *, kind: str = "bca",
+            digits: int = 3) -> str:
     """An interval, with its resampling unit when it is not the column's (a fallback)."""
     if b is None:
         return ""
-    text = fmt_ci(*(b.bca if kind == "bca" else b.percentile), digits=digits)
+    text = fmt_ci(*(b.bca_interval if kind == "bca" else b.percentile_interval), digits=digits)
     return text if b.unit == an.bootstrap_unit else f"{text} [{b.unit}]"
 
 

@@ -32,7 +32,6 @@ from pipi.stats.bootstrap import (
     bca_constants,
     bootstrap_ci,
     bootstrap_intervals,
-    macro_auc_delta_bootstrap,
 )
 from pipi.stats.calibration import brier_score, expected_calibration_error
 from pipi.stats.combine import stouffer_combine, stouffer_over_classes
@@ -50,8 +49,8 @@ from pipi.stats.delta_bootstrap import (
     MIN_VIDEOS_CLASS,
     MIN_VIDEOS_MACRO,
     RESAMPLE,
-    DeltaCI,
     PairedAUCBootstrap,
+    macro_auc_delta_bootstrap,
     pair_counts,
 )
 from pipi.stats.multiple import (
@@ -61,6 +60,13 @@ from pipi.stats.multiple import (
     adjust_families,
     adjust_pvalues,
     significance_marker,
+)
+from pipi.stats.operating import (
+    average_precision,
+    fpr_at_sensitivity,
+    operating_points,
+    roc_points,
+    sensitivity_at_fpr,
 )
 from pipi.stats.paired_arms import (
     PVALUE_KINDS,
@@ -72,13 +78,6 @@ from pipi.stats.paired_arms import (
     evaluable_classes,
     ratio_bootstrap,
 )
-from pipi.stats.operating import (
-    average_precision,
-    fpr_at_sensitivity,
-    operating_points,
-    roc_points,
-    sensitivity_at_fpr,
-)
 from pipi.stats.permutation import sign_flip_test
 from pipi.stats.seed_bca import SeedBCaResult, seed_delta_bca
 from pipi.stats.tests_paired import MCNEMAR_EXACT_BELOW, mcnemar_test, paired_wilcoxon
@@ -86,33 +85,32 @@ from pipi.stats.tests_paired import MCNEMAR_EXACT_BELOW, mcnemar_test, paired_wi
 __all__ = [
     "ADJUST_METHODS",
     "MCNEMAR_EXACT_BELOW",
-    "PVALUE_KINDS",
     "METHODS",
     "MIN_VIDEOS_CLASS",
     "MIN_VIDEOS_MACRO",
+    "PVALUE_KINDS",
     "RESAMPLE",
     "ROC_GRID",
     "UNITS",
     "AUCConfidenceResult",
     "AdjustedFamily",
     "ArmComparison",
-    "ClassDelta",
-    "PairedDeltas",
-    "RatioBootstrapResult",
     "BootstrapResult",
     "CalibrationResult",
+    "ClassDelta",
     "ClassStoufferResult",
     "ConfidenceInterval",
     "DeLongMacroResult",
     "DeLongResult",
     "DegenerateDataWarning",
     "DeltaBootstrapResult",
-    "DeltaCI",
     "Family",
     "McNemarResult",
     "OperatingPoint",
     "OperatingPointsResult",
     "PairedAUCBootstrap",
+    "PairedDeltas",
+    "RatioBootstrapResult",
     "SeedBCaResult",
     "SignFlipResult",
     "StoufferResult",
@@ -145,8 +143,8 @@ __all__ = [
     "pr_points",
     "ratio_bootstrap",
     "roc_points",
-    "seed_delta_bca",
     "row_normalise",
+    "seed_delta_bca",
     "sensitivity_at_fpr",
     "sign_flip_test",
     "significance_marker",

@@ -193,19 +193,24 @@ class BootstrapResult:
 
 
 @dataclass(frozen=True)
-class DeltaBootstrapResult:
-    """Video/frame bootstrap of a cross-seed macro-AUC delta (:func:`macro_auc_delta_bootstrap`).
+class DeltaBootstrapResult(BootstrapResult):
+    """Bootstrap of a paired AUC delta (or of a ratio of two deltas) under test-set resamples:
+    :meth:`pipi.stats.PairedAUCBootstrap.delta` / ``ratio`` and its view
+    :func:`pipi.stats.macro_auc_delta_bootstrap`.
 
-    ``pvalue`` is the two-sided percentile-bootstrap p-value of delta = 0,
-    ``min(1, 2 * min(#{d* <= 0} + 1, #{d* >= 0} + 1) / (B + 1))``.
+    A :class:`BootstrapResult` whose ``unit`` is ``videos``, ``frames`` or ``frames
+    (stratified by class)``; ``pvalue`` is the two-sided percentile-bootstrap p-value of
+    delta = 0, ``min(1, 2 * min(#{d* <= 0} + 1, #{d* >= 0} + 1) / (B + 1))`` (NaN for a
+    ratio); ``n_units`` counts the units resampled; ``n_redrawn`` the resamples drawn again
+    because they lost every positive (or negative) frame of a class; ``classes`` is the
+    fixed class set and ``n_seeds`` the number of seed pairs averaged.
     """
 
-    statistic: float
-    pvalue: float
-    confidence_interval: ConfidenceInterval
-    bootstrap: BootstrapResult
-    n_seeds: int
-    classes: tuple[int, ...]
+    pvalue: float = float("nan")
+    n_units: int = 0
+    n_redrawn: int = 0
+    classes: tuple[int, ...] = ()
+    n_seeds: int = 0
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,7 @@
 
 Every (model, class) AUC column is bootstrapped under one shared sequence of resamples, so
 deltas stay paired and seeds evaluated on the same frames are not treated as independent.
-Three resampling schemes, each drawn exactly as :func:`pipi.stats.macro_auc_delta_bootstrap`
-draws it with the same ``rng`` (so both agree resample by resample):
+Three resampling schemes:
 
 * ``videos``: as many test videos as there are, with replacement (clustered); AUCs under video
   weights come from per-video Mann-Whitney pair counts (:func:`pair_counts`), O(V^2) per column
@@ -17,29 +16,31 @@ frame of one of its classes is drawn again, and the redraws are counted (``n_red
 With ``resample="video"``, a statistic gets the video bootstrap only when each of its classes
 has positives in enough test videos (:data:`MIN_VIDEOS_MACRO` for a mean over classes, so
 that leaving any video out keeps every class; :data:`MIN_VIDEOS_CLASS` for one class), and
-the class-stratified frame bootstrap otherwise; :attr:`DeltaCI.unit` says which.
+the class-stratified frame bootstrap otherwise; ``unit`` of the result says which.
+
+:func:`macro_auc_delta_bootstrap` is a view over the same engine: the cross-seed mean
+macro-AUC delta of two (S, N, C) score arrays, with the scheme chosen by the caller
+(``clusters=``, ``strata=`` or neither), as a full :class:`~pipi.stats.DeltaBootstrapResult`.
 """
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
-from pipi.errors import ConfigError
-from pipi.stats._results import NAN_CI, ConfidenceInterval
-from pipi.stats.bootstrap import (
-    MAX_DRAWS_FACTOR,
-    WeightedAUC,
-    bootstrap_intervals,
-    resample_plan,
-)
-from pipi.stats.delong import placements
+from pipi.errors import ConfigError, DataError
+from pipi.stats._common import as_rng, check_level, class_labels_and_probs, warn_degenerate
+from pipi.stats._results import NAN_CI, ConfidenceInterval, DeltaBootstrapResult
+from pipi.stats.bootstrap import METHODS, bootstrap_intervals, resample_plan
+from pipi.stats.weighted_auc import WeightedAUC, loo_auc, pair_counts, video_auc
 
-__all__ = ["MIN_VIDEOS_CLASS", "MIN_VIDEOS_MACRO", "RESAMPLE", "DeltaCI", "PairedAUCBootstrap",
-           "pair_counts"]
+__all__ = ["MAX_DRAWS_FACTOR", "MIN_VIDEOS_CLASS", "MIN_VIDEOS_MACRO", "RESAMPLE",
+           "PairedAUCBootstrap", "macro_auc_delta_bootstrap", "pair_counts"]
+
+log = logging.getLogger(__name__)
 
 #: ``resample`` options: test videos (clustered, the paper) or frames (the published code).
 RESAMPLE = ("video", "frame")
@@ -47,81 +48,10 @@ RESAMPLE = ("video", "frame")
 MIN_VIDEOS_CLASS = 3
 #: ... and for a mean over several classes (the jackknife must keep every class).
 MIN_VIDEOS_MACRO = 2
+#: A delta bootstrap draws at most this many times ``n_resamples`` resamples (redraws included).
+MAX_DRAWS_FACTOR = 20
 
 VIDEOS, FRAMES, STRATA = "videos", "frames", "frames (stratified by class)"
-
-
-@dataclass(frozen=True)
-class DeltaCI:
-    """Bootstrap of a cross-seed mean AUC delta: percentile and BCa intervals, z0 and a.
-
-    ``unit`` is the resampling scheme (``videos``, ``frames`` or ``frames (stratified by
-    class)``); ``n_redrawn`` counts resamples drawn again because they lost a class.
-    """
-
-    statistic: float
-    pvalue: float                      # two-sided percentile-bootstrap p of delta = 0
-    percentile: ConfidenceInterval
-    bca: ConfidenceInterval
-    z0: float
-    acceleration: float
-    unit: str
-    n_units: int
-    n_resamples: int
-    n_redrawn: int = 0
-
-
-def pair_counts(scores: np.ndarray, positive: np.ndarray, video: np.ndarray,
-                n_videos: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per-video Mann-Whitney pair sums of one score column.
-
-    Returns ``K`` (V, V) with K[u, v] = sum over positives i of video u and negatives j of
-    video v of psi(s_i, s_j) (1 if s_i > s_j, 1/2 if equal), and the per-video positive and
-    negative counts ``P`` (V,), ``Q`` (V,). Under video weights c (how often each video is
-    drawn) the AUC is ``c K c / ((c P) (c Q))``. One sort, O(N V).
-    """
-    n = scores.size
-    order = np.argsort(scores, kind="stable")
-    s, pos, g = scores[order], positive[order], video[order]
-    neg = np.zeros((n + 1, n_videos))
-    neg[1:][~pos, g[~pos]] = 1.0
-    cum = np.cumsum(neg, axis=0)             # (N + 1, V): negatives per video before position
-    starts = np.r_[True, s[1:] != s[:-1]]
-    group = np.cumsum(starts) - 1
-    first = np.flatnonzero(starts)           # first position of each tie group
-    last = np.r_[first[1:], n] - 1           # last position of each tie group
-    pi = np.flatnonzero(pos)
-    contrib = 0.5 * (cum[first[group[pi]]] + cum[last[group[pi]] + 1])  # (m, V)
-    onehot = np.zeros((n_videos, pi.size))
-    onehot[g[pi], np.arange(pi.size)] = 1.0
-    k = onehot @ contrib
-    p = np.bincount(video[positive], minlength=n_videos).astype(float)
-    q = np.bincount(video[~positive], minlength=n_videos).astype(float)
-    return k, p, q
-
-
-def _video_auc(c: np.ndarray, kmat, pmat, qmat, chunk: int = 256) -> np.ndarray:
-    """AUC of every column under each row of video weights c (B, V) -> (B, R)."""
-    out = np.empty((c.shape[0], kmat.shape[0]))
-    for lo in range(0, kmat.shape[0], chunk):
-        k = kmat[lo:lo + chunk]
-        kc = np.tensordot(c, k, axes=([1], [2]))            # (B, r, V): sum_v c_v K[u, v]
-        num = np.einsum("bru,bu->br", kc, c)
-        den = (c @ pmat[lo:lo + chunk].T) * (c @ qmat[lo:lo + chunk].T)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out[:, lo:lo + chunk] = np.where(den > 0, num / den, np.nan)
-    return out
-
-
-def _loo_auc(scores: np.ndarray, positive: np.ndarray) -> np.ndarray:
-    """(N,) AUC of one column without each frame, from DeLong placements (analytic)."""
-    auc, v10, v01 = placements(positive, scores[None])
-    m, nn = v10.shape[1], v01.shape[1]
-    out = np.empty(scores.size)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out[positive] = (m * auc[0] - v10[0]) / (m - 1) if m > 1 else np.nan
-        out[~positive] = (nn * auc[0] - v01[0]) / (nn - 1) if nn > 1 else np.nan
-    return out
 
 
 class _Scheme:
@@ -135,7 +65,7 @@ class _Scheme:
             self.plan, self.n_units = None, o.n_videos
         else:
             self.plan = resample_plan(o.labels.size, "frames",
-                                      strata=o.labels if unit == STRATA else None)
+                                      strata=o.strata if unit == STRATA else None)
             self.n_units = o.labels.size
         self.gen = np.random.default_rng(o.rng)
         self.weights: list[np.ndarray] = []       # per draw: video (V,) or frame (N,) counts
@@ -170,7 +100,7 @@ class _Scheme:
             return done
         if self.unit == VIDEOS:
             kmat, pmat, qmat = o.video_counts(k)
-            new = _video_auc(np.stack(w), kmat, pmat, qmat)
+            new = video_auc(np.stack(w), kmat, pmat, qmat)
         else:
             wauc = o.weighted_auc(k)
             new = np.stack([wauc(x.astype(float)) for x in w])
@@ -184,12 +114,12 @@ class _Scheme:
             if self.unit == VIDEOS:
                 kmat, pmat, qmat = o.video_counts(k)
                 v = o.n_videos
-                self.auc_hat[k] = _video_auc(np.ones((1, v)), kmat, pmat, qmat)[0]
-                self.jack[k] = _video_auc(1.0 - np.eye(v), kmat, pmat, qmat)
+                self.auc_hat[k] = video_auc(np.ones((1, v)), kmat, pmat, qmat)[0]
+                self.jack[k] = video_auc(1.0 - np.eye(v), kmat, pmat, qmat)
             else:
                 pos = o.labels == k
                 self.auc_hat[k] = o.weighted_auc(k)(np.ones(o.labels.size))
-                self.jack[k] = np.stack([_loo_auc(o.probs(key)[:, k], pos)
+                self.jack[k] = np.stack([loo_auc(o.probs(key)[:, k], pos)
                                          for key in o.keys], axis=1)
         return self.auc_hat[k], self.auc[k], self.jack[k]
 
@@ -202,7 +132,9 @@ class _Scheme:
                 if self.present else np.zeros(0, int)
             if ok.size >= n or len(self.weights) >= limit:
                 break
-            self._draw(min(max(n - ok.size, n // 4, 1), limit - len(self.weights)))
+            # exactly the missing count: a caller's generator ends where drawing one resample
+            # at a time until the n-th that keeps every class would leave it
+            self._draw(min(n - ok.size, limit - len(self.weights)))
         take = ok[:n]
         used = int(take[-1]) + 1 if take.size == n else len(self.weights)
         return take, used - take.size
@@ -226,7 +158,10 @@ class PairedAUCBootstrap:
         module docstring) or frames (unstratified).
     n_resamples, confidence_level, rng
         As in :func:`pipi.stats.bootstrap_ci`; every scheme starts its own generator from
-        ``rng``, so results do not depend on which deltas were computed before.
+        ``rng``, so results do not depend on which deltas were computed before (a Generator
+        is shared, and advanced by exactly the draws used).
+    strata : ndarray, shape (N,), optional
+        Labels of the stratified frame scheme (default ``labels``).
 
     References
     ----------
@@ -238,10 +173,12 @@ class PairedAUCBootstrap:
     def __init__(self, labels: np.ndarray, videos: np.ndarray,
                  columns: Mapping[Hashable, np.ndarray], classes: Sequence[int], *,
                  resample: str = "video", n_resamples: int = 1000,
-                 confidence_level: float = 0.95, rng: int = 0):
+                 confidence_level: float = 0.95, rng: int | np.random.Generator = 0,
+                 strata: np.ndarray | None = None):
         if resample not in RESAMPLE:
             raise ConfigError(f"resample must be one of {RESAMPLE}, got {resample!r}")
         self.labels = np.asarray(labels)
+        self.strata = self.labels if strata is None else np.asarray(strata)
         self._columns = columns
         self.keys = list(columns)
         self.classes = tuple(int(k) for k in classes)
@@ -296,26 +233,40 @@ class PairedAUCBootstrap:
             return STRATA
         return VIDEOS
 
-    def _draws(self, cls: tuple[int, ...]):
-        """(unit, scheme, kept draws, redrawn, AUC on the data, per draw, per jackknife)."""
-        unit = self.unit_for(cls)
+    def _draws(self, cls: tuple[int, ...], unit: str | None = None):
+        """(unit, scheme, kept draws, redrawn, AUC on the data, per draw, per jackknife);
+        ``unit`` defaults to :meth:`unit_for`."""
+        unit = unit or self.unit_for(cls)
         scheme = self._schemes.get(unit) or self._schemes.setdefault(unit, _Scheme(self, unit))
         take, redrawn = scheme.valid_draws(cls, self.n_resamples)
         cols = [scheme.columns(k) for k in cls]
-        # (rows, keys, K) -> (rows, S, K) -> mean over (S, K), the layout of
-        # macro_auc_delta_bootstrap, so that both agree to the last bit (BCa counts ties)
+        # (rows, keys, K) -> (rows, S, K) -> mean over (S, K): the layout of a mean over a
+        # contiguous (S, K) array, so every mean is summed in one order (BCa counts ties)
         hat_a, star_a, jack_a = (np.stack(x, axis=-1) for x in zip(*cols, strict=True))
         return unit, scheme, take, redrawn, hat_a, star_a[take], jack_a
 
+    def _result(self, hat: float, star: np.ndarray, jack: np.ndarray, intervals: tuple,
+                pvalue: float, unit: str, scheme: _Scheme, redrawn: int, cls: tuple[int, ...],
+                n_seeds: int) -> DeltaBootstrapResult:
+        pct, bca, z0, a = intervals
+        se = float(np.std(star, ddof=1)) if star.size > 1 and np.isfinite(star).all() \
+            else float("nan")
+        return DeltaBootstrapResult(
+            statistic=hat, confidence_interval=bca, percentile_interval=pct, bca_interval=bca,
+            bias_correction=z0, acceleration=a, standard_error=se, bootstrap_distribution=star,
+            jackknife_values=jack, confidence_level=self.level, method="BCa", unit=unit,
+            n_resamples=int(star.size), pvalue=pvalue, n_units=scheme.n_units,
+            n_redrawn=redrawn, classes=cls, n_seeds=n_seeds)
+
     def ratio(self, reference: Sequence[Hashable], numerator: Sequence[Hashable],
               denominator: Sequence[Hashable], *, classes: Sequence[int] | None = None
-              ) -> DeltaCI:
+              ) -> DeltaBootstrapResult:
         """Bootstrap of a retention: mean(AUC(numerator) - AUC(reference)) divided by
         mean(AUC(denominator) - AUC(reference)), means over pairs and classes, both deltas
         under the same draws (e.g. strip-and-serve: (zero_both - a) / (pi - a)).
 
         NaN intervals when the denominator is <= 0 on the data (no lift to retain); draws
-        whose denominator is <= 0 make the BCa interval NaN (percentile kept).
+        whose denominator is <= 0 make the BCa interval NaN (percentile kept). No p-value.
         """
         cls = tuple(classes) if classes is not None else self.classes
         unit, scheme, take, redrawn, hat_a, star_a, jack_a = self._draws(cls)
@@ -335,22 +286,23 @@ class PairedAUCBootstrap:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             jack = stat(jack_a, np.nanmean)
+        nan = float("nan")
+        args = (unit, scheme, redrawn, cls, len(reference))
         if take.size < self.n_resamples or not np.isfinite(hat):
-            return DeltaCI(hat, float("nan"), NAN_CI, NAN_CI, float("nan"), float("nan"),
-                           unit, scheme.n_units, int(take.size), redrawn)
+            return self._result(hat, star, jack, (NAN_CI, NAN_CI, nan, nan), nan, *args)
         finite = star[np.isfinite(star)]
         alpha = (1.0 - self.level) / 2.0
         pct = (ConfidenceInterval(*map(float, np.percentile(finite, [100 * alpha,
                                                                     100 * (1 - alpha)])))
                if finite.size else NAN_CI)
-        bca, z0, a = NAN_CI, float("nan"), float("nan")
+        intervals = (pct, NAN_CI, nan, nan)
         if finite.size == star.size:
             _, bca, z0, a = bootstrap_intervals(hat, star, jack, self.level, warn=False)
-        return DeltaCI(hat, float("nan"), pct, bca, z0, a, unit, scheme.n_units, star.size,
-                       redrawn)
+            intervals = (pct, bca, z0, a)
+        return self._result(hat, star, jack, intervals, nan, *args)
 
     def delta(self, reference: Sequence[Hashable], new: Sequence[Hashable], *,
-              classes: Sequence[int] | None = None) -> DeltaCI:
+              classes: Sequence[int] | None = None) -> DeltaBootstrapResult:
         """Bootstrap of the mean over pairs and classes of AUC(new[i]) - AUC(reference[i]).
 
         ``reference`` and ``new`` list column keys pairwise (one pair per seed); ``classes``
@@ -358,6 +310,16 @@ class PairedAUCBootstrap:
         """
         cls = tuple(classes) if classes is not None else self.classes
         unit, scheme, take, redrawn, hat_a, star_a, jack_a = self._draws(cls)
+        hat, star, jack = self._pair_means(reference, new, hat_a, star_a, jack_a, np.nanmean)
+        nan = float("nan")
+        args = (unit, scheme, redrawn, cls, len(reference))
+        if take.size < self.n_resamples:  # too many draws lost a class: no interval
+            return self._result(hat, star, jack, (NAN_CI, NAN_CI, nan, nan), nan, *args)
+        intervals = bootstrap_intervals(hat, star, jack, self.level, warn=False)
+        return self._result(hat, star, jack, intervals, _bootstrap_p(star), *args)
+
+    def _pair_means(self, reference, new, hat_a, star_a, jack_a, jack_mean):
+        """The mean delta over pairs and classes on the data, per draw and per jackknife."""
         ri = [self.keys.index(key) for key in reference]
         ni = [self.keys.index(key) for key in new]
 
@@ -365,17 +327,171 @@ class PairedAUCBootstrap:
             d = a[:, ni] - a[:, ri]
             return mean(d.reshape(d.shape[0], -1), axis=1)
 
-        hat = float(stat(hat_a[None])[0])
-        star = stat(star_a)
         with warnings.catch_warnings():
             # leaving out the only positive frame of a class: that class drops out of that
-            # jackknife value (as in macro_auc_delta_bootstrap)
+            # jackknife value (nanmean)
             warnings.simplefilter("ignore", RuntimeWarning)
-            jack = stat(jack_a, np.nanmean)
-        if take.size < self.n_resamples:  # too many draws lost a class: no interval
-            return DeltaCI(hat, float("nan"), NAN_CI, NAN_CI, float("nan"), float("nan"),
-                           unit, scheme.n_units, int(take.size), redrawn)
-        pct, bca, z0, a = bootstrap_intervals(hat, star, jack, self.level, warn=False)
-        below, above = int((star <= 0).sum()) + 1, int((star >= 0).sum()) + 1
-        p = min(1.0, 2.0 * min(below, above) / (star.size + 1))
-        return DeltaCI(hat, p, pct, bca, z0, a, unit, scheme.n_units, star.size, redrawn)
+            jack = stat(jack_a, jack_mean)
+        return float(stat(hat_a[None])[0]), stat(star_a), jack
+
+
+def _bootstrap_p(star: np.ndarray) -> float:
+    """Two-sided percentile-bootstrap p-value of delta = 0."""
+    below, above = int((star <= 0).sum()) + 1, int((star >= 0).sum()) + 1
+    return min(1.0, 2.0 * min(below, above) / (star.size + 1))
+
+
+# --------------------------------------------------------------------------- the macro view
+def _stack_seeds(p, name: str) -> np.ndarray:
+    """(S, N, C) float array from (N, C) or (S, N, C)."""
+    a = np.asarray(p, dtype=float)
+    if a.ndim == 2:
+        a = a[None]
+    if a.ndim != 3:
+        raise DataError(
+            f"{name} must be (frames, classes) or (seeds, frames, classes), got {a.shape}"
+        )
+    if not np.isfinite(a).all():
+        raise DataError(f"{name} contains NaN or inf")
+    return a
+
+
+def _macro_iv(y_labels, probs_ref, probs_new, classes, clusters, strata, n_resamples,
+              confidence_level, method):
+    """Validate macro_auc_delta_bootstrap's input."""
+    ref = _stack_seeds(probs_ref, "probs_ref")
+    new = _stack_seeds(probs_new, "probs_new")
+    if ref.shape != new.shape:
+        raise DataError(f"probs_ref {ref.shape} and probs_new {new.shape} must have the same shape")
+    y, _, cls = class_labels_and_probs(y_labels, ref[0], classes, name="probs_ref")
+    if int(n_resamples) != n_resamples or n_resamples < 2:
+        raise ConfigError(f"n_resamples must be an integer >= 2, got {n_resamples!r}")
+    if method not in METHODS:
+        raise ConfigError(f"method must be one of {METHODS}, got {method!r}")
+    if clusters is not None and strata is not None:
+        raise ConfigError("give clusters= (video bootstrap) or strata= (frame bootstrap), not both")
+    unit = "videos" if clusters is not None else "frames"
+    resample_plan(y.shape[0], unit, strata, clusters)  # refuses bad clusters / strata
+    return y, ref, new, cls, unit, check_level(confidence_level)
+
+
+def macro_auc_delta_bootstrap(
+    y_labels,
+    probs_ref,
+    probs_new,
+    *,
+    classes=None,
+    clusters=None,
+    strata=None,
+    n_resamples: int = 1000,
+    confidence_level: float = 0.95,
+    method: str = "BCa",
+    rng: np.random.Generator | int | None = None,
+) -> DeltaBootstrapResult:
+    """Bootstrap of the cross-seed mean macro-AUC delta, resampling videos or frames.
+
+    A view over :class:`PairedAUCBootstrap` (seed s of ``probs_ref`` paired with seed s of
+    ``probs_new``) with the scheme named by the caller. Every resample of the test frames is
+    applied to all seeds at once, so the result accounts for test-set sampling without
+    assuming that seeds evaluated on the same frames are independent (unlike Stouffer's
+    combination of per-seed DeLong z-scores).
+
+    Parameters
+    ----------
+    y_labels : array_like of int, shape (N,), or one-hot (N, C)
+        True class of every test frame (shared by all seeds).
+    probs_ref, probs_new : array_like, shape (N, C) or (S, N, C)
+        Class scores of each seed; the statistic is
+        mean_s [macro_auc(probs_new[s]) - macro_auc(probs_ref[s])].
+    classes : sequence of int, optional
+        Columns in the macro mean (default all); ``classes=[k]`` bootstraps one class.
+        Classes with no positive or no negative frame in the data are dropped. The class
+        set is fixed: a resample that loses every positive (or negative) of a class is
+        drawn again (at most ``MAX_DRAWS_FACTOR * n_resamples`` draws in all; beyond that
+        the intervals are NaN with a ``DegenerateDataWarning``).
+    clusters : array_like, shape (N,), optional
+        Video id of every frame: resample whole videos (unit "videos"); without it frames
+        are resampled (unit "frames").
+    strata : array_like, shape (N,), optional
+        Frame bootstrap stratified by these labels (e.g. ``y_labels``).
+    n_resamples, confidence_level, method, rng
+        As in :func:`pipi.stats.bootstrap_ci`; a Generator is advanced by exactly the draws
+        used (one per resample, redraws included).
+
+    Returns
+    -------
+    DeltaBootstrapResult
+        ``statistic`` (the mean delta), ``pvalue`` (two-sided percentile-bootstrap p of
+        delta = 0), ``confidence_interval`` (of `method`), the percentile and BCa intervals,
+        z0, a and the bootstrap and jackknife values. Identical, resample by resample, to
+        ``bootstrap_ci`` with the same `rng` and unit where no resample loses a class.
+
+    Notes
+    -----
+    The jackknife leaves out one video (a class that video alone holds makes it NaN, and
+    with it BCa) or one frame (analytic: leaving out positive i gives
+    (m AUC - V10_i) / (m - 1); a class it empties drops out of that value).
+
+    References
+    ----------
+    .. [1] B. Efron and R. J. Tibshirani, "An Introduction to the Bootstrap", 1993, ch. 14, 16.
+    .. [2] A. C. Davison and D. V. Hinkley, "Bootstrap Methods and their Application", 1997,
+       sec. 3.8.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from pipi.stats import macro_auc_delta_bootstrap
+    >>> rng = np.random.default_rng(0)
+    >>> y = rng.integers(0, 3, 240)
+    >>> video = np.repeat(np.arange(12), 20)
+    >>> ref = rng.normal(size=(2, 240, 3)) + np.eye(3)[y]
+    >>> new = ref + 0.8 * np.eye(3)[y]
+    >>> res = macro_auc_delta_bootstrap(y, ref, new, clusters=video, n_resamples=200, rng=0)
+    >>> res.unit, bool(res.confidence_interval.low > 0)
+    ('videos', True)
+    """
+    y, ref, new, cls, unit, level = _macro_iv(y_labels, probs_ref, probs_new, classes,
+                                              clusters, strata, n_resamples,
+                                              confidence_level, method)
+    n, s = y.shape[0], ref.shape[0]
+    present = tuple(c for c in cls if 0 < int((y == c).sum()) < n)
+    if len(present) < len(cls):
+        warn_degenerate(
+            f"classes {sorted(set(cls) - set(present))} have no positive or no "
+            "negative frame; left out"
+        )
+    if not present:
+        raise DataError("no class has both positive and negative frames")
+    reference, method_keys = [("ref", i) for i in range(s)], [("new", i) for i in range(s)]
+    engine = PairedAUCBootstrap(
+        y, np.zeros(n, int) if clusters is None else clusters,
+        dict(zip(reference, ref, strict=True)) | dict(zip(method_keys, new, strict=True)),
+        present, n_resamples=n_resamples, confidence_level=level, rng=as_rng(rng),
+        strata=strata)
+    scheme_unit = VIDEOS if clusters is not None else FRAMES if strata is None else STRATA
+    _, scheme, take, redrawn, hat_a, star_a, jack_a = engine._draws(present, scheme_unit)
+    # a video left out that holds a class's only positives makes its value NaN (np.mean); a
+    # frame left out drops its class from that value (np.nanmean over seeds and classes)
+    hat, star, jack = engine._pair_means(reference, method_keys, hat_a, star_a, jack_a,
+                                         np.mean)
+    if clusters is None:
+        d = jack_a[:, s:] - jack_a[:, :s]                                  # (N, S, K)
+        jack = np.nanmean(np.ascontiguousarray(d.transpose(1, 2, 0)), axis=(0, 1))
+    theta_star = np.full(int(n_resamples), np.nan)
+    theta_star[:take.size] = star
+    if redrawn:
+        log.info("%d of %d resamples lost every positive (or negative) of some class and were "
+                 "drawn again", redrawn, take.size + redrawn)
+    if take.size < theta_star.size:
+        warn_degenerate(f"only {take.size} of {theta_star.size} resamples keep every class "
+                        f"after {take.size + redrawn} draws; intervals are NaN")
+    pct, bca, z0, a = bootstrap_intervals(hat, theta_star, jack, level)
+    se = float(np.std(theta_star, ddof=1)) if np.isfinite(theta_star).all() else float("nan")
+    return DeltaBootstrapResult(
+        statistic=hat, confidence_interval=bca if method == "BCa" else pct,
+        percentile_interval=pct, bca_interval=bca, bias_correction=z0, acceleration=a,
+        standard_error=se, bootstrap_distribution=theta_star, jackknife_values=jack,
+        confidence_level=level, method=method, unit=unit, n_resamples=theta_star.size,
+        pvalue=_bootstrap_p(theta_star), n_units=scheme.n_units, n_redrawn=redrawn,
+        classes=present, n_seeds=s)

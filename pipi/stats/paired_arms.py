@@ -35,10 +35,10 @@ from pipi.stats._results import (
     StoufferResult,
 )
 from pipi.stats.auc import per_class_auc
-from pipi.stats.bootstrap import bootstrap_intervals, macro_auc_delta_bootstrap
+from pipi.stats.bootstrap import bootstrap_intervals
 from pipi.stats.combine import stouffer_combine
 from pipi.stats.delong import delong_macro_test
-from pipi.stats.delta_bootstrap import DeltaCI, PairedAUCBootstrap
+from pipi.stats.delta_bootstrap import PairedAUCBootstrap, macro_auc_delta_bootstrap
 from pipi.stats.multiple import ADJUST_METHODS, adjust_pvalues
 from pipi.stats.permutation import sign_flip_test
 
@@ -99,7 +99,7 @@ class ClassDelta(SeedDeltas):
     delong_pvalue: np.ndarray             # (S,) its two-sided p (frames independent)
     stouffer: StoufferResult
     sign_flip: SignFlipResult
-    bootstrap: DeltaCI                    # percentile and BCa intervals, bootstrap p
+    bootstrap: DeltaBootstrapResult       # percentile and BCa intervals, bootstrap p
     pvalues: dict[str, float]
     adjusted: dict[str, float] = field(default_factory=dict)
 
@@ -129,7 +129,7 @@ class ArmComparison(PairedDeltas):
     @property
     def distribution(self) -> np.ndarray:
         """(B,) bootstrap values of the mean macro delta."""
-        return self.bootstrap.bootstrap.bootstrap_distribution
+        return self.bootstrap.bootstrap_distribution
 
     @property
     def pvalues(self) -> dict[str, float]:

@@ -28,7 +28,7 @@ from scipy import special
 
 from pipi.errors import ConfigError, DataError
 from pipi.stats._common import as_rng, check_level
-from pipi.stats._results import NAN_CI, ConfidenceInterval
+from pipi.stats._results import NAN_CI, BootstrapResult, ConfidenceInterval
 from pipi.stats.bootstrap import bootstrap_intervals
 
 __all__ = ["MIN_TAIL", "SeedBCaResult", "seed_delta_bca"]
@@ -38,23 +38,15 @@ MIN_TAIL = 10
 
 
 @dataclass(frozen=True)
-class SeedBCaResult:
-    """BCa bootstrap of the mean of per-seed deltas (units resampled: seeds)."""
+class SeedBCaResult(BootstrapResult):
+    """BCa bootstrap of the mean of per-seed deltas: a :class:`BootstrapResult` with unit
+    ``seeds`` and method ``BCa``, plus the BCa-adjusted ``tail_levels`` (0..1) and whether
+    the interval is ``unstable`` (``reason``: why; "" when stable)."""
 
-    statistic: float                       # mean per-seed delta
-    confidence_interval: ConfidenceInterval  # BCa
-    percentile_interval: ConfidenceInterval
-    bias_correction: float                 # z0
-    acceleration: float                    # a
-    tail_levels: tuple[float, float]       # BCa-adjusted percentile levels (0..1)
-    n_seeds: int
-    n_resamples: int
-    confidence_level: float
-    unstable: bool
-    reason: str                            # why unstable ("" when stable)
-    bootstrap_distribution: np.ndarray
-    jackknife_values: np.ndarray
-    unit: str = "seeds"
+    tail_levels: tuple[float, float] = (float("nan"), float("nan"))
+    n_seeds: int = 0
+    unstable: bool = False
+    reason: str = ""
 
 
 def _seed_bca_iv(deltas, n_resamples, confidence_level) -> tuple[np.ndarray, float]:
@@ -119,9 +111,11 @@ def seed_delta_bca(deltas, *, n_resamples: int = 1000, confidence_level: float =
     reason = _instability(d, theta_star, bca, levels)
     return SeedBCaResult(
         statistic=theta_hat, confidence_interval=bca, percentile_interval=pct,
-        bias_correction=z0, acceleration=a, tail_levels=levels, n_seeds=n,
-        n_resamples=int(n_resamples), confidence_level=level, unstable=bool(reason),
-        reason=reason, bootstrap_distribution=theta_star, jackknife_values=jack)
+        bca_interval=bca, bias_correction=z0, acceleration=a,
+        standard_error=float(np.std(theta_star, ddof=1)), bootstrap_distribution=theta_star,
+        jackknife_values=jack, confidence_level=level, method="BCa", unit="seeds",
+        n_resamples=int(n_resamples), tail_levels=levels, n_seeds=n, unstable=bool(reason),
+        reason=reason)
 
 
 def _instability(d: np.ndarray, theta_star: np.ndarray, bca: ConfidenceInterval,

@@ -18,7 +18,7 @@ import pandas as pd
 
 from pipi import tracking
 from pipi.calibration.objective import PriorParams
-from pipi.cells import get_cell
+from pipi.cells import Arm, get_cell
 from pipi.config import TrainConfig, make_config
 from pipi.errors import ConfigError
 from pipi.models.backbones import PAPER_ARCHS
@@ -77,8 +77,7 @@ class Child:
 
     @property
     def label(self) -> str:
-        cell = f"{self.cfg.cell}@{self.variant}" if self.variant else self.cfg.cell
-        return f"{cell}-{self.cfg.backbone}-s{self.cfg.seed}"
+        return f"{Arm(self.cfg.cell, variant=self.variant)}-{self.cfg.backbone}-s{self.cfg.seed}"
 
 
 @dataclass(frozen=True)

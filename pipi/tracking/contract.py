@@ -14,6 +14,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pipi.cells import EXTERNAL_SOURCE
 from pipi.classes import CLASSES
 from pipi.config import TrainConfig, recipe_command, recipe_key
 from pipi.tracking.store import code_version, config_hash
@@ -50,7 +51,7 @@ __all__ = [
 
 #: ``pipi.source`` of a run made from an outside file (``aggregate`` keeps such runs in their
 #: own arms).
-SOURCE_EXTERNAL = "external"
+SOURCE_EXTERNAL = EXTERNAL_SOURCE
 
 
 def config_key(cfg: TrainConfig, data_digest: str) -> dict:

@@ -18,7 +18,6 @@ import os
 import random
 import tempfile
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +55,7 @@ from pipi.serving.frame_model import FrameInputs, build_frame_model
 from pipi.stats.auc import macro_auc, per_class_auc
 from pipi.training.checkpoint import plain_state
 from pipi.training.graphed import GraphedStep, capturable_adamw, make_capturable
+from pipi.training.result import FitResult
 
 log = logging.getLogger(__name__)
 
@@ -225,16 +225,6 @@ def split_metrics(df: pd.DataFrame, classes: list[int], prefix: str) -> dict[str
 
 
 # --------------------------------------------------------------------------- the run
-@dataclass(frozen=True)
-class TrainResult:
-    run_id: str
-    test_macro_auc: float
-    val_macro_auc: float
-    best_epoch: int
-    model_uri: str | None
-    registered: str | None
-
-
 def fit_epochs(model, *, cfg: TrainConfig, gen: torch.Generator, train_epoch, predict_val,
                val_frames: pd.DataFrame, classes: list[int], tracker=None,
                resume_state: dict | None = None, extra_state: dict | None = None,
@@ -312,8 +302,8 @@ def fit_epochs(model, *, cfg: TrainConfig, gen: torch.Generator, train_epoch, pr
 def run_frame_cell(cfg: TrainConfig, *, data: Path, resume_state: dict | None = None,
                    tracker=None, device: str | None = None, progress: bool = True,
                    cache_dir: Path | None = None, runtime: Runtime | None = None,
-                   staged: tuple[pd.DataFrame, dict] | None = None) -> dict:
-    """Train and evaluate a per-frame cell. Returns predictions, metrics and the model.
+                   staged: tuple[pd.DataFrame, dict] | None = None) -> FitResult:
+    """Train and evaluate a per-frame cell: its model, predictions and metrics.
 
     ``staged``: the (frames, manifest) of ``data`` when the caller has loaded them already
     (the ``train`` workflow's request), else they are read here.
@@ -374,9 +364,9 @@ def run_frame_cell(cfg: TrainConfig, *, data: Path, resume_state: dict | None = 
     metrics = {**split_metrics(preds["val"], val_classes, "val"),
                **split_metrics(preds["test"], classes, "test"),
                "best_epoch": best["epoch"]}
-    return {"model": model.cpu().to(memory_format=torch.contiguous_format),
-            "predictions": preds, "metrics": metrics, "runtime": rt.params(),
-            "classes": classes, "val_classes": val_classes, "history": history, "manifest": manifest, "frames": frames}
+    return FitResult(model.cpu().to(memory_format=torch.contiguous_format), preds, metrics,
+                     classes, val_classes, history, runtime=rt.params(), frames=frames,
+                     manifest=manifest)
 
 
 def _features_path(cfg: TrainConfig, digest: str, cache_dir: Path | None) -> Path:
@@ -415,7 +405,7 @@ def probe_features(model, images: np.ndarray, inputs: FrameInputs, *, device, pa
 
 
 def _run_cached_probe(cfg, model, inputs, cache, frames, manifest, split_idx, labels, weights,
-                      *, gen, rt, tracker, resume_state, cache_dir) -> dict:
+                      *, gen, rt, tracker, resume_state, cache_dir) -> FitResult:
     """The published probe recipe: features of the frozen backbone extracted once (cached on
     disk by digest), the linear head trained on them (``cfg``'s epochs, batch, lr, weight
     decay, class weights; best validation epoch)."""
@@ -455,10 +445,9 @@ def _run_cached_probe(cfg, model, inputs, cache, frames, manifest, split_idx, la
     metrics = {**split_metrics(preds["val"], val_classes, "val"),
                **split_metrics(preds["test"], classes, "test"),
                "best_epoch": fit["best"]["epoch"]}
-    return {"model": model.cpu().to(memory_format=torch.contiguous_format),
-            "predictions": preds, "metrics": metrics, "runtime": rt.params(),
-            "classes": classes, "val_classes": val_classes, "history": fit["history"],
-            "manifest": manifest, "frames": frames, "features": str(path)}
+    return FitResult(model.cpu().to(memory_format=torch.contiguous_format), preds, metrics,
+                     classes, val_classes, fit["history"], runtime=rt.params(), frames=frames,
+                     manifest=manifest, features=str(path))
 
 
 def tmpdir() -> Path:

@@ -79,6 +79,7 @@ from pipi.training.frames import (
     split_classes,
     split_metrics,
 )
+from pipi.training.result import FitResult
 
 log = logging.getLogger(__name__)
 
@@ -273,7 +274,7 @@ def predict_sequence(model: SequenceModel, streams: Streams, rows: np.ndarray, *
 
 def fit_sequence(cfg: TrainConfig, frames: pd.DataFrame, streams: Streams, *, tracker=None,
                  resume_state: dict | None = None, device: torch.device | None = None,
-                 progress: bool = False) -> dict:
+                 progress: bool = False) -> FitResult:
     """Train and evaluate a sequence head (the recipe of the module docstring)."""
     dev = device or _device(None)
     split = frames["split"].to_numpy()
@@ -309,5 +310,4 @@ def fit_sequence(cfg: TrainConfig, frames: pd.DataFrame, streams: Streams, *, tr
              for s in ("val", "test")}
     metrics = {**split_metrics(preds["val"], val_classes, "val"),
                **split_metrics(preds["test"], classes, "test"), "best_epoch": best["epoch"]}
-    return {"model": model.cpu(), "predictions": preds, "metrics": metrics, "classes": classes,
-            "val_classes": val_classes, "history": history}
+    return FitResult(model.cpu(), preds, metrics, classes, val_classes, history)

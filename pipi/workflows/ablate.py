@@ -246,11 +246,11 @@ def _spawn_child(child: Child, *, run_id: str, threads: int, data: str,
     tracking.configure(tracking_uri)
     logging.basicConfig(level=logging.INFO,
                         format=f"%(asctime)s [{child.label}] %(levelname)s %(name)s: %(message)s")
-    return train(child.cfg, data=data, progress=False)["run_id"]
+    return train(child.cfg, data=data, progress=False).run_id
 
 
 def _train_child(child: Child, *, data: Path, progress: bool, parent_run_id: str) -> str:
     summary = train(child.cfg, data=str(data), nested=True, progress=progress)
-    tracking.set_run_tags(summary["run_id"], {tracking.TAG_PARENT_RUN: parent_run_id,
-                                              tracking.TAG_SWEEP_ROLE: child.role})
-    return summary["run_id"]
+    tracking.set_run_tags(summary.run_id, {tracking.TAG_PARENT_RUN: parent_run_id,
+                                           tracking.TAG_SWEEP_ROLE: child.role})
+    return summary.run_id

@@ -38,7 +38,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from pipi import tracking
-from pipi.cells import CELLS, PER_FRAME_CELLS
+from pipi.cells import CELLS, PER_FRAME_CELLS, Arm
 from pipi.classes import class_index
 from pipi.errors import ConfigError, DataError
 from pipi.galkva import BENCHMARK_VERSION, SCORING_SETS
@@ -221,7 +221,7 @@ class GalarResult:
 def _row(source_id: str, child_id: str, reused: bool) -> dict:
     run = tracking.get_run(child_id)
     t, m = run.tags, run.metrics
-    row = {"cell": t.get(tracking.TAG_CELL, "").split("@")[0],
+    row = {"cell": Arm.parse(t.get(tracking.TAG_CELL, "")).cell,
            "backbone": t.get(tracking.TAG_BACKBONE, ""), "seed": t.get(tracking.TAG_SEED, ""),
            "source_run_id": source_id, "galar_run_id": child_id, "reused": reused,
            "n_frames": int(m.get("test/n_frames", 0)),

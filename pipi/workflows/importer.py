@@ -25,12 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipi import tracking
-from pipi.cells import CELLS, PER_FRAME_CELLS, get_cell
+from pipi.cells import CELLS, EXTERNAL_SOURCE, PER_FRAME_CELLS, RELEASED, get_cell
 from pipi.config import TrainConfig, make_config, resolve_profile, run_params
 from pipi.data.cache import build_cache
 from pipi.data.prediction_file import join_predictions, read_prediction_file
 from pipi.errors import ConfigError
-from pipi.runs.evaluate import EvalContext, device_for, log_scores, plain_scorer, score_splits
 from pipi.models.external import (
     ExternalCheckpoint,
     file_settings,
@@ -38,9 +37,10 @@ from pipi.models.external import (
     read_checkpoint,
 )
 from pipi.paths import pipi_home
+from pipi.runs.data import load_data
+from pipi.runs.evaluate import EvalContext, device_for, log_scores, plain_scorer, score_splits
 from pipi.tracking.logged_model import log_frame_model
 from pipi.training.frames import build_frame_model, tmpdir
-from pipi.runs.data import load_data
 
 __all__ = ["ENTRY_POINT", "IMPORT_CELLS", "KINDS", "SOURCE_EXTERNAL", "ImportResult",
            "import_file"]
@@ -54,7 +54,7 @@ log = logging.getLogger(__name__)
 ENTRY_POINT = "import"
 KINDS = ("checkpoint", "predictions")
 #: ``pipi.source`` of an imported run (``aggregate`` keeps such runs in their own arms).
-SOURCE_EXTERNAL = tracking.SOURCE_EXTERNAL
+SOURCE_EXTERNAL = EXTERNAL_SOURCE
 #: Splits an import scores (a prediction file may cover test only).
 SPLITS = ("val", "test")
 #: The prior options of ``train`` that ``import`` takes (None: not set).
@@ -140,7 +140,7 @@ def _settings(kind: str, path: Path, ckpt: ExternalCheckpoint | None,
 def import_file(*, kind: str, file: str | Path, cell: str | None = None,
                 backbone: str | None = None, seed: int = 42,
                 data: str | None = None, profile: str = "auto", image_size: int | None = None,
-                label: str = "released", experiment: str | None = None,
+                label: str = RELEASED, experiment: str | None = None,
                 register: bool = True, progress: bool = True, alpha: float | None = None,
                 lambda_eff: float | None = None, hb_index: str | None = None,
                 second_channel: str | None = None,

@@ -47,12 +47,11 @@ from pipi.analysis import (
     Analysis,
     build_evidence,
     compare_cells,
-    imported_arm,
     mark_imported,
     select_runs,
 )
 from pipi.analysis.recipes import recipe_signatures
-from pipi.cells import CELLS
+from pipi.cells import CELLS, EXTERNAL_SOURCE, RELEASED, Arm
 from pipi.classes import CLASSES
 from pipi.errors import ConfigError, DataError, PipiError
 from pipi.report.descriptions import model_card, training_evidence
@@ -137,8 +136,8 @@ def _runs_of_version(mv: tracking.VersionRecord) -> dict:
                         "only versions registered by pipi train can be promoted")
     # a version imported from outside (entry point import) is judged against imported
     # baseline runs of the same source, as aggregate keeps them (analysis.mark_imported)
-    external = t.get(tracking.TAG_SOURCE) == "external"
-    label = (t.get(tracking.TAG_SOURCE_LABEL) or "released") if external else ""
+    external = t.get(tracking.TAG_SOURCE) == EXTERNAL_SOURCE
+    label = (t.get(tracking.TAG_SOURCE_LABEL) or RELEASED) if external else ""
     return {"run_id": mv.run_id, "experiment_id": run.experiment_id,
             "cell": t[tracking.TAG_CELL] + (f" ({label})" if label else ""), "label": label,
             "backbone": t[tracking.TAG_BACKBONE],
@@ -205,7 +204,7 @@ def gather_evidence(src: dict, *, baseline: str, min_sign_positive: int,
         return ev
     boot, sb = comp.bootstrap, comp.seed_bca
     ev.delta, ev.pvalue = float(boot.statistic), float(boot.pvalue)
-    ev.intervals = {boot.unit: (float(boot.bca.low), float(boot.bca.high))}
+    ev.intervals = {boot.unit: (float(boot.bca_interval.low), float(boot.bca_interval.high))}
     if sb is not None:
         ev.intervals["seeds"] = tuple(float(x) for x in sb.confidence_interval)
         if sb.unstable:
@@ -328,7 +327,7 @@ def promote(*, model: str, version: str = "", baseline: str = "a", min_sign_posi
             f"registration writes (it was cut short); resume its run (pipi train --resume "
             f"{mv.run_id}) to complete it, or promote another version")
     src = _runs_of_version(mv)
-    if imported_arm(src["cell"])[0] == baseline:
+    if Arm.parse(src["cell"]).cell == baseline:
         raise ConfigError(f"baseline={baseline}: the version is itself a {baseline} model; "
                           "choose another baseline")
     ev, error = None, ""
@@ -355,7 +354,7 @@ def promote(*, model: str, version: str = "", baseline: str = "a", min_sign_posi
             tracking.check_aliases(model, {**aliases, CHAMPION: ver})
         # the model card's serve command now names the champion (train wrote @candidate)
         tracking.set_model_description(model, model_card(
-            cell=imported_arm(src["cell"])[0], backbone=src["backbone"], name=model,
+            cell=Arm.parse(src["cell"]).cell, backbone=src["backbone"], name=model,
             alias=CHAMPION))
         text += f"\n@{CHAMPION} -> {model} version {ver}" + (
             f" (@{PREVIOUS} -> version {prev})" if aliases else "")

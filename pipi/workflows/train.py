@@ -14,7 +14,7 @@ import logging
 import math
 import shutil
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -53,6 +53,7 @@ from pipi.tracking.logged_model import (
 )
 from pipi.training.checkpoint import read_checkpoint
 from pipi.training.frames import run_frame_cell, tmpdir, write_predictions
+from pipi.training.result import FitResult
 from pipi.training.sequence import C3_DIR, base_config, fit_sequence
 
 log = logging.getLogger(__name__)
@@ -210,30 +211,57 @@ def load_resume(run: tracking.RunRecord) -> tuple[TrainConfig, dict]:
         raise
 
 
-def log_results(out: dict, work: Path) -> dict:
+@dataclass(frozen=True)
+class TrainSummary:
+    """What a ``train`` run did: its id, the selected epoch's scores and the logged model
+    (``registered``: ``models:/<name>/<version>`` when registered, else None)."""
+
+    run_id: str
+    test_macro_auc: float
+    val_macro_auc: float
+    best_epoch: int
+    test_classes: list[int]
+    model_uri: str | None = None
+    model_id: str | None = None
+    registered: str | None = None
+    registered_name: str | None = None
+    registered_version: str | None = None
+    base_run_id: str | None = None       # a sequence cell: the per-frame run it builds on
+
+
+#: The fields of :class:`TrainSummary` the logged model fills.
+_MODEL_FIELDS = ("model_uri", "model_id", "registered", "registered_name", "registered_version")
+
+
+def log_results(out: FitResult, work: Path) -> tuple[TrainSummary, dict[str, float]]:
     """Log a fitted cell's final metrics (all but the test split's, which are logged with the
-    model: ``summary["test_metrics"]``), predictions and history; return the summary."""
-    m = {k: v for k, v in out["metrics"].items() if isinstance(v, float) and math.isfinite(v)}
+    model: the second value returned), predictions and history; return the summary."""
+    m = {k: v for k, v in out.metrics.items() if isinstance(v, float) and math.isfinite(v)}
     # val/macro_auc is the per-epoch series; the selected epoch's value gets its own name
     m["val/best_macro_auc"] = m.pop("val/macro_auc", float("nan"))
     test = {k: v for k, v in m.items() if k.startswith("test/")}
     tracking.log_metrics({k: v for k, v in m.items() if k not in test})
-    tracking.set_tags({**tracking.class_tags(test=out["classes"], val=out["val_classes"]),
-                       tracking.TAG_BEST_EPOCH: out["metrics"]["best_epoch"]})
-    tracking.log_artifacts(write_predictions(out["predictions"], work / "predictions"),
+    tracking.set_tags({**tracking.class_tags(test=out.classes, val=out.val_classes),
+                       tracking.TAG_BEST_EPOCH: out.best_epoch})
+    tracking.log_artifacts(write_predictions(out.predictions, work / "predictions"),
                            "predictions")
-    tracking.log_dict(out["history"], "history.json")
-    return {"run_id": tracking.active_run_id(),
-            "test_macro_auc": out["metrics"]["test/macro_auc"],
-            "val_macro_auc": out["metrics"]["val/macro_auc"],
-            "best_epoch": out["metrics"]["best_epoch"], "registered": None,
-            "test_classes": list(out["classes"]), "test_metrics": test}
+    tracking.log_dict(out.history, "history.json")
+    return TrainSummary(run_id=tracking.active_run_id(),
+                        test_macro_auc=out.metrics["test/macro_auc"],
+                        val_macro_auc=out.metrics["val/macro_auc"], best_epoch=out.best_epoch,
+                        test_classes=list(out.classes)), test
+
+
+def _with_model(summary: TrainSummary, logged: Mapping) -> TrainSummary:
+    """The summary with what logging (and registering) the model returned."""
+    return replace(summary, **{k: logged[k] for k in _MODEL_FIELDS if k in logged})
 
 
 def train(cfg: TrainConfig, *, data: str | None = None, resume: str | None = None,
           experiment: str | None = None, register: bool = True, progress: bool = True,
           nested: bool = False, system_metrics: bool = False,
-          epoch_hook: Callable[[int, Mapping[str, float], object], None] | None = None) -> dict:
+          epoch_hook: Callable[[int, Mapping[str, float], object], None] | None = None
+          ) -> TrainSummary:
     """Run one cell end to end inside an MLflow run and return a summary (:func:`request`,
     then :func:`run`)."""
     return run(request(cfg, data=data, resume=resume), experiment=experiment,
@@ -249,7 +277,8 @@ def run_name(cfg: TrainConfig, root: Path) -> str:
 
 def run(req: TrainRequest, *, experiment: str | None = None, register: bool = True,
         progress: bool = True, nested: bool = False, system_metrics: bool = False,
-        epoch_hook: Callable[[int, Mapping[str, float], object], None] | None = None) -> dict:
+        epoch_hook: Callable[[int, Mapping[str, float], object], None] | None = None
+        ) -> TrainSummary:
     """Train a request inside an MLflow run and return a summary.
 
     ``epoch_hook(epoch, metrics, model)`` is called after each epoch's metrics are logged,
@@ -308,38 +337,35 @@ def run(req: TrainRequest, *, experiment: str | None = None, register: bool = Tr
             tracking.log_params(runtime.params())  # on resume: `.resolved` if it moved
             tracker = tracking.RunTracker(work / "ckpt", epoch_hook=epoch_hook)
             if seq:
-                summary = _fit_sequence(cfg, root=root, frames=frames, manifest=manifest,
-                                        base_id=base_id, tracker=tracker, work=work,
-                                        resume_state=resume_state, register=register,
-                                        progress=progress, tags=tags, device=runtime.device,
-                                        test_ds=test_ds)
+                summary, test = _fit_sequence(cfg, root=root, frames=frames, manifest=manifest,
+                                              base_id=base_id, tracker=tracker, work=work,
+                                              resume_state=resume_state, register=register,
+                                              progress=progress, tags=tags,
+                                              device=runtime.device, test_ds=test_ds)
             else:
                 out = run_frame_cell(cfg, data=root, resume_state=resume_state, tracker=tracker,
                                      progress=progress, runtime=runtime,
                                      staged=(frames, manifest))
-                summary = log_results(out, work)
-                summary["test_predictions"] = out["predictions"]["test"]
-                summary.update(log_frame_model(cfg, out["model"], work,
-                                               test_auc=summary["test_macro_auc"],
-                                               register=register, tags=tags,
-                                               test_metrics=summary.pop("test_metrics"),
-                                               test_dataset=test_ds,
-                                               description=_version_text(cfg, summary,
-                                                                         manifest, tags)))
-            _show_in_ui(cfg, summary, root=root, frames=frames, manifest=manifest, tags=tags)
+                summary, test_metrics = log_results(out, work)
+                test = out.test_predictions
+                summary = _with_model(summary, log_frame_model(
+                    cfg, out.model, work, test_auc=summary.test_macro_auc, register=register,
+                    tags=tags, test_metrics=test_metrics, test_dataset=test_ds,
+                    description=_version_text(cfg, summary, manifest, tags)))
+            _show_in_ui(cfg, summary, test, root=root, frames=frames, manifest=manifest,
+                        tags=tags)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return summary
 
 
 # --------------------------------------------------------------------------- the MLflow UI
-def _show_in_ui(cfg: TrainConfig, summary: dict, *, root: Path, frames: pd.DataFrame,
-                manifest: dict, tags: dict) -> None:
-    """Figures (``figures/``), the run's description, the model card and the version's
-    evidence (docs/mlflow-ui.md). Pops the test predictions from ``summary``."""
-    test = summary.pop("test_predictions")
+def _show_in_ui(cfg: TrainConfig, summary: TrainSummary, test: pd.DataFrame, *, root: Path,
+                frames: pd.DataFrame, manifest: dict, tags: dict) -> None:
+    """Figures (``figures/``, from the ``test`` predictions), the run's description, the
+    model card and the version's evidence (docs/mlflow-ui.md)."""
     label = f"{cfg.cell} {cfg.backbone} s{cfg.seed}"
-    figs = prediction_figures(test, summary["test_classes"], label=label)
+    figs = prediction_figures(test, summary.test_classes, label=label)
     cell = cfg.cell_config
     if not cell.is_sequence and (cell.input_channels == 5 or cell.distill):
         figs["prior_examples"] = _prior_figure(cfg, root=root, frames=frames, manifest=manifest,
@@ -347,26 +373,26 @@ def _show_in_ui(cfg: TrainConfig, summary: dict, *, root: Path, frames: pd.DataF
     tracking.log_figures(figs)
     recipe = tags.get(tracking.TAG_RECIPE, recipe_command(cfg))
     digest = manifest.get("data_digest", "")
-    base = summary.get("base_run_id")
+    base = summary.base_run_id
     tracking.set_run_description(run_description(
         cell=cfg.cell, backbone=cfg.backbone, seed=cfg.seed, recipe=recipe,
-        test_macro_auc=summary["test_macro_auc"], test_classes=summary["test_classes"],
+        test_macro_auc=summary.test_macro_auc, test_classes=summary.test_classes,
         data_digest=digest, base_run_id=base,
         base_run_url=tracking.run_url(base) if base else None,
-        registered=summary.get("registered")))
-    if summary.get("registered"):  # the version's own description came with its creation
-        name = summary["registered_name"]
+        registered=summary.registered))
+    if summary.registered:  # the version's own description came with its creation
+        name = summary.registered_name
         # the serve command names an alias that exists: champion once promoted, else candidate
         alias = "champion" if tracking.alias_version(name, "champion") else "candidate"
         tracking.set_model_description(name, model_card(cell=cfg.cell, backbone=cfg.backbone,
                                                         name=name, alias=alias))
 
 
-def _version_text(cfg: TrainConfig, summary: dict, manifest: dict, tags: dict) -> str:
+def _version_text(cfg: TrainConfig, summary: TrainSummary, manifest: dict, tags: dict) -> str:
     """The registered version's description (its evidence), written when it is created."""
     return version_description(
-        run_id=summary["run_id"], test_macro_auc=summary["test_macro_auc"],
-        test_classes=summary["test_classes"], data_digest=manifest.get("data_digest", ""),
+        run_id=summary.run_id, test_macro_auc=summary.test_macro_auc,
+        test_classes=summary.test_classes, data_digest=manifest.get("data_digest", ""),
         recipe=tags.get(tracking.TAG_RECIPE, recipe_command(cfg)), seed=cfg.seed)
 
 
@@ -392,15 +418,16 @@ def train_base_run(cfg: TrainConfig, *, staged: StagedData, register: bool,
     req = TrainRequest(bcfg, staged, runtime_of(bcfg), data=str(staged.root))
     summary = run(req, register=register, progress=progress,
                   nested=tracking.active_experiment_id() is not None)
-    return summary["run_id"]
+    return summary.run_id
 
 
 def _fit_sequence(cfg: TrainConfig, *, root: Path, frames: pd.DataFrame, manifest: dict,
                   base_id: str | None, tracker, work: Path, resume_state: dict | None,
                   register: bool, progress: bool, tags: dict, device: torch.device,
-                  test_ds=None) -> dict:
+                  test_ds=None) -> tuple[TrainSummary, pd.DataFrame]:
     """The sequence part of a ``train`` run: base run, streams, head; checkpoint and the
-    registered pyfunc (base backbone + head + C3 autoencoder)."""
+    registered pyfunc (base backbone + head + C3 autoencoder). Returns the summary and the
+    test predictions."""
     digest = manifest["data_digest"]
     if base_id is None:
         base_id = train_base_run(cfg, staged=StagedData(root, frames, manifest),
@@ -417,18 +444,16 @@ def _fit_sequence(cfg: TrainConfig, *, root: Path, frames: pd.DataFrame, manifes
     tracking.set_tags(sources)
     out = fit_sequence(cfg, frames, streams, tracker=tracker, resume_state=resume_state,
                        device=dev, progress=progress)
-    summary = log_results(out, work)
-    summary["test_predictions"] = out["predictions"]["test"]
-    torch.save({"model": out["model"].state_dict(), "spec": out["model"].spec,
+    summary, test_metrics = log_results(out, work)
+    torch.save({"model": out.model.state_dict(), "spec": out.model.spec,
                 "config": cfg.to_dict(), **sources}, work / "best_state.pt")
     tracking.log_artifact(work / "best_state.pt", "checkpoints")
-    summary.update(base_run_id=base_id)
-    summary.update(_log_sequence_model(cfg, out["model"], streams.norms, sources, work,
-                                       summary["test_macro_auc"], register, tags,
-                                       test_metrics=summary.pop("test_metrics"),
-                                       test_ds=test_ds,
-                                       description=_version_text(cfg, summary, manifest, tags)))
-    return summary
+    summary = replace(summary, base_run_id=base_id)
+    summary = _with_model(summary, _log_sequence_model(
+        cfg, out.model, streams.norms, sources, work, summary.test_macro_auc, register, tags,
+        test_metrics=test_metrics, test_ds=test_ds,
+        description=_version_text(cfg, summary, manifest, tags)))
+    return summary, out.test_predictions
 
 
 def _log_sequence_model(cfg: TrainConfig, head, norms: dict, sources: dict, work: Path,

@@ -60,7 +60,7 @@ def smoke_study(mlflow_server, tiny_staged) -> SmokeStudy:
                 cfg = make_config(cell=cell, seed=seed, backbone=SMOKE_BACKBONE, profile="smoke",
                                   weights="none")
                 s = train(cfg, data=str(tiny_staged), experiment=SMOKE_EXPERIMENT, progress=False)
-                study.runs[(cell, seed)] = s["run_id"]
+                study.runs[(cell, seed)] = s.run_id
                 study.summaries[(cell, seed)] = s
     finally:
         while mlflow.active_run():

@@ -169,9 +169,9 @@ def test_aggregate_real_train_runs_through_mlflow_run(tracking, smoke_study, tin
     pf = {row["cell"]: row for row in doc["tables"]["per_frame"]["rows"]}
     assert pf["a"]["n_seeds"] == pf["pi"]["n_seeds"] == pf["distill"]["n_seeds"] == 2
     for (cell, seed), s in smoke_study.summaries.items():
-        assert doc["arms"][f"{b}/{cell}"]["seeds"][str(seed)] == s["run_id"]
-        row = next(x for x in doc["tables"]["runs"]["rows"] if x["run_id"] == s["run_id"])
-        assert row["macro_auc"] == pytest.approx(s["test_macro_auc"], abs=1e-6)
+        assert doc["arms"][f"{b}/{cell}"]["seeds"][str(seed)] == s.run_id
+        row = next(x for x in doc["tables"]["runs"]["rows"] if x["run_id"] == s.run_id)
+        assert row["macro_auc"] == pytest.approx(s.test_macro_auc, abs=1e-6)
     pair = next(p for p in doc["tables"]["paired_tests"]["rows"]
                 if (p["reference"], p["new"]) == ("a", "pi"))
     assert pair["n_seeds"] == 2
@@ -183,7 +183,7 @@ def test_aggregate_real_train_runs_through_mlflow_run(tracking, smoke_study, tin
     ids = {m: train_workflow.train(
         make_config(cell="a", backbone=b, profile="smoke", weights="none", seed=41,
                     select_metric=m), data=str(tiny_staged), experiment=own, register=False,
-        progress=False)["run_id"] for m in ("macro_auc", "macro_f1")}
+        progress=False).run_id for m in ("macro_auc", "macro_f1")}
     with pytest.raises(DataError, match=f"{b}/a has runs of 2 recipes") as err:
         workflow.run_aggregate(experiment=own, cache_dir=tmp_path / "cache", log_run=False,
                                options=analysis.AggregateOptions(n_resamples=20, figures=False))

@@ -21,7 +21,7 @@ def pi_runs(mlflow_server, tiny_staged) -> list[str]:
     mlflow.set_tracking_uri(mlflow_server.uri)
     return [runner.train(make_config(seed=s, **SMOKE_PI), data=str(tiny_staged),
                          experiment="calibrate-guards", progress=False,
-                         register=False)["run_id"] for s in (7, 8)]
+                         register=False).run_id for s in (7, 8)]
 
 
 def _calibrate(*args: str):

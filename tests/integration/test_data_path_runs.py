@@ -18,12 +18,12 @@ def test_device_data_path_trains_the_host_run(tiny_staged, tmp_path):
                           cache_dir=tmp_path)
     dev = run_frame_cell(make_config(**kw, data_path="device"), data=tiny_staged,
                          progress=False, cache_dir=tmp_path)
-    assert host["runtime"]["resolved_data_path"] == "host"
-    assert dev["runtime"]["resolved_data_path"] == "device"
-    assert dev["runtime"]["resolved_graph"] == "off"
-    assert dev["history"] == host["history"]
+    assert host.runtime["resolved_data_path"] == "host"
+    assert dev.runtime["resolved_data_path"] == "device"
+    assert dev.runtime["resolved_graph"] == "off"
+    assert dev.history == host.history
     for split in ("val", "test"):
-        pd.testing.assert_frame_equal(dev["predictions"][split], host["predictions"][split],
+        pd.testing.assert_frame_equal(dev.predictions[split], host.predictions[split],
                                       check_exact=True)
 
 
@@ -35,7 +35,7 @@ def test_train_logs_the_data_path_it_ran(tiny_staged, sqlite_tracking):
                       data_path="device")
     s = train(cfg, data=str(tiny_staged), register=False, progress=False,
               experiment="data-path")
-    params = mlflow.get_run(s["run_id"]).data.params
+    params = mlflow.get_run(s.run_id).data.params
     assert params["data_path"] == "device"           # what was asked (hashed)
     assert params["resolved_data_path"] == "device"  # what ran
     assert params["resolved_graph"] == "off"

@@ -53,7 +53,7 @@ def test_galar_children_aggregate_retention_and_submission(tracking, tiny_staged
             cfg = make_config(cell=cell, profile="smoke", weights="none", seed=seed)
             src[(cell, seed)] = train_workflow.train(
                 cfg, data=str(tiny_staged), experiment=exp, register=False,
-                progress=False)["run_id"]
+                progress=False).run_id
     with pytest.raises(PipiError, match="not found|evaluation run|sequence cell|FINISHED"):
         workflow.resolve_source_runs("0" * 32, experiment=exp)
     r = CliRunner().invoke(ENTRY_POINTS["galar"], [

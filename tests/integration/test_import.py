@@ -329,7 +329,7 @@ def test_imported_and_trained_runs_are_separate_arms_in_aggregate(tiny_staged, s
     exp = "import-aggregate"
     cfg = make_config(cell="a", seed=42, profile="smoke", weights="none")
     trained = train(cfg, data=str(tiny_staged), experiment=exp, register=False,
-                    progress=False)["run_id"]
+                    progress=False).run_id
     ckpt = import_file(kind="checkpoint", file=_save(_tv_model(seed=5), tmp_path / "a.pth"),
                        cell="a", backbone="efficientnet_b0", seed=42, data=str(tiny_staged),
                        profile="smoke", experiment=exp, progress=False).run_id

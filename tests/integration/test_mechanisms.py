@@ -54,7 +54,7 @@ def smoke_runs(mlflow_server, tiny_staged):
     for cell, seed in itertools.product(("a", "pi"), (1, 2)):
         cfg = make_config(cell=cell, seed=seed, backbone="resnet18", **SMOKE)
         out[(cell, seed)] = train(cfg, data=str(tiny_staged), experiment=exp, register=False,
-                                  progress=False)["run_id"]
+                                  progress=False).run_id
     return exp, out
 
 

@@ -32,8 +32,8 @@ def test_probe_runs_appear_in_the_per_frame_table(sqlite_tracking, tiny_staged, 
     shown = t.display["Configuration"].tolist()
     assert sum("frozen + linear probe" in s for s in shown) == 2
     for b in FOUNDATION:
-        assert probes.loc[b, "mean"] == pytest.approx(runs[b, "probe"]["test_macro_auc"],
+        assert probes.loc[b, "mean"] == pytest.approx(runs[b, "probe"].test_macro_auc,
                                                       abs=1e-6)
         assert probes.loc[b, "n_paired_vs_pi"] == 1
-    run = mlflow.tracking.MlflowClient().get_run(runs["dinov2_vitb14", "probe"]["run_id"])
+    run = mlflow.tracking.MlflowClient().get_run(runs["dinov2_vitb14", "probe"].run_id)
     assert run.data.params["cell"] == "probe" and run.data.params["backbone"] == "dinov2_vitb14"

@@ -35,17 +35,17 @@ def test_deterministic_training_repeats_exactly_and_bf16_channels_last_trains(ti
     cfg = make_config(**kw, deterministic=True)
     runs = [run_frame_cell(cfg, data=tiny_staged, progress=False, cache_dir=tmp_path)
             for _ in range(2)]
-    a, b = (r["predictions"]["test"] for r in runs)
+    a, b = (r.predictions["test"] for r in runs)
     pd.testing.assert_frame_equal(a, b, check_exact=True)
-    assert runs[0]["history"][0]["loss"] == runs[1]["history"][0]["loss"]
+    assert runs[0].history[0]["loss"] == runs[1].history[0]["loss"]
     fast = make_config(**kw, precision="bf16", channels_last="true")
     out = run_frame_cell(fast, data=tiny_staged, progress=False, cache_dir=tmp_path)
-    assert out["runtime"]["resolved_precision"] == "bf16"
-    assert out["runtime"]["resolved_channels_last"] == "true"
-    assert np.isfinite(out["history"][0]["loss"])
-    probs = out["predictions"]["test"].filter(like="prob_").to_numpy()
+    assert out.runtime["resolved_precision"] == "bf16"
+    assert out.runtime["resolved_channels_last"] == "true"
+    assert np.isfinite(out.history[0]["loss"])
+    probs = out.predictions["test"].filter(like="prob_").to_numpy()
     np.testing.assert_allclose(probs.sum(1), 1.0, atol=1e-4)
-    assert next(out["model"].parameters()).is_contiguous()  # handed back as plain NCHW
+    assert next(out.model.parameters()).is_contiguous()  # handed back as plain NCHW
 
 
 @pytest.mark.slow
@@ -61,10 +61,10 @@ def test_compile_true_trains_and_predicts_like_eager(tiny_staged, tmp_path):
     comp = run_frame_cell(make_config(**kw, compile=True), data=tiny_staged, progress=False,
                           cache_dir=tmp_path)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] > 0  # it did compile
-    a, b = (r["predictions"]["test"].filter(like="prob_").to_numpy() for r in (eager, comp))
+    a, b = (r.predictions["test"].filter(like="prob_").to_numpy() for r in (eager, comp))
     np.testing.assert_allclose(b, a, atol=1e-2)  # same weights and batches; fused kernels round
     # (the training losses differ: compiled dropout draws its own masks)
-    assert np.isfinite(comp["history"][0]["loss"])
+    assert np.isfinite(comp.history[0]["loss"])
 
 
 def _children(parent_run_id: str) -> pd.DataFrame:

@@ -58,13 +58,13 @@ def test_b_plus_and_e_plus_train_and_share_their_pi_base(tracking, tiny_staged, 
                       experiment="seq-fast", progress=False)
     s2 = train_workflow.train(make_config(cell="e_plus", **kw), data=str(tiny_staged),
                       experiment="seq-fast", progress=False)
-    r1 = _contract(s1["run_id"], tiny_staged, "b_plus", tmp_path / "1")
-    r2 = _contract(s2["run_id"], tiny_staged, "e_plus", tmp_path / "2")
+    r1 = _contract(s1.run_id, tiny_staged, "b_plus", tmp_path / "1")
+    r2 = _contract(s2.run_id, tiny_staged, "e_plus", tmp_path / "2")
     base_id = r1.data.tags["pipi.base_run_id"]
     assert r2.data.tags["pipi.base_run_id"] == base_id          # reused, not retrained
     base = mlflow.get_run(base_id)
     assert base.data.tags["pipi.cell"] == "pi"
-    assert base.data.tags["mlflow.parentRunId"] == s1["run_id"]  # trained first, nested
+    assert base.data.tags["mlflow.parentRunId"] == s1.run_id  # trained first, nested
     pis = mlflow.search_runs(experiment_names=["seq-fast"],
                              filter_string="tags.`pipi.cell` = 'pi'")
     assert len(pis) == 1
@@ -96,7 +96,7 @@ def test_every_sequence_cell_trains_end_to_end(cell, tracking, tiny_staged, tmp_
     cfg = make_config(cell=cell, profile="smoke", weights="none", seed=11)
     s = train_workflow.train(cfg, data=str(tiny_staged), experiment="seq-all", progress=False,
                      register=False)
-    run = _contract(s["run_id"], tiny_staged, cell, tmp_path)
+    run = _contract(s.run_id, tiny_staged, cell, tmp_path)
     base = mlflow.get_run(run.data.tags["pipi.base_run_id"])
     assert base.data.tags["pipi.cell"] == cfg.cell_config.base_cell
     assert ("pipi.c3_run_id" in run.data.tags) == cfg.cell_config.c3
@@ -124,8 +124,8 @@ def test_interrupted_sequence_run_resumes_to_the_same_result(tracking, tiny_stag
     assert len(killed) == 1
     rid = killed["run_id"][0]
     resumed = train_workflow.train(cfg, data=str(tiny_staged), resume=rid, progress=False)
-    assert resumed["run_id"] == rid and mlflow.get_run(rid).info.status == "FINISHED"
-    assert resumed["base_run_id"] == full["base_run_id"]
-    assert resumed["test_macro_auc"] == full["test_macro_auc"]
+    assert resumed.run_id == rid and mlflow.get_run(rid).info.status == "FINISHED"
+    assert resumed.base_run_id == full.base_run_id
+    assert resumed.test_macro_auc == full.test_macro_auc
     steps = [m.step for m in mlflow.tracking.MlflowClient().get_metric_history(rid, "train/loss")]
     assert steps == [0, 1]

@@ -41,12 +41,12 @@ def b_plus(smoke_study):
 
 @pytest.fixture(scope="module")
 def frame_uri(smoke_study):
-    return smoke_study.summaries[("pi", 42)]["registered"]
+    return smoke_study.summaries[("pi", 42)].registered
 
 
 @pytest.fixture(scope="module")
 def distill_uri(smoke_study):
-    return smoke_study.summaries[("distill", 42)]["registered"]
+    return smoke_study.summaries[("distill", 42)].registered
 
 
 def _fresh(code: str, uri: str) -> str:
@@ -59,11 +59,11 @@ def _fresh(code: str, uri: str) -> str:
 def test_b_plus_is_registered_and_reproduces_its_run_in_a_fresh_process(b_plus, tracking,
                                                                          tiny_staged, tmp_path):
     c = mlflow.tracking.MlflowClient()
-    name, version = b_plus["registered"].removeprefix("models:/").split("/")
+    name, version = b_plus.registered.removeprefix("models:/").split("/")
     assert name == SEQ
     mv = c.get_model_version(name, version)
-    assert mv.tags["run_id"] == b_plus["run_id"] and mv.tags["cell"] == "b_plus"
-    assert mv.tags["base_run_id"] == b_plus["base_run_id"] and mv.tags["window"] == "4"
+    assert mv.tags["run_id"] == b_plus.run_id and mv.tags["cell"] == "b_plus"
+    assert mv.tags["base_run_id"] == b_plus.base_run_id and mv.tags["window"] == "4"
     # the clip: the training window of a test row (smoke window: 4 frames), as the uint8
     # frames of the training cache; the pyfunc must give that row the probabilities the run
     # logged for it
@@ -90,7 +90,7 @@ def test_b_plus_is_registered_and_reproduces_its_run_in_a_fresh_process(b_plus, 
     assert out.split()[0] == "4"
     got = pd.read_json(tmp_path / "out.json", orient="records")
     preds = pd.read_parquet(Path(mlflow.artifacts.download_artifacts(
-        run_id=b_plus["run_id"], artifact_path="predictions/test.parquet",
+        run_id=b_plus.run_id, artifact_path="predictions/test.parquet",
         dst_path=str(tmp_path / "p"))))
     fname = frames["filename"].iloc[row] if "filename" in frames else None
     ref = preds[(preds["video_id"].astype(str) == str(frames["video_id"].iloc[row]))

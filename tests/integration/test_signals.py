@@ -158,7 +158,7 @@ def test_sigterm_ends_calibrate_killed_in_one_line_with_no_child_left_running(ti
     try:
         src = runner.train(make_config(cell="pi", backbone="resnet18", profile="smoke",
                                        weights="none", seed=5), data=str(tiny_staged),
-                           experiment="cal-src", progress=False, register=False)["run_id"]
+                           experiment="cal-src", progress=False, register=False).run_id
     finally:
         del os.environ["MLFLOW_TRACKING_URI"]
     client = MlflowClient(uri)

@@ -34,11 +34,11 @@ def test_every_per_frame_cell_trains_on_every_backbone(cell, backbone, tiny_stag
     tr = FakeTracker()
     out = run_frame_cell(cfg, data=tiny_staged, tracker=tr, progress=False,
                          cache_dir=tmp_path / "cache")
-    test = out["predictions"]["test"]
+    test = out.predictions["test"]
     assert list(test.columns[-14:]) == list(PROB_COLUMNS)
     np.testing.assert_allclose(test[list(PROB_COLUMNS)].sum(axis=1), 1.0, atol=1e-4)
-    assert len(test) == (out["frames"]["split"] == "test").sum()
-    assert 0.0 <= out["metrics"]["test/macro_auc"] <= 1.0
+    assert len(test) == (out.frames["split"] == "test").sum()
+    assert 0.0 <= out.metrics["test/macro_auc"] <= 1.0
     assert [s for s, _ in tr.metrics] == [0] and tr.checkpoints == [0]
     assert set(tr.metrics[0][1]) == {"train/loss", "val/macro_auc", "val/macro_f1", "train/lr"}
 
@@ -176,9 +176,9 @@ def test_interrupted_run_resumes_to_the_same_result(tracking, tiny_staged, monke
     assert len(killed) == 1
     rid = killed["run_id"][0]
     resumed = train_workflow.train(cfg, data=str(tiny_staged), resume=rid, progress=False, register=False)
-    assert resumed["run_id"] == rid
+    assert resumed.run_id == rid
     assert mlflow.get_run(rid).info.status == "FINISHED"
-    assert resumed["test_macro_auc"] == full["test_macro_auc"]
+    assert resumed.test_macro_auc == full.test_macro_auc
     steps = [m.step for m in mlflow.tracking.MlflowClient().get_metric_history(rid, "train/loss")]
     assert steps == [0, 1]
 

@@ -63,7 +63,7 @@ def smoke_run(mlflow_server, tiny_staged):
                           weights="none", seed=41)
         summary = workflow.train(cfg, data=str(tiny_staged), experiment="ui-smoke",
                                  progress=False, system_metrics=True)
-        run = mlflow.get_run(summary["run_id"])
+        run = mlflow.get_run(summary.run_id)
         yield summary, run
     finally:
         os.environ.pop("MLFLOW_EXPERIMENT_ID", None)
@@ -87,13 +87,13 @@ def test_the_run_carries_what_the_ui_shows(smoke_run, mlflow_server):
                             "figures/confusion.png", "figures/prior_examples.png"}
     assert sum(figures.values()) < 600_000, figures  # a few hundred KB per run
     note = run.data.tags[tracking.NOTE_TAG]
-    assert "**Cell `pi`**" in note and f"{summary['test_macro_auc']:.4f}" in note
+    assert "**Cell `pi`**" in note and f"{summary.test_macro_auc:.4f}" in note
     assert any(k.startswith("system/cpu_utilization") for k in run.data.metrics)
     assert any(k.startswith("system/system_memory") for k in run.data.metrics)
     # what tells runs apart is in the name; bookkeeping is not a user-facing tag (issue 30)
     assert run.info.run_name == "pi-efficientnet_b0-s41-smoke-tiny"
     assert not any(k.startswith("pipi.heartbeat") for k in run.data.tags)
-    name, version = summary["registered_name"], summary["registered_version"]
+    name, version = summary.registered_name, summary.registered_version
     assert "strip_prior" in c.get_registered_model(name).description
     assert f"run `{run.info.run_id}`" in c.get_model_version(name, version).description
 
@@ -123,10 +123,10 @@ def test_the_ui_shows_runs_table_description_figure_and_model_card(smoke_run, ml
     imgs = re.findall(r"<img[^>]+src=\"([^\"]+)\"", art)
     assert any(src.startswith("blob:") for src in imgs), imgs  # ... and its image preview
 
-    model = _text(open_page(f"{root}/#/models/{summary['registered_name']}", tmp_path, "model"))
+    model = _text(open_page(f"{root}/#/models/{summary.registered_name}", tmp_path, "model"))
     assert "Strip-and-serve" in model and "mlflow models serve" in model
     # the serve command names the alias that exists after train (issue 30)
-    assert f"models:/{summary['registered_name']}@candidate" in model
+    assert f"models:/{summary.registered_name}@candidate" in model
     assert "@champion " not in model
     assert "Training evidence" in model
 

@@ -116,7 +116,8 @@ def test_names_shared_by_several_videos_must_be_told_apart(tmp_path):
 
 # --------------------------------------------------------------------------- promote
 def test_mark_imported_names_arms_by_source_children_included():
-    from pipi.analysis import cell_label, imported_arm, mark_imported
+    from pipi.analysis import cell_label, mark_imported
+    from pipi.cells import Arm
 
     def tags(**kw):
         return json.dumps({f"pipi.{k}": v for k, v in kw.items()})
@@ -136,8 +137,8 @@ def test_mark_imported_names_arms_by_source_children_included():
     trained = runs.iloc[[0]]
     assert mark_imported(trained)["cell"].tolist() == ["a"]          # nothing imported
     assert mark_imported(runs.iloc[:0])["cell"].tolist() == []       # no runs
-    assert imported_arm("pi (yang2026)") == ("pi", "yang2026")
-    assert imported_arm("pi") == ("pi", "")
+    assert Arm.parse("pi (yang2026)") == Arm("pi", "yang2026")
+    assert Arm.parse("pi") == Arm("pi", "")
     assert cell_label("a (released)") == "(a) RGB-only per-frame baseline [released: imported]"
 
 

@@ -173,7 +173,7 @@ def test_recompute_matches_direct_computation(pred_dir, rec):
                 assert math.isclose(got, macro_auc(df["label"].to_numpy(), probs, classes=idx))
         assert r.n_test_frames == int(runs[ds].baseline[0].predictions["label"].isin(idx).sum())
         assert r.delta > 0 and r.sign_positive_seeds == "2/2"
-        assert r.bootstrap.bootstrap.unit == "videos" and r.n_videos == 8
+        assert r.bootstrap.unit == "videos" and r.n_videos == 8
         assert r.run_ids["method"]["2"] == f"{ds}-method-2"
     assert rec.retention.confidence_interval is not None
     assert math.isclose(rec.retention.value, rec.galar.delta / rec.kvasir.delta)

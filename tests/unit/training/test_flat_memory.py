@@ -85,7 +85,7 @@ def test_splits_are_never_copied_and_val_is_scored_once_per_epoch(tmp_path, monk
     # the reused val predictions are exactly what the returned (best) model predicts
     rows = np.flatnonzero(frames["split"].to_numpy() == "val")
     cache = np.load(cache_path(tmp_path / "cache", manifest["data_digest"], SIZE), mmap_mode="r")
-    again = real_predict(out["model"], cache[rows], frames_mod.FrameInputs(cfg, check=False),
+    again = real_predict(out.model, cache[rows], frames_mod.FrameInputs(cfg, check=False),
                          device=torch.device("cpu"))
-    got = out["predictions"]["val"][[f"prob_{i:02d}" for i in range(len(CLASSES))]].to_numpy()
+    got = out.predictions["val"][[f"prob_{i:02d}" for i in range(len(CLASSES))]].to_numpy()
     np.testing.assert_array_equal(got, again)

@@ -39,10 +39,10 @@ def test_cached_probe_features_once_and_the_model_agrees(tiny_staged, tmp_path, 
     cfg = make_config(backbone="dinov2_vitb14", **SMOKE)
     res = run_frame_cell(cfg, data=tiny_staged, device="cpu", progress=False,
                          cache_dir=tmp_path)
-    path = res["features"]
+    path = res.features
     feats = np.load(path)
     frames, _ = load_staged(tiny_staged)
-    model = res["model"].eval()
+    model = res.model.eval()
     # independently: the staged frames at the run's size, ImageNet normalisation, the frozen
     # backbone (weights unchanged by training), then the trained head
     from pipi.data.cache import build_cache
@@ -57,7 +57,7 @@ def test_cached_probe_features_once_and_the_model_agrees(tiny_staged, tmp_path, 
         probs = torch.softmax(model(x), 1).numpy()
     np.testing.assert_allclose(feats, emb, atol=1e-4)
     test = np.flatnonzero(frames["split"].to_numpy() == "test")
-    got = res["predictions"]["test"].filter(like="prob_").to_numpy()
+    got = res.predictions["test"].filter(like="prob_").to_numpy()
     np.testing.assert_allclose(got, probs[test], atol=1e-5)
     # a second seed reads the cache: the backbone is never run again
     from pipi.models.heads import FrameClassifier
@@ -68,4 +68,4 @@ def test_cached_probe_features_once_and_the_model_agrees(tiny_staged, tmp_path, 
     monkeypatch.setattr(FrameClassifier, "embed", boom)
     again = run_frame_cell(make_config(backbone="dinov2_vitb14", **{**SMOKE, "seed": 42}),
                            data=tiny_staged, device="cpu", progress=False, cache_dir=tmp_path)
-    assert again["features"] == path
+    assert again.features == path

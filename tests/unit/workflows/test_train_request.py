@@ -44,8 +44,8 @@ def counted(monkeypatch):
 
     def fake_run(req, **kw):
         kept["req"], kept["kw"] = req, kw
-        return {"run_id": "r" * 32, "test_macro_auc": 0.5, "val_macro_auc": 0.5,
-                "best_epoch": 1, "registered": None}
+        return workflow.TrainSummary(run_id="r" * 32, test_macro_auc=0.5, val_macro_auc=0.5,
+                                     best_epoch=1, test_classes=[])
     monkeypatch.setattr(workflow, "run", fake_run)
     monkeypatch.setattr(tracking, "ui_hint", lambda run_id: "")
     return calls, kept
