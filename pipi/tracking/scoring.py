@@ -9,6 +9,7 @@ environment (the project's, as ``--env-manager local``), on ``workers`` processe
 
 from __future__ import annotations
 
+import inspect
 import os
 import tempfile
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ __all__ = ["ServeRequest", "app_from_env", "load_served_model", "scoring_app", "
 #: How the parent hands the model and the limit to uvicorn's worker processes.
 ENV_MODEL_PATH = "PIPI_SERVE_MODEL_PATH"
 ENV_MAX_BYTES = "PIPI_SERVE_MAX_BYTES"
+#: Seconds a uvicorn worker may take to answer its supervisor's health check.
+WORKER_HEALTHCHECK_S = 120
 
 
 @dataclass(frozen=True)
@@ -85,5 +88,10 @@ def serve(req: ServeRequest, *, announce=print) -> None:
             return
         del model  # each worker process loads its own
         os.environ[ENV_MODEL_PATH], os.environ[ENV_MAX_BYTES] = path, str(req.max_bytes)
+        # A spawned worker imports pipi's command line (torch, mlflow) before it can answer its
+        # supervisor's first health check; uvicorn's 5 s restarted slow starters in a loop.
+        patience = ({"timeout_worker_healthcheck": WORKER_HEALTHCHECK_S} if
+                    "timeout_worker_healthcheck" in inspect.signature(uvicorn.Config).parameters
+                    else {})
         uvicorn.run(f"{__name__}:app_from_env", factory=True, host=req.host, port=req.port,
-                    workers=req.workers)
+                    workers=req.workers, **patience)
