@@ -1,43 +1,42 @@
-"""What ``mlflow models serve`` answers for a pipi model when a request is refused.
+"""The request limits of ``pipi serve``: an ASGI middleware around MLflow's scoring app.
 
-MLflow 3's scoring server (``mlflow.pyfunc.scoring_server``) maps an ``MlflowException``
-raised while parsing or predicting to its error code's HTTP status (``BAD_REQUEST`` /
-``INVALID_PARAMETER_VALUE`` -> 400), but it puts the request itself into the message
-(``Failed to predict data '<the whole input>'``; a body that is not JSON is echoed back
-whole), a non-MlflowException becomes a 400 carrying a stack trace, and a huge body is parsed
-before anything can refuse it (a 264 MB request used 5-7 GB and answered 504 after 60 s).
+MLflow 3's scoring server (``mlflow.pyfunc.scoring_server``, a FastAPI app) reads an
+``/invocations`` body whole (``await request.body()``) before anything can refuse it (a 264 MB
+request used 5-7 GB and answered 504 after 60 s), puts the request itself into an error message
+(``Failed to predict data '<the whole input>'``; a body that is not JSON is echoed back whole),
+adds a stack trace to some answers, and turns an exception other than ``MlflowException`` in its
+own parsing into a bare 500.
 
-:func:`guarded` wraps the server's ``invocations`` function (the one the FastAPI route calls
-for every request); the registered model's ``install_guard`` (``pipi/tracking/pyfunc.py``)
-installs it once per process, when a pipi model is loaded:
+:class:`RequestGuard` wraps that app from outside (``pipi serve`` builds the app with it,
+``pipi/tracking/scoring.py``); nothing of MLflow is patched, and the model knows nothing of it.
+For a ``POST /invocations``:
 
-* a body over ``PIPI_SERVE_MAX_BYTES`` (default 64 MiB) -> 413 before it is parsed, and in
-  the server process before it is read whole (:func:`install_body_limit`): a
-  ``Content-Length`` over the limit is refused before one byte of the body is read, and a
-  chunked body is read only up to the limit, so a worker never holds more than the limit;
+* a body over ``max_bytes`` (``pipi serve --max-request-mb``, default 64 MiB) -> 413 before it is
+  parsed and before it is read whole: a ``Content-Length`` over the limit is refused before one
+  byte of the body is read, and a chunked body is read only up to the limit
+  (:func:`read_limited`), so a worker never holds more than the limit;
 * a JSON content type whose body is not JSON -> 400 "request body is not JSON (...)";
 * JSON nested too deeply for Python's parser (a ``RecursionError``) -> 400 in one line;
-* any ``error_type`` (MLflow's ``MlflowException``) -> the same status with a one-line message without the request
-  data and without a stack trace.
+* an error answer of the app -> the same status with a one-line message without the request
+  data and without a stack trace; an exception in the server's own parsing (``ValueError``,
+  ``TypeError``, ``KeyError``, ``RecursionError``) -> 400 in one line instead of a bare 500.
 
-Every answer is ``{"error_code": ..., "message": ...}``, the shape MLflow uses itself. No MLflow
-import here (the exception type is passed in): the registered model ships this module.
+Every refusal is ``{"error_code": ..., "message": ...}``, the shape MLflow uses itself. Other
+paths (``/ping``, ``/version``, ...) pass through untouched. Pure ASGI (no Starlette, no MLflow).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-import os
+import logging
 
-__all__ = ["DEFAULT_MAX_BYTES", "guarded", "install_body_limit", "max_request_bytes",
-           "read_limited"]
+__all__ = ["DEFAULT_MAX_BYTES", "RequestGuard", "read_limited"]
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 _PREFIX = "Failed to predict data '"
-
-
-def max_request_bytes() -> int:
-    return int(os.environ.get("PIPI_SERVE_MAX_BYTES", DEFAULT_MAX_BYTES))
+_EXAMPLE = '{"dataframe_records": [{"image": "<base64 JPEG>"}]}'
+_log = logging.getLogger(__name__)
 
 
 class _Refused(bytes):
@@ -71,34 +70,7 @@ async def read_limited(chunks, limit: int, *, content_length: str | None = None)
     return b"".join(parts)
 
 
-def install_body_limit() -> None:
-    """Make the server read an ``/invocations`` body through :func:`read_limited`.
-
-    MLflow's route reads ``await request.body()`` whole before anything of ours runs, and its
-    app is built after the model is loaded, so the limit goes into Starlette's ``Request.body``
-    for that one path of the scoring server's process (idempotent).
-    """
-    from contextlib import aclosing
-
-    from starlette.requests import Request
-
-    original = Request.body
-    if getattr(original, "__pipi_limit__", False):
-        return
-
-    async def body(self) -> bytes:
-        if hasattr(self, "_body") or self.scope.get("path") != "/invocations":
-            return await original(self)
-        async with aclosing(self.stream()) as stream:
-            self._body = await read_limited(stream, max_request_bytes(),
-                                            content_length=self.headers.get("content-length"))
-        return self._body
-
-    body.__pipi_limit__ = True
-    Request.body = body
-
-
-def _one_line(message: str) -> str:
+def one_line(message: str) -> str:
     """The reason without the echoed request: MLflow prefixes predict errors with the data."""
     if message.startswith(_PREFIX) and "\nError: " in message:
         message = message.rsplit("\nError: ", 1)[1]
@@ -108,53 +80,117 @@ def _one_line(message: str) -> str:
     return line if len(line) <= 500 else line[:497] + "..."
 
 
-def _answer(response_cls, status: int, code: str, message: str):
-    body = json.dumps({"error_code": code, "message": message})
-    return response_cls(response=body, status=status, mimetype="application/json")
+def _json_problem(body: bytes) -> str | None:
+    """Why ``body`` is not JSON that can be read (one line), or None."""
+    try:
+        json.loads(body)
+    except RecursionError:
+        return f"request body is JSON nested too deeply to read; send e.g. {_EXAMPLE}"
+    except (ValueError, UnicodeDecodeError) as exc:
+        where = f" at line {exc.lineno} column {exc.colno}" if hasattr(exc, "lineno") else ""
+        return f"request body is not JSON{where}; send e.g. {_EXAMPLE}"
+    return None
 
 
-def guarded(invocations, response_cls, *, error_type: type[Exception]):
-    """``invocations`` with the checks of the module docstring around it; ``error_type``:
-    the exception whose status, code and message become the answer (MLflow's
-    ``MlflowException``: ``get_http_status_code()``, ``error_code``, ``message``)."""
+async def _answer(send, status: int, code: str, message: str) -> None:
+    body = json.dumps({"error_code": code, "message": message}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
 
-    def pipi_invocations(data, content_type, model, input_schema):
-        limit = max_request_bytes()
-        if isinstance(data, _Refused):
-            what = ("Content-Length" if data.declared else
-                    "refused after reading")
-            return _answer(response_cls, 413, "BAD_REQUEST",
-                           f"request body is over the limit of {limit} bytes "
-                           f"(PIPI_SERVE_MAX_BYTES; {what} {data.size} bytes); send fewer or "
-                           "smaller images")
-        if len(data) > limit:
-            return _answer(response_cls, 413, "BAD_REQUEST",
-                           f"request body of {len(data)} bytes is over the limit of {limit} "
-                           "bytes (PIPI_SERVE_MAX_BYTES); send fewer or smaller images")
-        if (content_type or "").split(";")[0].strip() == "application/json":
-            try:
-                json.loads(data)
-            except RecursionError:
-                return _answer(response_cls, 400, "BAD_REQUEST",
-                               "request body is JSON nested too deeply to read; send e.g. "
-                               '{"dataframe_records": [{"image": "<base64 JPEG>"}]}')
-            except (ValueError, UnicodeDecodeError) as exc:
-                where = f" at line {exc.lineno} column {exc.colno}" if hasattr(exc, "lineno") \
-                    else ""
-                return _answer(response_cls, 400, "BAD_REQUEST",
-                               f"request body is not JSON{where}; send e.g. "
-                               '{"dataframe_records": [{"image": "<base64 JPEG>"}]}')
+
+def _cleaned(status: int, body: bytes) -> tuple[str, str]:
+    """(error code, one-line message) of an error answer of the app."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError):
+        doc = None
+    if isinstance(doc, dict) and isinstance(doc.get("message"), str):
+        code = str(doc.get("error_code") or "")
+        message = doc["message"]
+    else:
+        code, message = "", body.decode("utf-8", "replace")
+    default = "BAD_REQUEST" if status < 500 else "INTERNAL_ERROR"
+    return code or default, one_line(message) or f"HTTP {status}"
+
+
+class RequestGuard:
+    """ASGI middleware: the checks of the module docstring around ``app``'s ``path``."""
+
+    def __init__(self, app, *, max_bytes: int = DEFAULT_MAX_BYTES, path: str = "/invocations"):
+        if max_bytes <= 0:
+            raise ValueError(f"max_bytes must be positive, not {max_bytes}")
+        self.app, self.max_bytes, self.path = app, int(max_bytes), path
+
+    async def __call__(self, scope, receive, send):
+        if (scope["type"] != "http" or scope.get("path") != self.path
+                or scope.get("method") != "POST"):
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
+                   for k, v in scope.get("headers", [])}
+        disconnected = []
+
+        async def chunks():
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    disconnected.append(message)
+                    return
+                yield message.get("body", b"")
+                if not message.get("more_body", False):
+                    return
+
+        body = await read_limited(chunks(), self.max_bytes,
+                                  content_length=headers.get("content-length"))
+        if disconnected:  # the client is gone: nobody to answer
+            return
+        if isinstance(body, _Refused):
+            what = "Content-Length" if body.declared else "refused after reading"
+            return await _answer(send, 413, "BAD_REQUEST",
+                                 f"request body is over the limit of {self.max_bytes} bytes "
+                                 f"(pipi serve --max-request-mb; {what} {body.size} bytes); "
+                                 "send fewer or smaller images")
+        ctype = headers.get("content-type", "").split(";")[0].strip().lower()
+        if ctype == "application/json":
+            problem = await asyncio.to_thread(_json_problem, body)  # a big body: off the loop
+            if problem:
+                return await _answer(send, 400, "BAD_REQUEST", problem)
+        await self._forward(scope, body, receive, send)
+
+    async def _forward(self, scope, body: bytes, receive, send) -> None:
+        """Run the app on the body already read; hold an error answer back and clean it."""
+        given = False
+
+        async def replay():
+            nonlocal given
+            if not given:
+                given = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()  # after the body: the client's disconnect
+
+        held: dict = {}
+
+        async def capture(message):
+            if message["type"] == "http.response.start" and message["status"] >= 400:
+                held.update(status=message["status"], parts=[], done=False)
+            elif message["type"] == "http.response.body" and held:
+                held["parts"].append(message.get("body", b""))
+                held["done"] = not message.get("more_body", False)
+            else:
+                await send(message)
+
         try:
-            return invocations(data, content_type, model, input_schema)
-        except error_type as exc:
-            return _answer(response_cls, exc.get_http_status_code(), exc.error_code,
-                           _one_line(exc.message))
-        except RecursionError:  # nested too deeply for the server's own parsing
-            return _answer(response_cls, 400, "BAD_REQUEST",
-                           "request is nested too deeply to read; send one level of images")
-        except (ValueError, TypeError, KeyError) as exc:  # the server's own parsing
-            return _answer(response_cls, 400, "BAD_REQUEST",
-                           _one_line(f"cannot read the request ({type(exc).__name__}: {exc})"))
-
-    pipi_invocations.__pipi_guard__ = True
-    return pipi_invocations
+            await self.app(scope, replay, capture)
+        except (ValueError, TypeError, KeyError, RecursionError) as exc:
+            if not held:  # an answer is already on its way: nothing to replace
+                raise
+            _log.warning("refused a request the scoring server could not read: %s: %s",
+                         type(exc).__name__, one_line(str(exc)))
+            message = ("request is nested too deeply to read; send one level of images"
+                       if isinstance(exc, RecursionError) else
+                       one_line(f"cannot read the request ({type(exc).__name__}: {exc})"))
+            return await _answer(send, 400, "BAD_REQUEST", message)
+        if held:
+            code, message = _cleaned(held["status"], b"".join(held["parts"]))
+            await _answer(send, held["status"], code, message)

@@ -9,14 +9,14 @@ pipi (importing ``pipi.tracking`` would pull in the tracking layer): it imports 
 :class:`PipiModel` loads a :mod:`pipi.serving.predictors` predictor from the model's artifacts
 (per-frame cells: ``config`` + ``weights``; sequence cells: ``bundle``); its inputs, outputs and
 parameters are described there. Refused input raises ``MlflowException`` with
-``INVALID_PARAMETER_VALUE`` (HTTP 400 under ``mlflow models serve``) and a one-line reason;
-:func:`install_guard` keeps the scoring server from echoing the request back
-(:mod:`pipi.serving.guard`).
+``INVALID_PARAMETER_VALUE`` (HTTP 400 under ``mlflow models serve``) and a one-line reason.
+The model does not touch the server that runs it: the request limits (413 before a big body is
+read, no request echoed back in an error) are an ASGI middleware that ``pipi serve`` puts around
+MLflow's scoring app (:mod:`pipi.serving.guard`, ``pipi/tracking/scoring.py``).
 """
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -28,7 +28,6 @@ from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 
 import pipi
 from pipi.errors import DataError
-from pipi.serving.guard import guarded, install_body_limit
 from pipi.serving.predictors import load_predictor
 
 __all__ = [
@@ -57,25 +56,11 @@ def refused(reason) -> MlflowException:
     return MlflowException(" ".join(str(reason).split()), error_code=INVALID_PARAMETER_VALUE)
 
 
-def install_guard() -> None:
-    """Wrap the scoring server's ``invocations`` (idempotent; harmless outside a server)."""
-    from mlflow.pyfunc import scoring_server
-
-    if os.environ.get(scoring_server._SERVER_MODEL_PATH):  # this process is the server
-        install_body_limit()
-    current = scoring_server.invocations
-    if getattr(current, "__pipi_guard__", False):
-        return
-    scoring_server.invocations = guarded(current, scoring_server.InvocationsResponse,
-                                         error_type=MlflowException)
-
-
 class PipiModel(mlflow.pyfunc.PythonModel):
     """pyfunc around a pipi predictor (per-frame or sequence cell)."""
 
     def load_context(self, context):
         self.predictor = load_predictor(context.artifacts)
-        install_guard()
 
     # `pd.DataFrame` is what MLflow's type-hint check skips (no schema inferred, no input
     # converted, no warning at import): a DataFrame, a dict of lists or an array is accepted

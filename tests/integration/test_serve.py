@@ -6,6 +6,7 @@ import base64
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -155,18 +156,30 @@ def test_distill_heatmap_is_the_auxiliary_head_and_leaves_the_probabilities(dist
 
 
 class _Served:
+    """A model server on a free port: ``pipi serve`` (``launcher="pipi"``, the request limits
+    around MLflow's scoring app) or ``mlflow models serve``."""
+
     def __init__(self, model_uri: str, uri: str, tmp: Path, env=None, *,
-                 env_manager: str = "local", timeout: float = 180):
+                 env_manager: str = "local", timeout: float = 180, launcher: str = "mlflow",
+                 max_request_mb: float | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = tmp / f"serve-{env_manager}.log"
+        bindir = Path(sys.executable).parent
+        self.log_path = tmp / f"serve-{launcher}-{env_manager}.log"
         self.log = open(self.log_path, "wb")
+        if launcher == "pipi":
+            cmd = [str(bindir / "pipi"), "serve", "-m", model_uri, "--host", "127.0.0.1",
+                   "--port", str(self.port), "--workers", "1"]
+            if max_request_mb is not None:
+                cmd += ["--max-request-mb", repr(max_request_mb)]
+        else:
+            cmd = [str(bindir / "mlflow"), "models", "serve", "-m", model_uri,
+                   "--env-manager", env_manager, "-h", "127.0.0.1", "-p", str(self.port),
+                   "-w", "1"]
         self.proc = subprocess.Popen(
-            [str(Path(sys.executable).parent / "mlflow"), "models", "serve", "-m", model_uri,
-             "--env-manager", env_manager, "-h", "127.0.0.1", "-p", str(self.port), "-w", "1"],
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+            cmd, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
             env={**os.environ, "MLFLOW_TRACKING_URI": uri, **(env or {}),
-                 "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
+                 "PATH": f"{bindir}:{os.environ['PATH']}"})
         try:
             wait_http(self.url + "/ping", timeout=timeout, proc=self.proc)
         except Exception:  # noqa: BLE001 - any failure to start: stop it, show its log
@@ -182,6 +195,28 @@ class _Served:
         except urllib.error.HTTPError as e:
             return e.code, e.read().decode()
 
+    def raw(self, head: bytes, chunks=()) -> tuple[int, str]:
+        """Send request headers and ``chunks`` over one socket, never ending the body; the
+        answer read back (the server must answer without the rest, or this times out)."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=60) as s:
+            s.sendall(head)
+            for c in chunks:
+                s.sendall(c)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                part = s.recv(65536)
+                assert part, data
+                data += part
+            header, _, rest = data.partition(b"\r\n\r\n")
+            lines = header.decode("latin-1").split("\r\n")
+            length = next(int(h.split(":", 1)[1]) for h in lines[1:]
+                          if h.lower().startswith("content-length:"))
+            while len(rest) < length:
+                part = s.recv(65536)
+                assert part, rest
+                rest += part
+            return int(lines[0].split()[1]), rest[:length].decode()
+
     def stop(self):
         os.killpg(self.proc.pid, signal.SIGTERM)
         try:
@@ -191,48 +226,92 @@ class _Served:
         self.log.close()
 
 
-def test_served_model_answers_base64_jpeg_and_refuses_malformed(frame_uri, tracking, tmp_path):
-    served = _Served(frame_uri, tracking, tmp_path,
-                     env={"PIPI_SERVE_MAX_BYTES": "200000"})
+#: pipi serve's limit in the tests: 200000 bytes.
+LIMIT_MB = 200000 / 2**20
+
+
+@pytest.fixture(scope="module")
+def pipi_served(frame_uri, mlflow_server, tmp_path_factory):
+    served = _Served(frame_uri, mlflow_server.uri, tmp_path_factory.mktemp("pipi-serve"),
+                     launcher="pipi", max_request_mb=LIMIT_MB)
+    yield served
+    served.stop()
+
+
+def test_served_model_answers_base64_jpeg_and_refuses_malformed(pipi_served):
+    served = pipi_served
+    img = np.random.default_rng(2).integers(0, 256, (336, 336, 3), dtype=np.uint8)
+    jpeg = encode_image(img)
+    code, text = served.post(json.dumps({"dataframe_records": [{"image": jpeg}]}).encode())
+    assert code == 200, text
+    rec = json.loads(text)["predictions"][0]
+    assert set(CLASSES) <= set(rec) and rec["predicted_class"] in CLASSES
+    assert abs(sum(rec[c] for c in CLASSES) - 1) < 1e-4
+    # the same image as a nested uint8 array and under "inputs": the same answer
+    small = img[:40, :40]
+    code, text = served.post(json.dumps({"inputs": {"image": [encode_png(small)]},
+                                         "params": {"strip_prior": True}}).encode())
+    assert code == 200, text
+    code, text2 = served.post(json.dumps({"inputs": {"pixels": small[None].tolist()},
+                                          "params": {"strip_prior": True}}).encode())
+    assert code == 200, text2
+    a, b = json.loads(text)["predictions"][0], json.loads(text2)["predictions"][0]
+    assert all(abs(a[c] - b[c]) < 1e-6 for c in CLASSES)
+    malformed = {
+        "not JSON": (b"{not json", "not JSON"),
+        "bad base64": (json.dumps({"dataframe_records": [{"image": "%%%"}]}).encode(),
+                       "not valid base64"),
+        "not an image": (json.dumps({"dataframe_records": [
+            {"image": base64.b64encode(b"plain text").decode()}]}).encode(),
+            "not a JPEG or PNG"),
+        "wrong rank": (json.dumps({"inputs": {"pixels": [[1, 2, 3]]}}).encode(), "expected"),
+        "too small": (json.dumps({"inputs": {"pixels": [[[[0, 0, 0]]]]}}).encode(),
+                      "too small"),
+        "over the size": (json.dumps({"inputs": {"image": ["A" * 300000]}}).encode(),
+                          "over the limit"),
+    }
+    for why, (body, expect) in malformed.items():
+        code, text = served.post(body)
+        assert 400 <= code < 500, (why, code, text[:300])
+        msg = json.loads(text)["message"]
+        assert expect in msg and "\n" not in msg and "Traceback" not in text, (why, msg)
+        assert len(text) < 1000, (why, len(text))            # never the request echoed
+
+
+def test_pipi_serve_refuses_an_oversized_body_without_reading_it(pipi_served):
+    """Over a real socket: a declared Content-Length over the limit is answered at once, with
+    no byte of the body sent; a chunked body is answered once it passes the limit, its end
+    never sent. A server that read the whole body would wait here until the socket's
+    timeout."""
+    head = (b"POST /invocations HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\n")
+    code, text = pipi_served.raw(head + b"Content-Length: 1000000000\r\n\r\n")
+    assert code == 413, text
+    assert "Content-Length 1000000000 bytes" in json.loads(text)["message"]
+    chunk = b"4000\r\n" + b"x" * 0x4000 + b"\r\n"          # 16 KiB chunks
+    n = 200000 // 0x4000 + 1                                   # the first one past the limit
+    code, text = pipi_served.raw(head + b"Transfer-Encoding: chunked\r\n\r\n", [chunk] * n)
+    assert code == 413, text
+    msg = json.loads(text)["message"]
+    assert "refused after reading" in msg and "over the limit of 200000 bytes" in msg
+    assert pipi_served.post(b'{"inputs": {"pixels": [[[[0, 0, 0]]]]}}')[0] == 400  # still up
+
+
+def test_pipi_serve_answers_as_mlflow_models_serve_does(pipi_served, frame_uri, mlflow_server,
+                                                        tmp_path):
+    """The same probabilities from MLflow's own server; that one has no request limit (the
+    model no longer installs one into it): the over-size body is parsed, not refused."""
+    rng = np.random.default_rng(31)
+    images = [encode_image(rng.integers(0, 256, (96, 96, 3), dtype=np.uint8)) for _ in range(3)]
+    body = json.dumps({"dataframe_records": [{"image": im} for im in images]}).encode()
+    plain = _Served(frame_uri, mlflow_server.uri, tmp_path)
     try:
-        img = np.random.default_rng(2).integers(0, 256, (336, 336, 3), dtype=np.uint8)
-        jpeg = encode_image(img)
-        code, text = served.post(json.dumps({"dataframe_records": [{"image": jpeg}]}).encode())
-        assert code == 200, text
-        rec = json.loads(text)["predictions"][0]
-        assert set(CLASSES) <= set(rec) and rec["predicted_class"] in CLASSES
-        assert abs(sum(rec[c] for c in CLASSES) - 1) < 1e-4
-        # the same image as a nested uint8 array and under "inputs": the same answer
-        small = img[:40, :40]
-        code, text = served.post(json.dumps({"inputs": {"image": [encode_png(small)]},
-                                             "params": {"strip_prior": True}}).encode())
-        assert code == 200, text
-        code, text2 = served.post(json.dumps({"inputs": {"pixels": small[None].tolist()},
-                                              "params": {"strip_prior": True}}).encode())
-        assert code == 200, text2
-        a, b = json.loads(text)["predictions"][0], json.loads(text2)["predictions"][0]
-        assert all(abs(a[c] - b[c]) < 1e-6 for c in CLASSES)
-        malformed = {
-            "not JSON": (b"{not json", "not JSON"),
-            "bad base64": (json.dumps({"dataframe_records": [{"image": "%%%"}]}).encode(),
-                           "not valid base64"),
-            "not an image": (json.dumps({"dataframe_records": [
-                {"image": base64.b64encode(b"plain text").decode()}]}).encode(),
-                "not a JPEG or PNG"),
-            "wrong rank": (json.dumps({"inputs": {"pixels": [[1, 2, 3]]}}).encode(), "expected"),
-            "too small": (json.dumps({"inputs": {"pixels": [[[[0, 0, 0]]]]}}).encode(),
-                          "too small"),
-            "over the size": (json.dumps({"inputs": {"image": ["A" * 300000]}}).encode(),
-                              "over the limit"),
-        }
-        for why, (body, expect) in malformed.items():
-            code, text = served.post(body)
-            assert 400 <= code < 500, (why, code, text[:300])
-            msg = json.loads(text)["message"]
-            assert expect in msg and "\n" not in msg and "Traceback" not in text, (why, msg)
-            assert len(text) < 1000, (why, len(text))            # never the request echoed
+        expected = _probs(plain, body)
+        code, text = plain.post(json.dumps({"inputs": {"image": ["A" * 300000]}}).encode())
     finally:
-        served.stop()
+        plain.stop()
+    assert code == 400 and "over the limit" not in text
+    np.testing.assert_array_equal(_probs(pipi_served, body), expected)
 
 
 def _probs(served: _Served, body: bytes) -> np.ndarray:

@@ -3,6 +3,7 @@ too deeply. Files written the way other tools write them; the answers checked li
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import json
@@ -11,10 +12,9 @@ import zlib
 
 import numpy as np
 import pytest
-from mlflow.exceptions import MlflowException
 from PIL import Image
 
-from pipi.serving.guard import guarded
+from pipi.serving.guard import RequestGuard
 from pipi.serving.model_input import InputError, Limits, decode_image
 
 
@@ -74,18 +74,26 @@ def test_a_decompression_bomb_is_reported_as_too_many_pixels():
     assert "PIPI_SERVE_MAX_PIXELS" in msg
 
 
-class _Response:
-    def __init__(self, *, response, status, mimetype):
-        self.body, self.status, self.mimetype = response, status, mimetype
-
-
 def test_json_nested_too_deeply_is_a_400_in_one_line():
-    calls = []
-    handler = guarded(lambda *a: calls.append(a), _Response, error_type=MlflowException)
-    body = "[" * 200000 + "]" * 200000
-    r = handler(body, "application/json", None, None)
-    assert r.status == 400 and r.mimetype == "application/json"
-    doc = json.loads(r.body)
+    """``pipi serve``'s request guard answers before the app behind it parses anything."""
+    calls, sent = [], []
+
+    async def app(scope, receive, send):
+        calls.append(scope)
+
+    body = b"[" * 200000 + b"]" * 200000
+
+    async def receive():
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/invocations",
+             "headers": [(b"content-type", b"application/json")]}
+    asyncio.run(RequestGuard(app)(scope, receive, send))
+    assert sent[0]["status"] == 400 and (b"content-type", b"application/json") in sent[0]["headers"]
+    doc = json.loads(sent[1]["body"])
     assert doc["error_code"] == "BAD_REQUEST" and "nested too deeply" in doc["message"]
     assert "\n" not in doc["message"] and not calls
 

@@ -53,8 +53,11 @@ model.load_context(Ctx())
 imgs = np.random.default_rng(0).integers(0, 256, (2, 32, 32, 3), dtype=np.uint8)
 out = model.predict(None, imgs)
 import pipi
+from mlflow.pyfunc import scoring_server
+from starlette.requests import Request
 print(json.dumps({"pipi": pipi.__file__, "modules": sorted(k for k, v in sys.modules.items() if v is not None),
-                  "probs": out.iloc[:, :14].to_numpy().tolist()}))
+                  "probs": out.iloc[:, :14].to_numpy().tolist(),
+                  "server": [scoring_server.invocations.__module__, Request.body.__module__]}))
 """
 
 
@@ -78,12 +81,15 @@ def test_the_served_code_runs_from_its_own_copy_without_training_cli_or_tqdm(tmp
             "weights": str(tmp_path / "model_state.pt")}
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(tmp_path / "code")
+    env["__pyfunc_model_path__"] = str(tmp_path)  # as in `mlflow models serve`'s process
     r = subprocess.run([sys.executable, "-c", _PROBE, str(SERVED_MODEL), json.dumps(arts)],
                        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300,
                        check=False)
     assert r.returncode == 0, r.stderr[-3000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert Path(got["pipi"]).is_relative_to(code)
+    # the model leaves MLflow's scoring server as it is (the limits are pipi serve's)
+    assert got["server"] == ["mlflow.pyfunc.scoring_server", "starlette.requests"]
     bad = [m for m in got["modules"] if any(m == f or m.startswith(f + ".") for f in FORBIDDEN)]
     assert not bad, bad
     pipi_loaded = {m for m in got["modules"] if m == "pipi" or m.startswith("pipi.")}
@@ -106,9 +112,9 @@ def test_requirements_pin_what_the_served_code_imports_as_the_install_does():
     names = {r.split("=")[0] for r in reqs}
     import_name = {"pillow": "PIL"}
     provided = {import_name.get(n, n) for n in names}
-    # starlette comes with mlflow (its scoring server); tqdm only builds the training cache
-    # (imported inside that function, never when serving)
-    assert third_party(SERVED_MODEL) - {"starlette", "tqdm"} <= provided
+    # tqdm only builds the training cache (imported inside that function, never when serving)
+    assert third_party(SERVED_MODEL) - {"tqdm"} <= provided
+    assert "starlette" not in third_party(SERVED_MODEL)  # the model patches no server
     assert "timm" not in names and "tqdm" not in names
     assert any(r.startswith("timm==") for r in serving_requirements("timm:resnet10t"))
 

@@ -1,0 +1,36 @@
+"""`pipi serve`: a registered model over HTTP, behind the request limits (not an MLproject
+entry point: a server that runs until stopped, like ``pipi server``)."""
+
+from __future__ import annotations
+
+import click
+
+from pipi import tracking
+from pipi.cli.common import PipiCommand, setup_logging
+from pipi.tracking.scoring import ServeRequest
+from pipi.tracking.scoring import serve as run_serve
+
+
+@click.command("serve", cls=PipiCommand)
+@click.option("-m", "--model-uri", required=True,
+              help="The model to serve: models:/NAME@ALIAS, models:/NAME/VERSION, runs:/... "
+                   "or a local folder (as `mlflow models serve -m`).")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on (0.0.0.0 for the lab network).")
+@click.option("--port", type=click.IntRange(1, 65535), default=5001, show_default=True,
+              help="Port to listen on.")
+@click.option("--workers", type=click.IntRange(1), default=1, show_default=True,
+              help="uvicorn worker processes, each with its own copy of the model.")
+@click.option("--max-request-mb", type=click.FloatRange(0, min_open=True), default=64.0,
+              show_default=True,
+              help="Largest request body in MiB: a bigger one is refused with 413 before it "
+                   "is read whole (a declared Content-Length at once, a chunked body at the "
+                   "limit).")
+def serve(model_uri, host, port, workers, max_request_mb):
+    """Serve a model with MLflow's scoring server and pipi's request limits until Ctrl-C."""
+    setup_logging()
+    if model_uri.startswith(("models:/", "runs:/")):
+        tracking.configure()
+    run_serve(ServeRequest(model_uri=model_uri, host=host, port=port, workers=workers,
+                           max_bytes=max(1, int(max_request_mb * 1024 * 1024))),
+              announce=click.echo)
