@@ -31,7 +31,7 @@ from pipi.errors import DataError
 from pipi.serving.predictors import load_predictor
 
 __all__ = [
-    "PipiModel", "install_guard", "refused", "unshadow_pipi",
+    "PipiModel", "refused", "unshadow_pipi",
 ]
 
 
