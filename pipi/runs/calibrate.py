@@ -195,21 +195,14 @@ def _trial_logger(spec: TrialSpec, image_size: int, result: WorkerResult):
 
 
 # --------------------------------------------------------------------------- mode=train
-def run_value(run_id: str, classes: Sequence[int], work: Path) -> float:
-    """The objective of a finished trial run: its ``val`` predictions on the fold's classes."""
-    folder = tracking.download_artifact(run_id, "predictions", work / run_id)
-    return fold_macro_auc(read_predictions(folder, "val"), classes)
-
-
-def target_value(run_id: str, target: TargetFold) -> float:
-    """The objective of a finished trial run on a Galar fold: its logged model, scored."""
+def _value(run_id: str, spec: TrialSpec, work: Path, target: TargetFold | None) -> float:
+    """The objective of a finished trial run: the macro-AUC of its ``val`` predictions on the
+    fold's classes, or (a Galar fold) of its logged model, scored on the fold."""
+    if target is None:
+        folder = tracking.download_artifact(run_id, "predictions", work / run_id)
+        return fold_macro_auc(read_predictions(folder, "val"), spec.fold_classes)
     model, cfg = load_run_model(run_id)
     return target.score(model, cfg)
-
-
-def _value(run_id: str, spec: TrialSpec, work: Path, target: TargetFold | None) -> float:
-    return (run_value(run_id, spec.fold_classes, work) if target is None
-            else target_value(run_id, target))
 
 
 def _target_scorer(target: TargetFold, cfg: TrainConfig) -> Callable[[int, object], float]:
@@ -392,5 +385,5 @@ def finish(spec: TrialSpec, results: Sequence[WorkerResult], work: Path, *, stor
 
 
 __all__ = ["PRUNED_STATUS", "TARGET_EPOCH_METRIC", "end_lost_trial_runs", "fail_running_trials",
-           "finish", "load_objective", "optimize", "run_value", "run_worker_file",
-           "run_workers", "target_value", "worker_main"]
+           "finish", "load_objective", "optimize", "run_worker_file", "run_workers",
+           "worker_main"]
