@@ -227,7 +227,7 @@ def _train_trial(trial: optuna.Trial, spec: TrialSpec, result: WorkerResult,
     trial.set_user_attr("config_hash", key)
     found = tracking.find_finished_run(key, **{tracking.TAG_ENTRY_POINT: "train"})
     if found is not None:
-        rid = found.info.run_id
+        rid = found.run_id
         log.info("trial %d: reusing FINISHED run %s (config hash %s)", trial.number, rid, key)
         trial.set_user_attr("run_id", rid)
         trial.set_user_attr("reused", True)
@@ -248,7 +248,7 @@ def _train_trial(trial: optuna.Trial, spec: TrialSpec, result: WorkerResult,
         tracking.set_run_tags(rid, {tracking.TAG_PRUNED: "true"})
         raise
     except BaseException as exc:  # the trial FAILs; its run must not stay RUNNING
-        if tracking.get_run(rid).info.status in ("RUNNING", "SCHEDULED"):
+        if tracking.get_run(rid).live:
             reason = (tracking.interrupt_reason(exc) if isinstance(exc, KeyboardInterrupt)
                       else f"{type(exc).__name__}: {exc}")
             tracking.terminate_run(rid, "KILLED" if isinstance(exc, KeyboardInterrupt)
@@ -326,7 +326,7 @@ def end_lost_trial_runs(study: optuna.Study) -> list[str]:
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,)):
         rid = t.user_attrs.get("run_id")
         if rid and not t.user_attrs.get("reused") and \
-                tracking.get_run(rid).info.status in ("RUNNING", "SCHEDULED"):
+                tracking.get_run(rid).live:
             tracking.terminate_run(rid, "FAILED", f"trial {t.number} of study "
                                    f"{study.study_name} FAILed: its worker "
                                    f"{t.user_attrs.get('worker', '?')} stopped mid-trial")

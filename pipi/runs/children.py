@@ -40,12 +40,12 @@ def evaluate_children(sources, evaluations, *, data, digest: str, parent_run_id:
     for src, ev in tqdm(todo, desc=entry_point, unit="child", disable=not progress):
         found = find_evaluation(src.run_id, ev, data_digest=digest, entry_point=entry_point)
         if found is not None:
-            rid, status = found.info.run_id, "reused"
+            rid, status = found.run_id, "reused"
         else:
             rid = evaluate_run(src.run_id, ev, data=data, parent_run_id=parent_run_id,
                                entry_point=entry_point, progress=progress)
             status = "scored"
-        auc = tracking.get_run(rid).data.metrics.get("test/macro_auc", float("nan"))
+        auc = tracking.get_run(rid).metrics.get("test/macro_auc", float("nan"))
         out.append(StudyChild(src, ev.variant, rid, status, float(auc)))
     return out
 

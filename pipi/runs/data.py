@@ -112,7 +112,7 @@ def _log_stage_run(result: StageResult, *, dataset: str, out: Path, log_run: boo
             tracking.log_artifact(out / name)
         tracking.log_dataset(result.frames, source=str(Path(out).resolve()), name=dataset,
                              digest=result.data_digest, context="staging")
-        print(f"stage run {run.info.run_id}; {tracking.ui_hint(run.info.run_id)}", flush=True)
+        print(f"stage run {run.run_id}; {tracking.ui_hint(run.run_id)}", flush=True)
 
 
 def run_stage_galar(*, root: Path, out: Path, mapping: Path | None = None,

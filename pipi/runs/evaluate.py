@@ -131,7 +131,7 @@ def evaluate_run(source_run_id: str, ev: Evaluation, *, data: Path,
                          cache_dir=pipi_home() / "cache", progress=progress)
     key = evaluation_key(ev, source_run_id=source_run_id, data_digest=digest)
     # a child of an imported run is imported too (aggregate keeps it beside its source)
-    src_tags = tracking.get_run(source_run_id).data.tags
+    src_tags = tracking.get_run(source_run_id).tags
     tags = {**tracking.evaluation_tags(cfg, manifest, study=ev.study, variant=ev.variant,
                                        source_run_id=source_run_id, key=key,
                                        parent_run_id=parent_run_id),
@@ -159,7 +159,7 @@ def evaluate_run(source_run_id: str, ev: Evaluation, *, data: Path,
                 tracking.log_figures(evaluation_figures(
                     preds["test"], split_classes(scored, "test"),
                     label=f"{cfg.cell}@{ev.variant} {cfg.backbone} s{cfg.seed}"))
-            return run.info.run_id
+            return run.run_id
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -147,6 +147,6 @@ def log_gradcam(rgb_run: str, pi_run: str, *, models, data, digest: str, tags: d
                                  "image_size": c_rgb.image_size})
             tracking.log_metrics(res.metrics)
             tracking.log_artifacts(work, "gradcam")
-            return run.info.run_id
+            return run.run_id
     finally:
         shutil.rmtree(work, ignore_errors=True)

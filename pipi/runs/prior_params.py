@@ -71,9 +71,9 @@ def resolve_prior(spec: str) -> CalibratedPrior:
         return CalibratedPrior(parse_prior_params(doc, spec), prior_tags(doc, spec))
     if RUN_ID.match(spec):
         run = tracking.get_run(spec)
-        if run.data.tags.get(tracking.TAG_ENTRY_POINT) != "calibrate":
+        if run.tags.get(tracking.TAG_ENTRY_POINT) != "calibrate":
             raise ConfigError(f"prior_params={spec}: run {spec} is not a calibrate run "
-                              f"(entry point {run.data.tags.get(tracking.TAG_ENTRY_POINT)!r})")
+                              f"(entry point {run.tags.get(tracking.TAG_ENTRY_POINT)!r})")
         work = Path(tempfile.mkdtemp(prefix="pipi-prior-params-"))
         try:
             got = tracking.download_artifact(spec, "prior_params.json", work)

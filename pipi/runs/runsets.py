@@ -102,7 +102,7 @@ def resolve_runs(spec: str, *, name: str = "runs", experiment: str | None = None
     out = []
     for rid in dict.fromkeys(x.strip() for x in spec.split(",") if x.strip()):
         run = tracking.get_run(rid)
-        src = _source(rid, run.data.tags, run.data.params, run.info.status, name=name)
+        src = _source(rid, run.tags, run.params, run.status, name=name)
         if cells and src.cell not in cells:
             raise ConfigError(f"{name}: run {rid} is a {src.cell} run; expected cells "
                               f"{list(cells)}")

@@ -61,7 +61,7 @@ def ensure_autoencoder(cfg: TrainConfig, *, frames: pd.DataFrame, images: np.nda
                                 "code": tracking.code_version()})
     found = tracking.find_finished_run(key, **{tracking.TAG_ENTRY_POINT: "c3_autoencoder"})
     if found is not None:
-        rid = found.info.run_id
+        rid = found.run_id
         local = Path(cache_dir) / "c3" / f"{rid}.npy"
         if not local.is_file():
             got = tracking.download_artifact(rid, f"{C3_DIR}/residuals.npy", tmpdir())
@@ -92,7 +92,7 @@ def ensure_autoencoder(cfg: TrainConfig, *, frames: pd.DataFrame, images: np.nda
             np.save(work / "residuals.npy", res)
             tracking.log_artifact(work / "autoencoder.pt", C3_DIR)
             tracking.log_artifact(work / "residuals.npy", C3_DIR)
-            rid = run.info.run_id
+            rid = run.run_id
         local = Path(cache_dir) / "c3" / f"{rid}.npy"
         local.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(work / "residuals.npy", local)
@@ -113,12 +113,12 @@ def find_base_run(cfg: TrainConfig, digest: str) -> str | None:
     exact = tracking.find_finished_run(tracking.config_hash(tracking.config_key(bcfg, digest)),
                                        **{tracking.TAG_ENTRY_POINT: "train"})
     if exact is not None:
-        return exact.info.run_id
+        return exact.run_id
     same_recipe = tracking.find_finished_runs({
         tracking.TAG_ENTRY_POINT: "train",
         tracking.TAG_RECIPE_HASH: tracking.config_hash(recipe_key(bcfg, digest)),
     }, max_results=1)
-    return same_recipe[0].info.run_id if same_recipe else None
+    return same_recipe[0].run_id if same_recipe else None
 
 
 def base_embeddings(run_id: str, *, frames: pd.DataFrame, images: np.ndarray, digest: str,

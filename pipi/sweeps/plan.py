@@ -173,14 +173,14 @@ def plan(study: Study, *, seeds: Sequence[int], backbones: Sequence[str],
 # --------------------------------------------------------------------------- results
 def result_of(child: Child, run, status: str, attempts: int, error: str = "") -> ChildResult:
     """A summary row from a child and its MLflow run (None when it failed)."""
-    m = run.data.metrics if run is not None else {}
+    m = run.metrics if run is not None else {}
     return ChildResult(
         cell=f"{child.cfg.cell}@{child.variant}" if child.variant else child.cfg.cell,
         backbone=child.cfg.backbone, seed=child.cfg.seed, role=child.role, status=status,
-        run_id=run.info.run_id if run is not None else None, attempts=attempts,
+        run_id=run.run_id if run is not None else None, attempts=attempts,
         val_macro_auc=float(m.get("val/best_macro_auc", m.get("val/macro_auc", math.nan))),
         test_macro_auc=float(m.get("test/macro_auc", math.nan)),
-        base_run_id=(run.data.tags.get(tracking.TAG_BASE_RUN, "") if run is not None else ""),
+        base_run_id=(run.tags.get(tracking.TAG_BASE_RUN, "") if run is not None else ""),
         error=error)
 
 
@@ -190,7 +190,7 @@ def find_done(child: Child, *, entry_point: str) -> ChildResult | None:
                                        **{tracking.TAG_ENTRY_POINT: entry_point})
     if found is None:
         return None
-    log.info("child %s: reusing FINISHED run %s", child.label, found.info.run_id)
+    log.info("child %s: reusing FINISHED run %s", child.label, found.run_id)
     return result_of(child, found, "reused", 0)
 
 

@@ -187,7 +187,7 @@ def run_slurm(children, *, data: Path, parent_run_id: str, retries: int = 1,
     folder = Path(folder or os.environ.get("PIPI_SLURM_DIR") or pipi_home() / "slurm")
     folder = folder / parent_run_id
     uri = tracking.current_tracking_uri()
-    experiment_id = tracking.get_run(parent_run_id).info.experiment_id
+    experiment_id = tracking.get_run(parent_run_id).experiment_id
     results: dict[int, object] = {}
     pending: list[int] = []
     for i, child in enumerate(children):
@@ -231,15 +231,15 @@ def run_slurm(children, *, data: Path, parent_run_id: str, retries: int = 1,
             for k, i in enumerate(idx):
                 tracking.set_run_tags(runs[i], {tracking.TAG_SLURM_JOB: f"{job}_{k}"})
                 run = tracking.get_run(runs[i])
-                if run.info.status in TERMINAL_OK:
+                if run.status in TERMINAL_OK:
                     status = "trained" if attempt == 1 else "retried"
                     results[i] = result_of(children[i], run, status, attempt,
                                          "; ".join(errors[i]))
                     continue
-                reason = run.data.tags.get(tracking.TAG_FAILURE) or log_tail(folder, name, k)
+                reason = run.tags.get(tracking.TAG_FAILURE) or log_tail(folder, name, k)
                 errors[i].append(f"attempt {attempt} (SLURM {job}_{k} "
                                  f"{states.get(k, '?')}): {reason.strip()}")
-                if run.info.status in ("RUNNING", "SCHEDULED"):
+                if run.status in ("RUNNING", "SCHEDULED"):
                     tracking.terminate_run(runs[i], "FAILED", reason)
                 log.error("child %s failed on SLURM (attempt %d): %s", children[i].label,
                           attempt, reason[-300:])

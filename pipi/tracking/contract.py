@@ -3,7 +3,9 @@
 ``config_key`` (recipe + data digest + code version) is what makes two runs the same
 experiment: its hash, tag ``pipi.config_hash``, is the idempotency key of sweeps.
 ``recipe_key`` leaves the code version out: its hash, ``pipi.recipe_hash``, tells
-``aggregate`` which runs share a recipe.
+``aggregate`` which runs share a recipe. A run made from an outside file (``import``) has
+its own key (:func:`import_key`: the file's hash, its settings, the data, the label) and
+says where it came from (:func:`import_tags`).
 """
 
 from __future__ import annotations
@@ -23,17 +25,32 @@ from pipi.tracking.tags import (
     TAG_DATA_DIGEST,
     TAG_DATASET,
     TAG_EVALUABLE_CLASSES,
+    TAG_IMPORT_PREFIX,
     TAG_PARENT_RUN,
     TAG_RECIPE,
     TAG_RECIPE_HASH,
     TAG_SEED,
+    TAG_SOURCE,
+    TAG_SOURCE_FILE,
+    TAG_SOURCE_KIND,
+    TAG_SOURCE_LABEL,
     TAG_SOURCE_RUN,
+    TAG_SOURCE_SHA,
     TAG_SPLIT_SHA,
     TAG_STUDY,
     TAG_TEST_CLASSES,
     TAG_VAL_CLASSES,
     TAG_VARIANT,
 )
+
+__all__ = [
+    "SOURCE_EXTERNAL", "class_tags", "config_key", "data_tags", "evaluation_key",
+    "evaluation_tags", "import_key", "import_tags", "import_version_tags", "train_tags",
+]
+
+#: ``pipi.source`` of a run made from an outside file (``aggregate`` keeps such runs in their
+#: own arms).
+SOURCE_EXTERNAL = "external"
 
 
 def config_key(cfg: TrainConfig, data_digest: str) -> dict:
@@ -82,3 +99,33 @@ def class_tags(*, test: Sequence[int], val: Sequence[int]) -> dict:
     names = json.dumps([CLASSES[k] for k in test])
     return {TAG_TEST_CLASSES: names, TAG_VAL_CLASSES: json.dumps([CLASSES[k] for k in val]),
             TAG_EVALUABLE_CLASSES: names}
+
+
+def import_key(*, kind: str, sha256: str, params: Mapping[str, Any], data_digest: str,
+               label: str) -> dict:
+    """What makes two imports the same (code version left out): the file, its settings,
+    the data and the label."""
+    return {"import": kind, "sha256": sha256, "config": dict(params), "data_digest": data_digest,
+            "label": label}
+
+
+def import_tags(manifest: Mapping[str, Any], *, kind: str, cell: str, backbone: str, seed: int,
+                params: Mapping[str, Any], sha256: str, file_name: str, label: str, recipe: str,
+                facts: Mapping[str, Any]) -> dict:
+    """The tags of an ``import`` run: data, arm, config hash (:func:`import_key` + code
+    version; the idempotency key), recipe hash (the key without the file hash), the recipe
+    command, where the file came from (``pipi.source*``) and one ``pipi.import.<fact>`` per
+    fact of the file."""
+    key = import_key(kind=kind, sha256=sha256, params=params,
+                     data_digest=manifest["data_digest"], label=label)
+    return {**data_tags(manifest), TAG_CELL: cell, TAG_BACKBONE: backbone, TAG_SEED: str(seed),
+            TAG_CONFIG_HASH: config_hash({**key, "code": code_version()}),
+            TAG_RECIPE_HASH: config_hash(key | {"sha256": ""}), TAG_RECIPE: recipe,
+            TAG_SOURCE: SOURCE_EXTERNAL, TAG_SOURCE_KIND: kind, TAG_SOURCE_SHA: sha256,
+            TAG_SOURCE_FILE: file_name, TAG_SOURCE_LABEL: label,
+            **{TAG_IMPORT_PREFIX + k: v for k, v in facts.items()}}
+
+
+def import_version_tags(*, sha256: str, label: str) -> dict:
+    """What the registered model version of an imported checkpoint says of its source."""
+    return {"source": SOURCE_EXTERNAL, "source_sha256": sha256, "source_label": label}

@@ -17,6 +17,10 @@ from mlflow.tracking import MlflowClient
 
 from pipi.tracking.tags import TAG_FAILURE
 
+__all__ = [
+    "restore_killed",
+]
+
 #: reasons that pipi writes when a signal ends a run (``runs.interrupt_reason``)
 _SIGNAL_REASONS = ("interrupted by SIGINT", "terminated by SIGTERM")
 

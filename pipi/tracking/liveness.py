@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from mlflow.tracking import MlflowClient
 
 from pipi.errors import ConfigError
+from pipi.tracking.records import RunRecord, run_record
 from pipi.tracking.tags import HEARTBEAT_TAG, TAG_HEARTBEAT
 
 #: who this process is, in a heartbeat: host, pid and a nonce (pids are reused)
@@ -47,15 +48,17 @@ def _parse(value: str) -> tuple[str, float]:
         return "", 0.0
 
 
-def _heartbeat_of(run) -> str:
+def _heartbeat_of(run: RunRecord) -> str:
     """The run's heartbeat (the hidden tag; ``pipi.heartbeat`` on a run started before)."""
-    t = run.data.tags
+    t = run.tags
     return t.get(HEARTBEAT_TAG) or t.get(TAG_HEARTBEAT, "")
 
 
 def live_holder(run) -> tuple[str, float] | None:
-    """(who, seconds since its heartbeat) when another process is training ``run``."""
-    if run.info.status != "RUNNING":
+    """(who, seconds since its heartbeat) when another process is training ``run`` (a
+    :class:`RunRecord`, or MLflow's ``Run``)."""
+    run = run_record(run)
+    if run.status != "RUNNING":
         return None
     who, t = _parse(_heartbeat_of(run))
     age = time.time() - t
@@ -80,7 +83,7 @@ def claim_for_resume(run_id: str) -> None:
             "kill -TERM) and resume then")
     c.set_tag(run_id, HEARTBEAT_TAG, _beat())
     time.sleep(min(2.0, heartbeat_interval()))
-    who, _ = _parse(_heartbeat_of(c.get_run(run_id)))
+    who, _ = _parse(_heartbeat_of(run_record(c.get_run(run_id))))
     if who != ME:
         raise ConfigError(f"resume={run_id}: process {who} resumed the run at the same time; "
                           "it goes on, this one stops")

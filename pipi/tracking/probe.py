@@ -34,6 +34,10 @@ from pipi.errors import TrackingError
 from pipi.tracking.permissions import check_can_create_runs
 from pipi.tracking.store import check_credentials, check_reachable
 
+__all__ = [
+    "PROBE_TIMEOUT", "ServerProbe",
+]
+
 #: Seconds the first request may take before the server counts as absent.
 PROBE_TIMEOUT = 10.0
 

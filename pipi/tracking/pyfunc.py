@@ -31,6 +31,10 @@ from pipi.errors import DataError
 from pipi.serving.guard import guarded, install_body_limit
 from pipi.serving.predictors import load_predictor
 
+__all__ = [
+    "PipiModel", "install_guard", "refused", "unshadow_pipi",
+]
+
 
 def unshadow_pipi() -> None:
     """MLflow puts this model's ``code_paths`` (a partial copy of pipi: the serving closure) in

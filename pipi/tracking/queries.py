@@ -15,8 +15,13 @@ import pandas as pd
 from mlflow.tracking import MlflowClient
 
 from pipi.errors import TrackingError
-from pipi.tracking.runs import download_artifact, resolved_param
+from pipi.tracking.records import resolved_param
+from pipi.tracking.runs import download_artifact
 from pipi.tracking.tags import *
+
+__all__ = [
+    "RUN_COLUMNS", "download_predictions", "experiment_id", "has_artifact", "load_runs",
+]
 
 log = logging.getLogger(__name__)
 

@@ -21,6 +21,13 @@ from pipi.tracking.tags import *  # noqa: F403
 log = logging.getLogger(__name__)
 from pipi.tracking.runs import get_run, usable_run
 
+__all__ = [
+    "VERSION_TAGS", "alias_version", "check_aliases", "download_model_files", "image_schema",
+    "log_pyfunc_model", "missing_version_tags", "model_lock", "model_uri_run_id", "model_version",
+    "record_on_version", "register_version", "run_model_uri", "run_version", "set_aliases",
+    "set_registered_model_tags",
+]
+
 
 def log_pyfunc_model(*, python_model: Path, artifacts: dict[str, str], input_example,
                      registered_model_name: str | None, signature_output,
@@ -122,14 +129,12 @@ def run_model_uri(run_id: str, name: str | None = None) -> str:
     last model it logged; a training run logs one, named ``<prefix>-<backbone>-<cell>``, or
     ``model`` before 0.1's issue 30)."""
     run = get_run(run_id)
-    outputs = getattr(run, "outputs", None)
-    ids = [o.model_id for o in (outputs.model_outputs if outputs else [])]
-    models = [mlflow.get_logged_model(mid) for mid in ids]
+    models = [mlflow.get_logged_model(mid) for mid in run.model_ids]
     if name is not None:
         models = [m for m in models if m.name == name]
     if models:
         return f"models:/{max(models, key=lambda m: m.creation_timestamp).model_id}"
-    tags = run.data.tags
+    tags = run.tags
     if tags.get(TAG_SOURCE_KIND) == "predictions":
         raise TrackingError(
             f"run {run_id} is an imported prediction file ({tags.get(TAG_SOURCE_FILE, '')}): "

@@ -20,18 +20,22 @@ from mlflow.tracking import MlflowClient
 from pipi.errors import ArtifactStoreError, ServerGoneError, TrackingError
 from pipi.tracking.liveness import heartbeat
 from pipi.tracking.permissions import check_can_create_runs
-from pipi.tracking.signals import (  # noqa: F401  (re-exported: tracking.runs was their home)
-    Terminated,
-    install_signal_handlers,
-    interrupt_reason,
-    signals_deferred,
-    signals_end_runs,
-    signals_live,
-)
+from pipi.tracking.records import RunRecord, run_record
+from pipi.tracking.signals import interrupt_reason, signals_end_runs
 from pipi.tracking.store import code_version, record_lost_run, server_gone
 from pipi.tracking.tags import *  # noqa: F403
 from pipi.tracking.ui import mark_experiment
 from pipi.tracking.uploads import environ_set, guarded_upload
+
+__all__ = [
+    "RETRY_VARS", "RunTracker", "active_experiment_id", "active_run_id", "child_runs", "client",
+    "create_child_run", "current_tracking_uri", "default_experiment", "download_artifact",
+    "filter_value", "find_finished_run", "find_finished_runs", "get_run",
+    "keep_killed_after_parent", "launch_params", "log_artifact", "log_artifact_to_run",
+    "log_artifacts", "log_dataset", "log_dict", "log_metrics", "log_params", "log_text",
+    "param_value", "pipi_run", "reported", "resume_hint", "set_run_tags", "set_tags",
+    "tag_project_run", "terminate_run", "usable_run",
+]
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +79,10 @@ def pipi_run(
     nested: bool = False,
     run_id: str | None = None,
     log_system_metrics: bool = False,
-) -> Iterator[mlflow.ActiveRun]:
+) -> Iterator[RunRecord]:
     """Start (or resume, or attach to ``mlflow run``'s) run; mark it FAILED with a reason on error.
+
+    Yields the run's record as it started (:class:`~pipi.tracking.records.RunRecord`).
 
     The run's experiment is tagged as a model-development one (``tracking.ui``), so the UI
     opens it on the runs table; ``log_system_metrics`` turns on MLflow's system metrics.
@@ -114,7 +120,7 @@ def _run_body(*, run_id, run_name, nested, tags, entry_point, env_run, side_run,
         mark_experiment(run.info.experiment_id)
         # a training run says it is alive (resume refuses a run that another process trains)
         with heartbeat(run.info.run_id) if entry_point == "train" else contextlib.nullcontext():
-            yield run
+            yield run_record(run)
     except BaseException as exc:
         if server_gone():
             raise _lost_server(exc, run.info.run_id, entry_point) from None
@@ -283,12 +289,6 @@ def launch_params(options: Mapping[str, Any]) -> dict[str, str]:
     return {k: shlex.quote(param_value(v)) for k, v in options.items()}
 
 
-def resolved_param(params: Mapping[str, str], key: str, default: str = "") -> str:
-    """What a logged option resolved to: ``<key>.resolved`` where the request said
-    otherwise (``profile=auto``), else ``<key>``."""
-    return params.get(f"{key}.resolved", params.get(key, default))
-
-
 def _same_param(logged: str, new: str) -> bool:
     # `mlflow run` logs an empty MLproject default as the shell-quoted string "''", and a
     # boolean as typed (-P compile=False)
@@ -418,55 +418,59 @@ def download_artifact(run_id: str, path: str, dst: Path | None = None) -> Path:
         raise TrackingError(f"run {run_id}: cannot download artifact {path!r} ({exc})") from None
 
 
-def get_run(run_id: str):
+def get_run(run_id: str) -> RunRecord:
+    """The run's record, read from the server now; TrackingError when there is none."""
     try:
-        return mlflow.get_run(run_id)
+        return run_record(mlflow.get_run(run_id))
     except Exception as exc:
         raise TrackingError(f"run {run_id!r} not found on {mlflow.get_tracking_uri()} ({exc})") from None
 
 
-def usable_run(run_id: str, *, what: str, finished: bool = False):
-    """The run, refused in one line when it was deleted (or, with ``finished``, when it has
+def usable_run(run_id: str, *, what: str, finished: bool = False) -> RunRecord:
+    """The run's record, refused in one line when it was deleted (or, with ``finished``, when it has
     not FINISHED: it logs its model only at the end)."""
     run = get_run(run_id)
-    if run.info.lifecycle_stage == "deleted":
+    if run.deleted:
         raise TrackingError(f"{what}: run {run_id} was deleted; restore it (`mlflow runs "
                             f"restore --run-id {run_id}`) or choose another run or version")
-    if finished and run.info.status != "FINISHED":
-        raise TrackingError(f"{what}: run {run_id} is {run.info.status}, not FINISHED: its "
+    if finished and not run.finished:
+        raise TrackingError(f"{what}: run {run_id} is {run.status}, not FINISHED: its "
                             "model is logged only when training ends (resume it, or choose a "
                             "FINISHED run)")
     return run
 
 
 # --------------------------------------------------------------------------- run lookup (sweeps)
-def _quote(value: Any) -> str:
+def filter_value(value: Any) -> str:
+    """``value`` as a quoted string literal of an MLflow search filter."""
     return "'" + str(value).replace("'", "\\'") + "'"
 
 
 def find_finished_runs(tags: Mapping[str, Any], *, experiment_ids: list[str] | None = None,
-                       max_results: int = 1000) -> list:
+                       max_results: int = 1000) -> list[RunRecord]:
     """FINISHED runs (newest first) whose tags equal ``tags``; all experiments by default."""
-    clauses = [f"tags.`{k}` = {_quote(v)}" for k, v in tags.items()]
+    clauses = [f"tags.`{k}` = {filter_value(v)}" for k, v in tags.items()]
     clauses.append("attributes.status = 'FINISHED'")
     kw = {"experiment_ids": experiment_ids} if experiment_ids else {"search_all_experiments": True}
-    return mlflow.search_runs(filter_string=" and ".join(clauses), order_by=["start_time DESC"],
+    runs = mlflow.search_runs(filter_string=" and ".join(clauses), order_by=["start_time DESC"],
                               max_results=max_results, output_format="list", **kw)
+    return [run_record(r) for r in runs]
 
 
-def find_finished_run(config_hash_value: str, **tags: Any):
+def find_finished_run(config_hash_value: str, **tags: Any) -> RunRecord | None:
     """The newest FINISHED run with this ``pipi.config_hash`` (and extra tags), or None."""
     runs = find_finished_runs({TAG_CONFIG_HASH: config_hash_value, **tags}, max_results=1)
     return runs[0] if runs else None
 
 
-def child_runs(parent_run_id: str) -> list:
+def child_runs(parent_run_id: str) -> list[RunRecord]:
     """Every run whose ``mlflow.parentRunId`` is ``parent_run_id`` (oldest first)."""
     parent = get_run(parent_run_id)
-    return mlflow.search_runs(
-        experiment_ids=[parent.info.experiment_id], output_format="list",
-        filter_string=f"tags.mlflow.parentRunId = {_quote(parent_run_id)}",
+    runs = mlflow.search_runs(
+        experiment_ids=[parent.experiment_id], output_format="list",
+        filter_string=f"tags.mlflow.parentRunId = {filter_value(parent_run_id)}",
         order_by=["start_time ASC"], max_results=50000)
+    return [run_record(r) for r in runs]
 
 
 def create_child_run(parent_run_id: str, *, run_name: str, tags: Mapping[str, Any]) -> str:
@@ -474,7 +478,7 @@ def create_child_run(parent_run_id: str, *, run_name: str, tags: Mapping[str, An
     parent = get_run(parent_run_id)
     all_tags = {"mlflow.parentRunId": parent_run_id, "mlflow.runName": run_name,
                 **{k: str(v) for k, v in tags.items()}}
-    run = MlflowClient().create_run(parent.info.experiment_id, tags=all_tags, run_name=run_name)
+    run = MlflowClient().create_run(parent.experiment_id, tags=all_tags, run_name=run_name)
     return run.info.run_id
 
 

@@ -36,6 +36,23 @@ from pathlib import Path
 from pipi.errors import ConfigError, PipiError
 from pipi.tracking.tls import node_certificates
 
+__all__ = [
+    "ADMIN_PASSWORD_VARS",
+    "ADMIN_USER_VARS",
+    "ARTIFACT_STORES",
+    "BACKENDS",
+    "PG_HBA",
+    "S3_KEY_VARS",
+    "LabServer",
+    "Postgres",
+    "SeaweedS3",
+    "ServerError",
+    "free_port",
+    "pg_bin",
+    "secret_file",
+    "wait_http",
+]
+
 log = logging.getLogger(__name__)
 
 BACKENDS = ("sqlite", "postgres")

@@ -23,6 +23,12 @@ from pipi.paths import PROJECT_ROOT, pipi_home
 from pipi.tracking.tags import *  # noqa: F403
 from pipi.tracking.ui import experiment_url, run_url
 
+__all__ = [
+    "CODE_VERSION_ENV", "check_credentials", "check_reachable", "code_version", "config_hash",
+    "configure", "default_tracking_uri", "flush_lost_runs", "record_lost_run", "server_gone",
+    "ui_hint",
+]
+
 log = logging.getLogger(__name__)
 
 

@@ -15,6 +15,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+__all__ = [
+    "RENEW_BEFORE",
+    "VALID_FOR",
+    "TlsFiles",
+    "node_certificates",
+]
+
 #: A node certificate this close to its end is made again on the next start.
 RENEW_BEFORE = dt.timedelta(days=30)
 VALID_FOR = dt.timedelta(days=3650)

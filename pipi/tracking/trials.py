@@ -13,7 +13,8 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 from pipi.errors import ConfigError, TrackingError
-from pipi.tracking.runs import create_child_run, signals_deferred, signals_live, usable_run
+from pipi.tracking.runs import create_child_run, usable_run
+from pipi.tracking.signals import signals_deferred, signals_live
 
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 

@@ -31,6 +31,10 @@ from requests import RequestException
 
 from pipi.errors import ArtifactStoreError
 
+__all__ = [
+    "UPLOAD_BUDGET", "environ_set", "guarded_upload", "server_status", "upload_budget",
+]
+
 T = TypeVar("T")
 
 #: MLflow's retry settings during one artifact upload: two retries, 1 s and 2 s apart.

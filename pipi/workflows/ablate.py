@@ -122,7 +122,7 @@ def tta_evaluation(variant: str, tta: TTAConfig = TTAConfig()) -> Evaluation:
              "tta/param_change": float(np.mean(out.param_change)),
              "tta/fit_loss": fitted.fit_losses[-1] if fitted.fit_losses else math.nan,
              "tta/fit_frames": float(fitted.fit_frames)}
-        base = tracking.get_run(ctx.source_run_id).data.metrics.get("test/macro_auc", math.nan)
+        base = tracking.get_run(ctx.source_run_id).metrics.get("test/macro_auc", math.nan)
         m["tta/baseline_test_macro_auc"] = base
         base_pred = read_predictions(tracking.download_artifact(
             ctx.source_run_id, "predictions", ctx.work / "base"), "test")
@@ -198,7 +198,7 @@ def run_ablation(*, study: str = "eight_cell", seeds: Sequence[int] | str = PAPE
             **(dict(prior.tags) if prior is not None else {})}
     with tracking.pipi_run(entry_point="ablate", experiment=experiment, tags=tags,
                            run_name=f"ablate-{st.name}") as parent:
-        pid = parent.info.run_id
+        pid = parent.run_id
         tracking.log_params({"study": st.name, "seeds": ",".join(map(str, seeds)),
                              "backbones": ",".join(backbones), "cells": ",".join(cells),
                              "profile": profile, "executor": executor, "parallel": parallel,

@@ -256,18 +256,18 @@ def _write_and_log(report: Report, ev, kept: pd.DataFrame, experiment: str, filt
             with tracking.pipi_run(entry_point="aggregate",
                                    experiment=None if attached else experiment,
                                    run_name="aggregate", tags=tags) as run:
-                run_id = run.info.run_id
+                run_id = run.run_id
                 # prefixed: `mlflow run` has already logged its own experiment/filter/out
                 tracking.log_params({f"aggregate.{k}": v for k, v in {
                     "experiment": experiment, "filter": filter_string, "n_runs": len(kept),
                     "pair_imported": pair_imported,
                     **report.meta["options"]}.items()})
                 write_report(report, folder, aggregate_run_id=run_id,
-                             aggregate_experiment_id=run.info.experiment_id)
+                             aggregate_experiment_id=run.experiment_id)
                 tracking.log_artifacts(folder)
                 tracking.set_run_description(aggregate_description(
                     report, n_runs=len(kept), dashboard_url=tracking.artifact_url(
-                        run_id, "dashboard.html", run.info.experiment_id)))
+                        run_id, "dashboard.html", run.experiment_id)))
         else:
             write_report(report, folder)
         if target is not None:

@@ -131,7 +131,8 @@ class _Plan:
     images: np.ndarray | None = None
 
 
-def resolve_calibration_data(data: str | None, *, target: str, run) -> Path:
+def resolve_calibration_data(data: str | None, *, target: str, run: tracking.RunRecord
+                             ) -> Path:
     """The staged folder: ``data``, else (kvasir-val) the run's own, else an error (galar)."""
     kind, _ = parse_target(target)
     if data:
@@ -139,7 +140,7 @@ def resolve_calibration_data(data: str | None, *, target: str, run) -> Path:
     if kind == "galar":
         raise ConfigError(f"target={target}: pass data=<a staged Galar folder> "
                           "(`pipi synthesize galar` then `pipi stage galar`)")
-    own = run.data.params.get("data_dir")
+    own = run.data_dir
     if own and (Path(own) / "manifest.json").is_file():
         return Path(own)
     return resolve_data("synthetic")
@@ -156,9 +157,9 @@ def _frozen_plan(*, run, target, storage, study, data, search, progress,
     storage_url = check_storage_url(storage)
     rdb = open_storage(storage_url)                       # unreachable storage: fail first
     run_id = tracking.model_run_id(run)
-    tracking.usable_run(run_id, what=f"run={run}", finished=True)
+    source = tracking.usable_run(run_id, what=f"run={run}", finished=True)
     model, cfg = load_run_model(run_id)
-    root = resolve_calibration_data(data, target=target, run=tracking.get_run(run_id))
+    root = resolve_calibration_data(data, target=target, run=source)
     frames, manifest = load_staged(root)
     images = build_cache(root, frames, size=cfg.image_size, digest=manifest["data_digest"],
                          cache_dir=pipi_home() / "cache", progress=progress)
@@ -267,7 +268,7 @@ def run_calibration(*, run: str = "", target: str, trials: int = 40, sampler: st
                                      tracking.TAG_CALIBRATE_MODE: mode,
                                      tracking.TAG_OPTUNA_STORAGE: redact(plan.storage_url)}
                                ) as prun:
-            parent = prun.info.run_id
+            parent = prun.run_id
             tracking.log_params({
                 "mode": mode, "target": target, "optuna_study": plan.name,
                 "optuna_storage": redact(plan.storage_url), "trials": trials,

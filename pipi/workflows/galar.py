@@ -78,10 +78,10 @@ _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 # --------------------------------------------------------------------------- source runs
 def _check_source(run_id: str) -> None:
     run = tracking.get_run(run_id)
-    tags = run.data.tags
+    tags = run.tags
     cell = tags.get(tracking.TAG_CELL, "")
-    if run.info.status != "FINISHED":
-        raise ConfigError(f"runs: run {run_id} is {run.info.status}; galar scores FINISHED runs")
+    if run.status != "FINISHED":
+        raise ConfigError(f"runs: run {run_id} is {run.status}; galar scores FINISHED runs")
     if tags.get(tracking.TAG_STUDY) or tags.get(tracking.TAG_DATASET) == "galar":
         raise ConfigError(f"runs: run {run_id} is an evaluation run (study "
                           f"{tags.get(tracking.TAG_STUDY)!r}), not a Kvasir-trained model run")
@@ -221,7 +221,7 @@ class GalarResult:
 
 def _row(source_id: str, child_id: str, reused: bool) -> dict:
     run = tracking.get_run(child_id)
-    t, m = run.data.tags, run.data.metrics
+    t, m = run.tags, run.metrics
     row = {"cell": t.get(tracking.TAG_CELL, "").split("@")[0],
            "backbone": t.get(tracking.TAG_BACKBONE, ""), "seed": t.get(tracking.TAG_SEED, ""),
            "source_run_id": source_id, "galar_run_id": child_id, "reused": reused,
@@ -290,10 +290,10 @@ def run_galar(*, runs: str, data: str | None = "synthetic", fold: str = "auto",
         for sid in tqdm(sources, desc="galar zero-shot", unit="run", disable=not progress):
             found = find_evaluation(sid, ev, data_digest=digest, entry_point="galar")
             if found is not None:
-                log.info("run %s: reusing its FINISHED galar child %s", sid, found.info.run_id)
-                rows.append(_row(sid, found.info.run_id, True))
+                log.info("run %s: reusing its FINISHED galar child %s", sid, found.run_id)
+                rows.append(_row(sid, found.run_id, True))
                 continue
-            child = evaluate_run(sid, ev, data=root, parent_run_id=parent.info.run_id,
+            child = evaluate_run(sid, ev, data=root, parent_run_id=parent.run_id,
                                  entry_point="galar", progress=progress)
             rows.append(_row(sid, child, False))
         table = pd.DataFrame(rows)
@@ -302,4 +302,4 @@ def run_galar(*, runs: str, data: str | None = "synthetic", fold: str = "auto",
         tracking.log_text(summary + "\n", "galar_zero_shot.txt")
         tracking.log_metrics({"galar.n_runs": float(len(table)),
                               "galar.n_reused": float(table["reused"].sum())})
-    return GalarResult(parent.info.run_id, table, summary)
+    return GalarResult(parent.run_id, table, summary)

@@ -55,7 +55,7 @@ log = logging.getLogger(__name__)
 ENTRY_POINT = "import"
 KINDS = ("checkpoint", "predictions")
 #: ``pipi.source`` of an imported run (``aggregate`` keeps such runs in their own arms).
-SOURCE_EXTERNAL = "external"
+SOURCE_EXTERNAL = tracking.SOURCE_EXTERNAL
 #: Splits an import scores (a prediction file may cover test only).
 SPLITS = ("val", "test")
 #: The prior options of ``train`` that ``import`` takes (None: not set).
@@ -211,26 +211,17 @@ def import_file(*, kind: str, file: str | Path, cell: str | None = None,
     params = run_params(cfg) if kind == "checkpoint" else {
         k: v for k, v in run_params(cfg).items()
         if k in ("cell", "backbone", "seed", "profile", "streams", "input_channels")}
-    key = {"import": kind, "sha256": sha, "config": params, "data_digest": digest,
-           "label": label}
-    tags = {**tracking.data_tags(manifest), tracking.TAG_CELL: cell,
-            tracking.TAG_BACKBONE: backbone, tracking.TAG_SEED: str(seed),
-            tracking.TAG_CONFIG_HASH: tracking.config_hash({**key,
-                                                             "code": tracking.code_version()}),
-            tracking.TAG_RECIPE_HASH: tracking.config_hash(key | {"sha256": ""}),
-            tracking.TAG_RECIPE: import_command(kind=kind, file=path, cfg=cfg, data=data_arg,
-                                                label=label),
-            tracking.TAG_SOURCE: SOURCE_EXTERNAL, tracking.TAG_SOURCE_KIND: kind,
-            tracking.TAG_SOURCE_SHA: sha, tracking.TAG_SOURCE_FILE: path.name,
-            tracking.TAG_SOURCE_LABEL: label,
-            **{tracking.TAG_IMPORT_PREFIX + k: v for k, v in facts.items()}}
+    tags = tracking.import_tags(
+        manifest, kind=kind, cell=cell, backbone=backbone, seed=seed, params=params,
+        sha256=sha, file_name=path.name, label=label, facts=facts,
+        recipe=import_command(kind=kind, file=path, cfg=cfg, data=data_arg, label=label))
     found = tracking.find_finished_run(tags[tracking.TAG_CONFIG_HASH],
                                        **{tracking.TAG_ENTRY_POINT: ENTRY_POINT})
     if found is not None:
         log.info("file %s (sha256 %s) was imported already as run %s", path, sha[:12],
-                 found.info.run_id)
-        return ImportResult(found.info.run_id, kind, cell, backbone, seed,
-                            found.data.metrics.get("test/macro_auc", float("nan")), sha,
+                 found.run_id)
+        return ImportResult(found.run_id, kind, cell, backbone, seed,
+                            found.metrics.get("test/macro_auc", float("nan")), sha,
                             reused=True, from_file=from_file)
     images = None
     if kind == "checkpoint":
@@ -260,11 +251,11 @@ def import_file(*, kind: str, file: str | Path, cell: str | None = None,
             registered = None
             if kind == "checkpoint":
                 out = log_frame_model(cfg, model.cpu(), work, test_auc=auc, register=register,
-                                      tags=tags, version_tags={"source": SOURCE_EXTERNAL,
-                                                               "source_sha256": sha,
-                                                               "source_label": label})
+                                      tags=tags,
+                                      version_tags=tracking.import_version_tags(
+                                          sha256=sha, label=label))
                 registered = out.get("registered")
-            return ImportResult(run.info.run_id, kind, cell, backbone, seed, auc, sha,
+            return ImportResult(run.run_id, kind, cell, backbone, seed, auc, sha,
                                 registered=registered, from_file=from_file)
     finally:
         shutil.rmtree(work, ignore_errors=True)

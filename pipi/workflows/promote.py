@@ -129,7 +129,7 @@ class PromoteResult:
 # --------------------------------------------------------------------------- evidence
 def _runs_of_version(mv) -> dict:
     run = tracking.usable_run(mv.run_id, what=f"version {mv.version}")
-    t = run.data.tags
+    t = run.tags
     need = [tracking.TAG_CELL, tracking.TAG_BACKBONE, tracking.TAG_DATA_DIGEST]
     missing = [k for k in need if not t.get(k)]
     if missing:
@@ -139,10 +139,10 @@ def _runs_of_version(mv) -> dict:
     # baseline runs of the same source, as aggregate keeps them (analysis.mark_imported)
     external = t.get(tracking.TAG_SOURCE) == "external"
     label = (t.get(tracking.TAG_SOURCE_LABEL) or "released") if external else ""
-    return {"run_id": mv.run_id, "experiment_id": run.info.experiment_id,
+    return {"run_id": mv.run_id, "experiment_id": run.experiment_id,
             "cell": t[tracking.TAG_CELL] + (f" ({label})" if label else ""), "label": label,
             "backbone": t[tracking.TAG_BACKBONE],
-            "digest": t[tracking.TAG_DATA_DIGEST], "profile": tracking.resolved_param(run.data.params, "profile")}
+            "digest": t[tracking.TAG_DATA_DIGEST], "profile": tracking.resolved_param(run.params, "profile")}
 
 
 def _select(runs: pd.DataFrame, src: dict, baseline: str) -> pd.DataFrame:

@@ -93,7 +93,7 @@ def run_robustness(*, runs: str, perturbations: str = "all", seed: int = 0, data
                            run_name="robustness",
                            tags={tracking.TAG_STUDY: STUDY, tracking.TAG_DATA_DIGEST: digest}
                            ) as parent:
-        pid = parent.info.run_id
+        pid = parent.run_id
         tracking.log_params({"runs": runs, "perturbations": ",".join(names), "seed": seed,
                              "data": data, "data_dir": str(root),
                              "source_run_ids": ",".join(s.run_id for s in sources)})

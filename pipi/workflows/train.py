@@ -61,21 +61,26 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class TrainRequest:
     """One ``train`` request, resolved once: the configuration, the staged data (index
-    loaded), the runtime and, on resume, the run's own checkpoint. The CLI builds it with
-    :func:`request_from_options`, a library caller with :func:`request`; :func:`run` trains
-    it as it is."""
+    loaded), the runtime and, on resume, the run (read from the server once), its own
+    checkpoint and base run. The CLI builds it with :func:`request_from_options`, a library
+    caller with :func:`request`; :func:`run` trains it as it is."""
 
     cfg: TrainConfig
     staged: StagedData
     runtime: Runtime
     data: str | None = None          # the ``data`` option as given (None: the default)
-    resume: str | None = None
+    resumed: tracking.RunRecord | None = field(default=None, repr=False, compare=False)
     resume_state: dict | None = field(default=None, repr=False, compare=False)
     base_run_id: str | None = None   # a resumed sequence run's base run
     tags: Mapping[str, str] = field(default_factory=dict)  # e.g. where the prior came from
     # the launcher's options as requested (tracking.launch_params), logged before the resolved
     # params: `pipi train` then logs what `mlflow run -e train` logs for the same request
     options: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def resume(self) -> str | None:
+        """The id of the run this request continues (None: a new run)."""
+        return self.resumed.run_id if self.resumed is not None else None
 
 
 def request(cfg: TrainConfig | None, *, data: str | None = None, resume: str | None = None,
@@ -84,13 +89,13 @@ def request(cfg: TrainConfig | None, *, data: str | None = None, resume: str | N
     resolved (a device that is not there fails here, before any run starts). ``resume``
     continues that run on its own data and recipe (``cfg`` is then ignored)."""
     if resume:
-        staged = resume_data(resume, data)
-        saved, state = load_resume(resume)
+        resumed = tracking.get_run(resume)   # the one read of the resumed run
+        staged = resume_data(resumed, data)
+        saved, state = load_resume(resumed)
         if cfg is not None and saved != cfg:
             log.warning("resuming run %s with its own configuration, not the one passed", resume)
-        base_id = tracking.get_run(resume).data.tags.get(tracking.TAG_BASE_RUN)
-        return TrainRequest(saved, staged, runtime_of(saved), data=data, resume=resume,
-                            resume_state=state, base_run_id=base_id)
+        return TrainRequest(saved, staged, runtime_of(saved), data=data, resumed=resumed,
+                            resume_state=state, base_run_id=resumed.base_run_id or None)
     if prior is not None:
         cfg = prior.apply(cfg)
     staged = load_data(data, preset=synthetic_preset(cfg.profile))
@@ -155,21 +160,20 @@ def check_trainable(staged: StagedData, data: str | None) -> None:
                           "and score Galar with `galar`")
 
 
-def refuse_finished(run, resume: str) -> None:
+def refuse_finished(run: tracking.RunRecord) -> None:
     """Resume continues an interrupted run; a FINISHED one is refused before anything else."""
-    if run.info.status == "FINISHED":
+    if run.finished:
         raise ConfigError(
-            f"resume={resume}: that run FINISHED; resume continues an interrupted (FAILED, "
+            f"resume={run.run_id}: that run FINISHED; resume continues an interrupted (FAILED, "
             "KILLED or RUNNING) run. To train again, start a new run without resume")
 
 
-def resume_data(resume: str, data: str | None) -> StagedData:
+def resume_data(run: tracking.RunRecord, data: str | None) -> StagedData:
     """The staged folder a resumed run continues on: its own (``data_dir``), checked against
     the run's data digest. A ``data`` that is given must hold the same data."""
-    run = tracking.get_run(resume)
-    refuse_finished(run, resume)
-    digest = run.data.tags.get(tracking.TAG_DATA_DIGEST, "")
-    own = run.data.params.get("data_dir", "")
+    resume = run.run_id
+    refuse_finished(run)
+    digest, own = run.data_digest, run.data_dir
     if data in (None, "", "synthetic") and own:
         path = Path(own)
         if not (path / "manifest.json").is_file():
@@ -180,8 +184,7 @@ def resume_data(resume: str, data: str | None) -> StagedData:
         staged = load_data(str(path))
         given = f"its own data folder {own}"
     else:
-        profile = tracking.resolved_param(run.data.params, "profile")
-        staged = load_data(data, preset=synthetic_preset(profile))
+        staged = load_data(data, preset=synthetic_preset(run.resolved_param("profile")))
         given = f"data={data}"
     if digest and staged.digest != digest:
         raise ConfigError(
@@ -192,10 +195,11 @@ def resume_data(resume: str, data: str | None) -> StagedData:
     return staged
 
 
-def load_resume(resume: str) -> tuple[TrainConfig, dict]:
+def load_resume(run: tracking.RunRecord) -> tuple[TrainConfig, dict]:
     """The checkpoint of an interrupted run and the configuration it was started with (the
     run's own: every recipe option passed with ``resume`` is ignored)."""
-    refuse_finished(tracking.get_run(resume), resume)
+    resume = run.run_id
+    refuse_finished(run)
     tracking.claim_for_resume(resume)  # refuses a run that another process still trains
     try:
         ckpt = tracking.download_artifact(resume, "checkpoints/last.pt", tmpdir())
@@ -259,17 +263,22 @@ def run(req: TrainRequest, *, experiment: str | None = None, register: bool = Tr
     root, frames, manifest = req.staged.root, req.staged.frames, req.staged.manifest
     resume_state, base_id = req.resume_state, req.base_run_id
     seq = cfg.cell_config.is_sequence
+    if seq and base_id is None:  # searched once: None means it is trained first, nested
+        base_id = find_base_run(cfg, manifest["data_digest"])
+        if base_id is not None:
+            log.info("cell %s builds on the FINISHED %s run %s", cfg.cell,
+                     cfg.cell_config.base_cell, base_id)
     tags = {**tracking.train_tags(cfg, manifest, data=None if data in (None, "", "synthetic")
                                   else str(root), precision=runtime.precision), **req.tags}
     registered_name(cfg)  # a name MLflow accepts (ConfigError otherwise), before the fit
     if register:  # on an auth server, a model another member registered: say so before the fit
         tracking.check_can_register(registered_name(cfg))
-        if seq and base_id is None and find_base_run(cfg, manifest["data_digest"]) is None:
+        if seq and base_id is None:
             # the base run this sequence cell will train first registers under its own name
             tracking.check_can_register(registered_name(base_config(cfg)))
     if resume:  # the recipe the run was started with, not one naming the resolved folder
-        tags[tracking.TAG_RECIPE] = tracking.get_run(resume).data.tags.get(
-            tracking.TAG_RECIPE, tags[tracking.TAG_RECIPE])
+        tags[tracking.TAG_RECIPE] = req.resumed.tags.get(tracking.TAG_RECIPE,
+                                                         tags[tracking.TAG_RECIPE])
     if resume:  # `mlflow run -P resume=` made a run of its own: say what it did
         wrapper = tracking.tag_project_run(
             {tracking.TAG_ENTRY_POINT: "train", tracking.TAG_RESUMED_RUN: resume},
@@ -277,8 +286,7 @@ def run(req: TrainRequest, *, experiment: str | None = None, register: bool = Tr
             unless=resume)
         if wrapper:
             tags[tracking.TAG_RESUMED_BY] = ",".join(
-                x for x in (tracking.get_run(resume).data.tags.get(tracking.TAG_RESUMED_BY),
-                            wrapper) if x)
+                x for x in (req.resumed.tags.get(tracking.TAG_RESUMED_BY), wrapper) if x)
     work = tmpdir()
     try:
         with tracking.pipi_run(entry_point="train", experiment=experiment, run_id=resume,
@@ -373,22 +381,18 @@ def _prior_figure(cfg: TrainConfig, *, root: Path, frames: pd.DataFrame, manifes
 
 
 # --------------------------------------------------------------------------- sequence cells
-def ensure_base_run(cfg: TrainConfig, *, staged: StagedData, register: bool,
-                    progress: bool) -> tuple[str, bool]:
-    """(run id, trained now): the base per-frame run, trained nested when none exists (on the
-    staged data already loaded, its index not read again)."""
-    rid = find_base_run(cfg, staged.digest)
-    if rid is not None:
-        log.info("cell %s builds on the FINISHED %s run %s", cfg.cell,
-                 cfg.cell_config.base_cell, rid)
-        return rid, False
+def train_base_run(cfg: TrainConfig, *, staged: StagedData, register: bool,
+                   progress: bool) -> str:
+    """The run id of the base per-frame run of a sequence cell that has none (``run`` looked
+    for it), trained now, nested, on the staged data already loaded (its index not read
+    again)."""
     bcfg = base_config(cfg)
     log.info("no FINISHED %s run for backbone %s, seed %d: training it first",
              bcfg.cell, bcfg.backbone, bcfg.seed)
     req = TrainRequest(bcfg, staged, runtime_of(bcfg), data=str(staged.root))
     summary = run(req, register=register, progress=progress,
                   nested=tracking.active_experiment_id() is not None)
-    return summary["run_id"], True
+    return summary["run_id"]
 
 
 def _fit_sequence(cfg: TrainConfig, *, root: Path, frames: pd.DataFrame, manifest: dict,
@@ -399,9 +403,9 @@ def _fit_sequence(cfg: TrainConfig, *, root: Path, frames: pd.DataFrame, manifes
     registered pyfunc (base backbone + head + C3 autoencoder)."""
     digest = manifest["data_digest"]
     if base_id is None:
-        base_id, _ = ensure_base_run(cfg, staged=StagedData(root, frames, manifest),
-                                     register=register, progress=progress)
-    base_code = tracking.get_run(base_id).data.tags.get(tracking.TAG_CODE_VERSION, "")
+        base_id = train_base_run(cfg, staged=StagedData(root, frames, manifest),
+                                 register=register, progress=progress)
+    base_code = tracking.get_run(base_id).tags.get(tracking.TAG_CODE_VERSION, "")
     tracking.set_tags({tracking.TAG_BASE_RUN: base_id, tracking.TAG_BASE_CODE_VERSION: base_code})
     dev = device
     cache_dir = pipi_home() / "cache"

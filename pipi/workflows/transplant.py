@@ -116,8 +116,8 @@ def _conv_child(a: SourceRun, b: SourceRun, *, variant: str, models: Models, dig
                                   data_digest=digest, options={"other_run_id": b.run_id})
     found = tracking.find_finished_run(key, **{tracking.TAG_ENTRY_POINT: ENTRY_POINT})
     if found is not None:
-        cos = found.data.metrics.get("conv/cosine", float("nan"))
-        return StudyChild(a, variant, found.info.run_id, "reused", cos)
+        cos = found.metrics.get("conv/cosine", float("nan"))
+        return StudyChild(a, variant, found.run_id, "reused", cos)
     (ma, _), (mb, _) = models(a.run_id), models(b.run_id)
     cos = first_conv_cosine(ma, mb)
     metrics = {"conv/cosine": cos,
@@ -135,7 +135,7 @@ def _conv_child(a: SourceRun, b: SourceRun, *, variant: str, models: Models, dig
         tracking.log_params({"run_a": a.run_id, "run_b": b.run_id, "cell_a": a.cell,
                              "cell_b": b.cell})
         tracking.log_metrics(metrics)
-        return StudyChild(a, variant, run.info.run_id, "scored", cos)
+        return StudyChild(a, variant, run.run_id, "scored", cos)
 
 
 def _gradcam_child(a: SourceRun, b: SourceRun, *, models: Models, data, digest: str,
@@ -146,7 +146,7 @@ def _gradcam_child(a: SourceRun, b: SourceRun, *, models: Models, data, digest: 
                                   data_digest=digest, options=opts)
     found = tracking.find_finished_run(key, **{tracking.TAG_ENTRY_POINT: ENTRY_POINT})
     if found is not None:
-        return StudyChild(a, "gradcam", found.info.run_id, "reused", float("nan"))
+        return StudyChild(a, "gradcam", found.run_id, "reused", float("nan"))
     tags = {tracking.TAG_CONFIG_HASH: key, tracking.TAG_STUDY: "gradcam",
             tracking.TAG_VARIANT: "gradcam", tracking.TAG_SOURCE_RUN: a.run_id,
             tracking.TAG_DONOR_RUN: b.run_id, tracking.TAG_BACKBONE: a.backbone,
@@ -175,7 +175,7 @@ def run_transplant(*, rgb: str, pi: str, study: str = "transplant", data: str = 
                            run_name=f"transplant-{study}",
                            tags={tracking.TAG_STUDY: study, tracking.TAG_DATA_DIGEST: digest}
                            ) as parent:
-        pid = parent.info.run_id
+        pid = parent.run_id
         tracking.log_params({"rgb": rgb, "pi": pi, "study": study, "data": data,
                              "data_dir": str(root), "n_frames": n_frames, "seed": seed,
                              "pairs": ";".join(f"{a.run_id},{b.run_id}" for a, b in pairs)})

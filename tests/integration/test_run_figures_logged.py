@@ -38,18 +38,18 @@ def test_every_pipi_run_marks_its_experiment_for_model_training(sqlite_tracking)
     with tracking.pipi_run(entry_point="test", experiment="ui-kind") as run:
         pass
     c = mlflow.MlflowClient()
-    tags = c.get_experiment(run.info.experiment_id).tags
+    tags = c.get_experiment(run.experiment_id).tags
     assert tags["mlflow.experimentKind"] == "custom_model_development"
     view = json.loads(tags["mlflow.sharedViewState.pipi"])
     assert "metrics.`test/macro_auc`" in view["selectedColumns"]
     # a kind someone chose is kept
-    c.set_experiment_tag(run.info.experiment_id, "mlflow.experimentKind", "genai_development")
+    c.set_experiment_tag(run.experiment_id, "mlflow.experimentKind", "genai_development")
     with tracking.pipi_run(entry_point="test", experiment="ui-kind"):
         pass
-    assert c.get_experiment(run.info.experiment_id).tags["mlflow.experimentKind"] == \
+    assert c.get_experiment(run.experiment_id).tags["mlflow.experimentKind"] == \
         "genai_development"
-    url = tracking.experiment_url(run.info.experiment_id)
-    assert url.endswith(f"/#/experiments/{run.info.experiment_id}/runs?"
+    url = tracking.experiment_url(run.experiment_id)
+    assert url.endswith(f"/#/experiments/{run.experiment_id}/runs?"
                         "workflowType=machine_learning&viewStateShareKey=pipi")
 
 

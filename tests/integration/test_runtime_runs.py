@@ -70,13 +70,13 @@ def test_compile_true_trains_and_predicts_like_eager(tiny_staged, tmp_path):
 def _children(parent_run_id: str) -> pd.DataFrame:
     rows = []
     for r in pipi_tracking.child_runs(parent_run_id):
-        rows.append({"cell": r.data.tags["pipi.cell"], "seed": r.data.tags["pipi.seed"],
-                     "config_hash": r.data.tags["pipi.config_hash"], "status": r.info.status,
-                     "role": r.data.tags.get("pipi.sweep_role"),
-                     "test_macro_auc": r.data.metrics["test/macro_auc"],
-                     "params": {k: v for k, v in r.data.params.items()
+        rows.append({"cell": r.tags["pipi.cell"], "seed": r.tags["pipi.seed"],
+                     "config_hash": r.tags["pipi.config_hash"], "status": r.status,
+                     "role": r.tags.get("pipi.sweep_role"),
+                     "test_macro_auc": r.metrics["test/macro_auc"],
+                     "params": {k: v for k, v in r.params.items()
                                 if k != "data_dir"},
-                     "run_id": r.info.run_id})
+                     "run_id": r.run_id})
     return pd.DataFrame(rows).sort_values(["cell", "seed"]).reset_index(drop=True)
 
 

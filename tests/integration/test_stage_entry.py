@@ -83,5 +83,5 @@ def test_params_logged_by_mlflow_run_are_not_logged_twice(tracking):
 
         m.log_params({"cells": "''", "epochs": "0"})  # what `mlflow run` logs for defaults
         tr.log_params({"cells": "", "epochs": 4, "lr": 0.001})
-        p = m.get_run(run.info.run_id).data.params
+        p = m.get_run(run.run_id).data.params
     assert p == {"cells": "''", "epochs": "0", "epochs.resolved": "4", "lr": "0.001"}

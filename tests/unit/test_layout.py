@@ -1,4 +1,6 @@
-"""The layout rules: imports point down, no cycles, mlflow only in pipi/tracking, small modules."""
+"""The layout rules: imports point down, no cycles, mlflow only in pipi/tracking (its imports
+and its data model: no ``.data.tags`` / ``.info.status`` reads of a run outside it), small
+modules."""
 
 from __future__ import annotations
 
@@ -172,3 +174,49 @@ def test_mlflow_only_in_tracking_and_modules_small():
         if not rel.startswith("tracking/"):
             assert "import mlflow" not in text and "from mlflow" not in text, rel
         assert text.count("\n") <= 600, f"{rel} has {text.count(chr(10))} lines (max 600)"
+
+
+#: What MLflow's ``Run`` carries under ``.data`` and ``.info``: reading these outside
+#: pipi/tracking means an MLflow object crossed the wall (tracking hands out ``RunRecord``s).
+RUN_DATA_FIELDS = frozenset({"tags", "params", "metrics"})
+RUN_INFO_FIELDS = frozenset({"run_id", "run_uuid", "run_name", "experiment_id", "status",
+                             "lifecycle_stage", "start_time", "end_time", "artifact_uri",
+                             "user_id"})
+
+
+def run_object_reads(source: str) -> list[str]:
+    """Every ``X.data.tags|params|metrics`` and ``X.info.<run field>`` in ``source``, as
+    'line N: X.data.tags' (other ``.data`` / ``.info``, e.g. a frame's, are not run reads)."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute)):
+            continue
+        middle, field = node.value.attr, node.attr
+        if ((middle == "data" and field in RUN_DATA_FIELDS)
+                or (middle == "info" and field in RUN_INFO_FIELDS)):
+            out.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return out
+
+
+def test_a_run_object_read_is_caught():
+    """Planted reads of an MLflow run's data model are caught; a frame's ``.data`` is not."""
+    planted = ("run = tracking.get_run(rid)\n"
+               "t = run.data.tags\n"
+               "ok = tracking.get_run(rid).info.status == 'FINISHED'\n"
+               "m = found.data.metrics.get('test/macro_auc')\n"
+               "x = arr.data.shape\n"           # numpy's buffer: not a run
+               "y = log.info.__name__\n"        # not a run field
+               "z = sheet.data['tags']\n")      # a subscript, not the run's tags
+    assert run_object_reads(planted) == [
+        "line 2: run.data.tags", "line 3: tracking.get_run(rid).info.status",
+        "line 4: found.data.metrics"]
+
+
+def test_no_run_object_reads_outside_tracking():
+    """The tracking wall: code outside pipi/tracking reads RunRecords, never a ``Run``."""
+    found = {}
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG).as_posix()
+        if not rel.startswith("tracking/") and (reads := run_object_reads(path.read_text())):
+            found[rel] = reads
+    assert not found, found

@@ -22,6 +22,7 @@ from pipi.calibration.trials import (
 from pipi.config import make_config
 from pipi.errors import ConfigError
 from pipi.predictions import PROB_COLUMNS
+from pipi.tracking import RunRecord
 from pipi.workflows.calibrate import run_calibration, train_study_name
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -134,8 +135,6 @@ def _target_fn(alpha, frac):
 def _run_train_trials(monkeypatch, search, n):
     """mode=train trials through the real trial function, with the training and the MLflow
     lookup replaced: each trial 'reuses' a run whose value is _target_fn of its prior."""
-    from types import SimpleNamespace
-
     from pipi.calibration.study import grid_axes
     from pipi.calibration.trials import TrialSpec, WorkerResult
     from pipi.runs import calibrate as ct
@@ -151,7 +150,7 @@ def _run_train_trials(monkeypatch, search, n):
 
     monkeypatch.setattr(ct, "trial_config", trial_config_spy)
     monkeypatch.setattr(ct.tracking, "find_finished_run",
-                        lambda key, **tags: SimpleNamespace(info=SimpleNamespace(run_id=key)))
+                        lambda key, **tags: RunRecord(run_id=key))
 
     def value(rid, spec, work, target):
         cfg = cfgs[len(cfgs) - 1]

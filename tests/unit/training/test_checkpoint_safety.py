@@ -13,6 +13,7 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
+from pipi import tracking
 from pipi.classes import CLASSES
 from pipi.config import make_config
 from pipi.errors import PipiError
@@ -113,7 +114,7 @@ def test_resume_refuses_a_pickle_payload_in_one_line_without_running_it(
     cfg = make_config(cell="a", profile="smoke", weights="none")
     rid = _failed_run_with_checkpoint(tmp_path, {"config": cfg.to_dict(), "evil": Payload()})
     with pytest.raises(PipiError) as exc:
-        load_resume(rid)
+        load_resume(tracking.get_run(rid))
     msg = str(exc.value)
     assert "\n" not in msg and "checkpoints/last.pt" in msg and rid in msg, msg
     assert "refused without loading" in msg, msg
@@ -130,7 +131,7 @@ def test_a_truncated_checkpoint_is_named_in_one_whole_sentence(sqlite_tracking, 
     torch.save({"a": torch.zeros(1000)}, buf)
     rid = _failed_run_with_checkpoint(tmp_path, buf.getvalue()[: len(buf.getvalue()) // 2])
     with pytest.raises(PipiError) as exc:
-        load_resume(rid)
+        load_resume(tracking.get_run(rid))
     msg = str(exc.value)
     assert "\n" not in msg and "truncated or corrupt" in msg, msg
     # torch's reason is quoted up to the end of its sentence, never cut inside one

@@ -98,3 +98,86 @@ def test_a_bad_combination_is_refused_before_the_data_is_touched(counted, tmp_pa
     # the default synthetic data: nothing staged, loaded or connected before the refusal
     assert "ensure_synthetic_staged" not in calls and "load_staged" not in calls
     assert "configure" not in calls
+
+
+# --------------------------------------------------------------------------- resolved once
+class _Stop(Exception):
+    """Ends a ``run`` where the test has seen what it needs (nothing trains)."""
+
+
+def _counting(monkeypatch, module, name, calls):
+    real = getattr(module, name)
+
+    def wrapper(*a, **k):
+        calls[name] += 1
+        return real(*a, **k)
+    monkeypatch.setattr(module, name, wrapper)
+
+
+def test_a_resume_reads_the_resumed_run_once(sqlite_tracking, tiny_staged, tmp_path,
+                                             monkeypatch):
+    """The resumed run is read from the server once, by the request: its data, checkpoint,
+    base run, recipe and earlier resumers all come from that one read."""
+    import mlflow
+    import torch
+
+    from pipi.config import make_config
+
+    monkeypatch.setenv("PIPI_HEARTBEAT_S", "0.2")
+    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
+    cfg = make_config(cell="b", backbone="resnet18", profile="smoke", weights="none")
+    manifest = json.loads((tiny_staged / "manifest.json").read_text())
+    c = mlflow.MlflowClient()
+    exp = c.create_experiment("resume-once")
+    rid = c.create_run(exp, tags={tracking.TAG_DATA_DIGEST: manifest["data_digest"],
+                                  tracking.TAG_RECIPE: "pipi train --cell b (as started)",
+                                  tracking.TAG_BASE_RUN: "b" * 32,
+                                  tracking.TAG_RESUMED_BY: "e" * 32}).info.run_id
+    c.log_param(rid, "data_dir", str(tiny_staged))
+    ck = tmp_path / "last.pt"
+    torch.save({"config": cfg.to_dict()}, ck)
+    c.log_artifact(rid, str(ck), "checkpoints")
+    c.set_terminated(rid, "FAILED")
+
+    calls, started = Counter(), {}
+    _counting(monkeypatch, tracking, "get_run", calls)
+    req = workflow.request(None, resume=rid)
+    assert calls["get_run"] == 1
+    assert req.resume == rid and req.cfg == cfg and req.base_run_id == "b" * 32
+    assert req.staged.digest == manifest["data_digest"]
+
+    def pipi_run(**kw):
+        started.update(kw)
+        raise _Stop
+    monkeypatch.setattr(tracking, "pipi_run", pipi_run)
+    monkeypatch.setattr(tracking, "tag_project_run", lambda *a, **k: "w" * 32)
+    with pytest.raises(_Stop):
+        workflow.run(req, register=False, progress=False)
+    assert calls["get_run"] == 1                    # run() reads it no more
+    assert started["run_id"] == rid
+    assert started["tags"][tracking.TAG_RECIPE] == "pipi train --cell b (as started)"
+    assert started["tags"][tracking.TAG_RESUMED_BY] == f"{'e' * 32},{'w' * 32}"
+
+
+def test_a_sequence_run_searches_its_base_run_once(sqlite_tracking, tiny_staged, monkeypatch):
+    """"Is there a base run?" is asked once: the answer decides both the registration check
+    of the base model and whether the base run is trained first."""
+    from pipi.config import make_config
+
+    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
+    calls, checked = Counter(), []
+    monkeypatch.setattr(workflow, "find_base_run",
+                        lambda cfg, digest: calls.update(["find_base_run"]))  # None: no base
+    monkeypatch.setattr(tracking, "check_can_register", checked.append)
+    cfg = make_config(cell="b", backbone="resnet18", profile="smoke", weights="none")
+    req = workflow.request(cfg, data=str(tiny_staged))
+
+    def runtime_of(bcfg):        # the base run's request is being built: it would train now
+        calls[f"runtime_of {bcfg.cell}"] += 1
+        raise _Stop
+    monkeypatch.setattr(workflow, "runtime_of", runtime_of)
+    with pytest.raises(_Stop):
+        workflow.run(req, experiment="base-once", register=True, progress=False)
+    assert dict(calls) == {"find_base_run": 1, "runtime_of a": 1}
+    assert checked == [workflow.registered_name(cfg),
+                       workflow.registered_name(workflow.base_config(cfg))]

@@ -1,0 +1,119 @@
+"""The tracking wall: runs come out of tracking as frozen RunRecords, every tracking module
+names its public names (``__all__``), and the package re-exports exactly those, by name."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib
+import math
+from pathlib import Path
+
+import mlflow
+import pytest
+from mlflow.tracking import MlflowClient
+
+from pipi import tracking
+from pipi.tracking import RunRecord, run_record
+
+TRACKING = Path(tracking.__file__).parent
+
+
+@pytest.fixture()
+def store(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/m.db")
+    yield mlflow.create_experiment("records", artifact_location=str(tmp_path / "a"))
+    mlflow.set_tracking_uri(None)
+
+
+def test_a_run_read_through_tracking_is_a_record_with_what_mlflow_holds(store):
+    c = MlflowClient()
+    rid = c.create_run(store, run_name="r1", tags={
+        tracking.TAG_CELL: "pi", tracking.TAG_BACKBONE: "resnet18", tracking.TAG_SEED: "-3",
+        tracking.TAG_DATA_DIGEST: "d" * 64, tracking.TAG_CONFIG_HASH: "h1",
+        tracking.TAG_ENTRY_POINT: "train"}).info.run_id
+    c.log_param(rid, "data_dir", "/staged/x")
+    c.log_param(rid, "profile", "auto")
+    c.log_param(rid, "profile.resolved", "smoke")
+    c.log_metric(rid, "test/macro_auc", 0.5)
+    c.log_metric(rid, "test/macro_auc", 0.75)     # the record holds the latest value
+    c.set_terminated(rid, "FINISHED")
+    mine = c.get_run(rid)
+
+    rec = tracking.get_run(rid)
+    assert isinstance(rec, RunRecord)
+    assert (rec.run_id, rec.run_name, rec.experiment_id, rec.status) == (
+        rid, "r1", store, "FINISHED")
+    assert (rec.start_time, rec.end_time, rec.artifact_uri, rec.lifecycle_stage) == (
+        mine.info.start_time, mine.info.end_time, mine.info.artifact_uri, "active")
+    assert dict(rec.tags) == mine.data.tags and dict(rec.params) == mine.data.params
+    assert dict(rec.metrics) == mine.data.metrics == {"test/macro_auc": 0.75}
+    assert (rec.cell, rec.backbone, rec.seed, rec.data_digest, rec.data_dir) == (
+        "pi", "resnet18", -3, "d" * 64, "/staged/x")
+    assert (rec.config_hash, rec.entry_point, rec.test_macro_auc) == ("h1", "train", 0.75)
+    assert rec.resolved_param("profile") == "smoke" and rec.finished and not rec.live
+    # find_finished_run(s) and child_runs hand out records too
+    assert tracking.find_finished_run("h1").run_id == rid
+    assert [r.run_id for r in tracking.find_finished_runs({tracking.TAG_CELL: "pi"})] == [rid]
+
+
+def test_a_record_is_frozen_and_its_mappings_are_read_only():
+    rec = RunRecord(run_id="r", tags={"a": "1"}, params={"p": "2"}, metrics={"m": 1.0})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        rec.status = "FINISHED"
+    for mapping in (rec.tags, rec.params, rec.metrics):
+        with pytest.raises(TypeError):
+            mapping["x"] = "y"
+    src = {"a": "1"}
+    rec = RunRecord(run_id="r", tags=src)
+    src["a"] = "changed"                          # the caller's dict is copied, not shared
+    assert rec.tags["a"] == "1"
+    assert RunRecord(run_id="r").seed is None and math.isnan(RunRecord(run_id="r").test_macro_auc)
+    assert RunRecord(run_id="r", tags={tracking.TAG_SEED: "x1"}).seed is None
+    assert RunRecord(run_id="r", status="SCHEDULED").live
+    assert run_record(rec) is rec
+
+
+def test_pipi_run_and_child_runs_give_records(store):
+    with tracking.pipi_run(entry_point="test", experiment="records") as run:
+        assert isinstance(run, RunRecord) and run.status == "RUNNING"
+        assert run.entry_point == "test" and run.experiment_id == store
+    child = tracking.create_child_run(run.run_id, run_name="c", tags={tracking.TAG_CELL: "a"})
+    [rec] = tracking.child_runs(run.run_id)
+    assert isinstance(rec, RunRecord) and (rec.run_id, rec.cell, rec.parent_run_id) == (
+        child, "a", run.run_id)
+
+
+def _modules() -> list[str]:
+    return sorted(p.stem for p in TRACKING.glob("*.py") if p.stem != "__init__")
+
+
+@pytest.mark.parametrize("name", _modules())
+def test_every_tracking_module_names_its_public_names(name):
+    """``__all__`` is explicit, lists only names the module defines or re-exports on purpose,
+    and leaves out the libraries it imports (mlflow, MlflowClient, os ...)."""
+    text = (TRACKING / f"{name}.py").read_text()
+    assert any(isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "__all__"
+                                                 for t in n.targets)
+               for n in ast.parse(text).body), f"pipi/tracking/{name}.py has no __all__"
+    module = importlib.import_module(f"pipi.tracking.{name}")
+    for public in module.__all__:
+        assert hasattr(module, public), f"{name}.__all__ names {public}, which it lacks"
+        assert not public.startswith("_")
+        assert getattr(getattr(module, public), "__module__", "").split(".")[0] != "mlflow"
+
+
+def test_the_package_re_exports_by_name_what_its_modules_export():
+    init = ast.parse((TRACKING / "__init__.py").read_text())
+    stars = [n.module for n in ast.walk(init)
+             if isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names)]
+    assert stars == [], f"star imports in pipi/tracking/__init__.py: {stars}"
+    imported = {a.asname or a.name: n.module.rsplit(".", 1)[-1] for n in init.body
+                if isinstance(n, ast.ImportFrom) and n.module.startswith("pipi.tracking.")
+                for a in n.names}
+    exported = set(tracking.__all__)
+    assert exported == set(imported), sorted(exported ^ set(imported))
+    for name, mod in imported.items():
+        assert name in importlib.import_module(f"pipi.tracking.{mod}").__all__, (name, mod)
+    assert not any(n.startswith("_") for n in exported)
