@@ -31,7 +31,7 @@ def _fail(message: str) -> None:
     if run_id:
         try:
             tracking.configure()
-            if tracking.get_run(run_id).status in ("RUNNING", "SCHEDULED"):
+            if tracking.get_run(run_id).live:
                 tracking.terminate_run(run_id, "FAILED", message)
         except PipiError:
             pass

@@ -74,6 +74,6 @@ def _in_process(procs: ProcessPoolExecutor, spawn_child, child: Child, parent_ru
     try:
         return procs.submit(spawn_child, child, run_id=run_id, **kwargs).result()
     except BaseException as exc:
-        if tracking.get_run(run_id).status in ("RUNNING", "SCHEDULED"):
+        if tracking.get_run(run_id).live:
             tracking.terminate_run(run_id, "FAILED", f"{type(exc).__name__}: {exc}")
         raise

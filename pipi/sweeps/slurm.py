@@ -239,7 +239,7 @@ def run_slurm(children, *, data: Path, parent_run_id: str, retries: int = 1,
                 reason = run.tags.get(tracking.TAG_FAILURE) or log_tail(folder, name, k)
                 errors[i].append(f"attempt {attempt} (SLURM {job}_{k} "
                                  f"{states.get(k, '?')}): {reason.strip()}")
-                if run.status in ("RUNNING", "SCHEDULED"):
+                if run.live:
                     tracking.terminate_run(runs[i], "FAILED", reason)
                 log.error("child %s failed on SLURM (attempt %d): %s", children[i].label,
                           attempt, reason[-300:])

@@ -21,7 +21,7 @@ __all__ = [
     "restore_killed",
 ]
 
-#: reasons that pipi writes when a signal ends a run (``runs.interrupt_reason``)
+#: reasons that pipi writes when a signal ends a run (``signals.interrupt_reason``)
 _SIGNAL_REASONS = ("interrupted by SIGINT", "terminated by SIGTERM")
 
 

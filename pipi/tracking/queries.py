@@ -15,7 +15,7 @@ import pandas as pd
 from mlflow.tracking import MlflowClient
 
 from pipi.errors import TrackingError
-from pipi.tracking.records import resolved_param
+from pipi.tracking.records import run_record
 from pipi.tracking.runs import download_artifact
 from pipi.tracking.tags import *
 
@@ -65,33 +65,29 @@ def load_runs(experiment: str, filter_string: str = "", *, page_size: int = 1000
         except Exception as exc:  # noqa: BLE001 - MlflowException (bad filter) or REST error
             raise TrackingError(f"cannot search runs of {experiment!r} with filter "
                                 f"{filter_string!r}: {exc}") from None
-        for r in page:
-            t = r.data.tags
-            seed = t.get(TAG_SEED)
+        for r in map(run_record, page):
+            t = r.tags
             rows.append({
-                "run_id": r.info.run_id, "experiment_id": r.info.experiment_id,
-                "run_name": r.info.run_name, "status": r.info.status,
-                "start_time": r.info.start_time, "entry_point": t.get(TAG_ENTRY_POINT, ""),
-                "cell": t.get(TAG_CELL, ""), "backbone": t.get(TAG_BACKBONE, ""),
-                "seed": int(seed) if seed not in (None, "") and seed.lstrip("-").isdigit() else None,
-                "data_digest": t.get(TAG_DATA_DIGEST, ""), "dataset": t.get(TAG_DATASET, ""),
+                "run_id": r.run_id, "experiment_id": r.experiment_id,
+                "run_name": r.run_name, "status": r.status,
+                "start_time": r.start_time, "entry_point": r.entry_point,
+                "cell": r.cell, "backbone": r.backbone, "seed": r.seed,
+                "data_digest": r.data_digest, "dataset": t.get(TAG_DATASET, ""),
                 "study": t.get(TAG_STUDY, ""), "variant": t.get(TAG_VARIANT, ""),
-                "base_run_id": t.get(TAG_BASE_RUN, ""),
-                "parent_run_id": t.get("mlflow.parentRunId", ""),
+                "base_run_id": r.base_run_id, "parent_run_id": r.parent_run_id,
                 "evaluable_classes": t.get(TAG_EVALUABLE_CLASSES, ""),
-                "code_version": t.get(TAG_CODE_VERSION, ""),
-                "profile": resolved_param(r.data.params, "profile"),
-                "test_macro_auc": r.data.metrics.get("test/macro_auc", float("nan")),
+                "code_version": r.code_version, "profile": r.resolved_param("profile"),
+                "test_macro_auc": r.test_macro_auc,
                 "test_classes": t.get(TAG_TEST_CLASSES, ""),
                 "val_classes": t.get(TAG_VAL_CLASSES, ""),
                 "recipe": t.get(TAG_RECIPE, ""), "recipe_hash": t.get(TAG_RECIPE_HASH, ""),
-                "failure_reason": t.get(TAG_FAILURE, ""),
-                "params": json.dumps(dict(r.data.params), sort_keys=True),
-                "tta_loss_before": r.data.metrics.get("tta/loss_before", float("nan")),
-                "tta_loss_after": r.data.metrics.get("tta/loss_after", float("nan")),
+                "failure_reason": r.failure_reason,
+                "params": json.dumps(dict(r.params), sort_keys=True),
+                "tta_loss_before": r.metrics.get("tta/loss_before", float("nan")),
+                "tta_loss_after": r.metrics.get("tta/loss_after", float("nan")),
                 # every metric and pipi tag, for studies whose numbers are not predictions
                 # (transplant first-conv cosines, Grad-CAM Dice)
-                "metrics": json.dumps(dict(r.data.metrics), sort_keys=True),
+                "metrics": json.dumps(dict(r.metrics), sort_keys=True),
                 "tags": json.dumps({k: v for k, v in t.items() if k.startswith(TAG_PREFIX)},
                                    sort_keys=True),
             })

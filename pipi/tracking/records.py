@@ -1,4 +1,5 @@
-"""What tracking hands out about a run: a frozen :class:`RunRecord`, never MLflow's ``Run``.
+"""What tracking hands out about a run: a frozen :class:`RunRecord`, never MLflow's ``Run``
+(and about a registered model version, a :class:`VersionRecord`).
 
 Every read of a run (``get_run``, ``usable_run``, ``find_finished_run(s)``, ``child_runs``,
 the run ``pipi_run`` starts) comes back as a record: its id, name, experiment, status and
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
@@ -27,7 +28,8 @@ from pipi.tracking.tags import (
     TAG_SEED,
 )
 
-__all__ = ["LIVE_STATUSES", "RunRecord", "resolved_param", "run_record"]
+__all__ = ["LIVE_STATUSES", "RunRecord", "VersionRecord", "resolved_param", "run_record",
+           "version_record"]
 
 #: Statuses of a run that a process may still be filling.
 LIVE_STATUSES = ("RUNNING", "SCHEDULED")
@@ -70,6 +72,12 @@ class RunRecord:
             value = getattr(self, name)
             if not isinstance(value, MappingProxyType):
                 object.__setattr__(self, name, _frozen(value))
+
+    def __reduce__(self):
+        """Picklable (a record may go to a worker process): its mappings travel as dicts."""
+        values = (getattr(self, f.name) for f in fields(self))
+        return (RunRecord, tuple(dict(v) if isinstance(v, MappingProxyType) else v
+                                 for v in values))
 
     # ------------------------------------------------------------------ status
     @property
@@ -157,3 +165,30 @@ def run_record(run: Any) -> RunRecord:
         artifact_uri=info.artifact_uri or "", params=data.params, tags=data.tags,
         metrics=data.metrics,
         model_ids=tuple(o.model_id for o in (outputs.model_outputs if outputs else [])))
+
+
+@dataclass(frozen=True)
+class VersionRecord:
+    """One registered model version as pipi reads it (a snapshot; tags read-only)."""
+
+    name: str
+    version: str
+    run_id: str | None = None
+    description: str | None = None
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tags, MappingProxyType):
+            object.__setattr__(self, "tags", _frozen(self.tags))
+
+    def __reduce__(self):
+        return (VersionRecord, (self.name, self.version, self.run_id, self.description,
+                                dict(self.tags)))
+
+
+def version_record(mv: Any) -> VersionRecord:
+    """The record of an MLflow ``ModelVersion`` (a record is returned as it is)."""
+    if isinstance(mv, VersionRecord):
+        return mv
+    return VersionRecord(name=mv.name, version=str(mv.version), run_id=mv.run_id,
+                         description=mv.description, tags=mv.tags or {})

@@ -16,6 +16,7 @@ from mlflow.tracking import MlflowClient
 from pipi.errors import TrackingError
 from pipi.serving.model_input import IMAGE_KEY, PIXELS_KEY
 from pipi.tracking.liveness import ME
+from pipi.tracking.records import VersionRecord, version_record
 from pipi.tracking.tags import *  # noqa: F403
 
 log = logging.getLogger(__name__)
@@ -177,13 +178,14 @@ def model_uri_run_id(uri: str) -> str:
 
 
 # --------------------------------------------------------------------------- promotion
-def model_version(name: str, version: str | None = None, *, alias: str | None = None):
+def model_version(name: str, version: str | None = None, *, alias: str | None = None
+                  ) -> VersionRecord:
     """A registered model version by number or alias (TrackingError naming what is missing)."""
     c = MlflowClient()
     try:
         if version:
-            return c.get_model_version(name, str(version))
-        return c.get_model_version_by_alias(name, alias)
+            return version_record(c.get_model_version(name, str(version)))
+        return version_record(c.get_model_version_by_alias(name, alias))
     except Exception as exc:  # noqa: BLE001 - MlflowException (missing) or REST error
         what = f"version {version}" if version else f"alias @{alias}"
         raise TrackingError(f"model={name}: no {what} in the registry of "

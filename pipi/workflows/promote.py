@@ -127,7 +127,7 @@ class PromoteResult:
 
 
 # --------------------------------------------------------------------------- evidence
-def _runs_of_version(mv) -> dict:
+def _runs_of_version(mv: tracking.VersionRecord) -> dict:
     run = tracking.usable_run(mv.run_id, what=f"version {mv.version}")
     t = run.tags
     need = [tracking.TAG_CELL, tracking.TAG_BACKBONE, tracking.TAG_DATA_DIGEST]

@@ -7,14 +7,16 @@ import ast
 import dataclasses
 import importlib
 import math
+import pickle
 from pathlib import Path
+from types import MappingProxyType
 
 import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
 
 from pipi import tracking
-from pipi.tracking import RunRecord, run_record
+from pipi.tracking import RunRecord, VersionRecord, run_record
 
 TRACKING = Path(tracking.__file__).parent
 
@@ -73,6 +75,10 @@ def test_a_record_is_frozen_and_its_mappings_are_read_only():
     assert RunRecord(run_id="r", tags={tracking.TAG_SEED: "x1"}).seed is None
     assert RunRecord(run_id="r", status="SCHEDULED").live
     assert run_record(rec) is rec
+    full = RunRecord(run_id="r", status="FAILED", start_time=1, tags={"a": "1"},
+                     metrics={"m": 0.5}, model_ids=("m-1",))
+    back = pickle.loads(pickle.dumps(full))        # a record may go to a worker process
+    assert back == full and isinstance(back.tags, MappingProxyType)
 
 
 def test_pipi_run_and_child_runs_give_records(store):
@@ -83,6 +89,26 @@ def test_pipi_run_and_child_runs_give_records(store):
     [rec] = tracking.child_runs(run.run_id)
     assert isinstance(rec, RunRecord) and (rec.run_id, rec.cell, rec.parent_run_id) == (
         child, "a", run.run_id)
+
+
+def test_a_model_version_read_through_tracking_is_a_record(store):
+    c = MlflowClient()
+    rid = c.create_run(store).info.run_id
+    c.create_registered_model("rec-model")
+    c.create_model_version("rec-model", f"runs:/{rid}/model", run_id=rid,
+                           tags={"run_id": rid}, description="evidence")
+    c.set_registered_model_alias("rec-model", "candidate", "1")
+    by_number = tracking.model_version("rec-model", "1")
+    assert isinstance(by_number, VersionRecord)
+    assert (by_number.name, by_number.version, by_number.run_id, by_number.description) == (
+        "rec-model", "1", rid, "evidence")
+    assert dict(by_number.tags) == {"run_id": rid}
+    with pytest.raises(TypeError):
+        by_number.tags["x"] = "y"
+    assert tracking.model_version("rec-model", alias="candidate") == by_number
+    assert tracking.missing_version_tags(by_number) == [
+        k for k in tracking.VERSION_TAGS if k != "run_id"]
+    assert pickle.loads(pickle.dumps(by_number)) == by_number
 
 
 def _modules() -> list[str]:
