@@ -3,6 +3,7 @@ machine, PostgreSQL for several), and the samplers and pruners ``calibrate`` off
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import warnings
@@ -17,8 +18,10 @@ from pipi.errors import ConfigError
 from pipi.paths import PROJECT_ROOT
 
 __all__ = ["PRUNERS", "SAMPLERS", "STORAGE_ENV", "STORAGE_SCHEMES", "check_storage_url",
-           "default_storage", "grid_axes", "make_pruner", "make_sampler", "open_storage",
-           "parse_epochs", "redact"]
+           "create_study", "default_storage", "grid_axes", "make_pruner", "make_sampler",
+           "open_storage", "parse_epochs", "redact"]
+
+log = logging.getLogger(__name__)
 
 SAMPLERS = ("tpe", "gp", "grid")
 PRUNERS = ("median", "none")
@@ -121,3 +124,28 @@ def parse_epochs(epochs) -> int | None:
     if n < 1:
         raise ConfigError(f"epochs={epochs!r}: use auto (the profile's) or an integer >= 1")
     return n
+
+
+def create_study(name: str, storage: optuna.storages.BaseStorage, storage_url: str,
+                 binding: dict) -> optuna.Study:
+    """Open (or make) the maximising study ``name``. A study belongs to one calibration
+    (source run or recipe, target, data digest: ``binding``): its first call records them as
+    study user attributes, and a later call with another binding is refused."""
+    st = optuna.create_study(study_name=name, storage=storage, direction="maximize",
+                             load_if_exists=True)
+    if st.direction != optuna.study.StudyDirection.MAXIMIZE:
+        raise ConfigError(f"study={name}: exists in {redact(storage_url)} but minimises")
+    have = {k: st.user_attrs[k] for k in binding if k in st.user_attrs}
+    if not have:
+        if st.trials:  # made before studies were bound: keep it open, bind it now
+            log.warning("study %s has trials but no recorded source run; binding it to %s",
+                        name, binding)
+        for k, v in binding.items():
+            st.set_user_attr(k, v)
+        return st
+    diff = [f"{k.removeprefix('pipi.')} {have[k]} (this call: {binding[k]})"
+            for k in binding if k in have and have[k] != binding[k]]
+    if diff:
+        raise ConfigError(f"study={name}: belongs to another calibration: " + "; ".join(diff)
+                          + "; choose another study name, or leave study empty for the default")
+    return st

@@ -8,6 +8,7 @@ import click
 from pipi import tracking
 from pipi.calibration.objective import parse_search, parse_target
 from pipi.calibration.study import PRUNERS, SAMPLERS, check_storage_url
+from pipi.calibration.trials import MODES, WORKER_SPEC_OPTION
 from pipi.cli.common import (
     Auto,
     PipiCommand,
@@ -18,9 +19,9 @@ from pipi.cli.common import (
     setup_logging,
     weights_option,
 )
-from pipi.sweeps.calibrate_trials import WORKER_SPEC_OPTION, run_worker_file
+from pipi.runs.calibrate import run_worker_file
 from pipi.sweeps.plan import EXECUTORS
-from pipi.workflows.calibrate import MODES, run_calibration
+from pipi.workflows.calibrate import run_calibration
 from pipi.workflows.train import train as train_run  # mode=train: each trial one train run
 
 

@@ -1,4 +1,5 @@
-"""SLURM job-array executor for ``ablate``: one array task per child run.
+"""SLURM job-array executor for ``ablate`` (one array task per child run) and for
+``calibrate mode=train`` (one array task per Optuna worker, :func:`run_calibrate_workers`).
 
 The parent (the ``ablate`` process) creates each child's MLflow run nested under the sweep
 run, writes one command line per child and submits them as one ``sbatch --array`` job. Each
@@ -19,6 +20,10 @@ Sequence tasks of one seed run side by side, so each may train the C3 autoencode
 has FINISHED yet (harmless: each run records the one it used in ``pipi.c3_run_id``; later
 runs reuse the newest).
 
+A ``calibrate`` task runs ``entrypoints/calibrate.py --worker-spec worker-<i>.json``: an
+Optuna worker that loads the study from its RDB storage, runs its share of the trials and
+writes ``worker-<i>.result.json`` beside its spec (``$PIPI_SLURM_DIR/<calibrate run>/calibrate``).
+
 Options come from the environment: ``PIPI_SLURM_PARTITION``, ``PIPI_SLURM_ARGS`` (extra
 sbatch arguments, shell-split, e.g. ``--gres=gpu:1 --time=04:00:00``), ``PIPI_SLURM_DIR``
 (scripts and logs; default ``$PIPI_HOME/slurm``), ``PIPI_SLURM_POLL`` (seconds).
@@ -38,10 +43,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from shutil import which
 
+import optuna
+
 from pipi import tracking
+from pipi.calibration.trials import (
+    WORKER_SPEC_OPTION,
+    TrialSpec,
+    WorkerResult,
+    read_worker_result,
+    result_path,
+    spec_path,
+    write_worker_specs,
+)
 from pipi.config import train_params
 from pipi.errors import PipiError
 from pipi.paths import PROJECT_ROOT, pipi_home
+from pipi.runs.calibrate import end_lost_trial_runs, fail_running_trials
 from pipi.sweeps.plan import find_done, result_of
 
 log = logging.getLogger(__name__)
@@ -233,5 +250,37 @@ def run_slurm(children, *, data: Path, parent_run_id: str, retries: int = 1,
     return [results[i] for i in range(len(children))]
 
 
-__all__ = ["SlurmError", "Task", "log_tail", "run_slurm", "submit_array", "task_states", "train_command",
-           "wait_for", "write_array_script"]
+def run_calibrate_workers(specs: Sequence[TrialSpec], *, storage,
+                          folder: Path | None = None) -> list[WorkerResult]:
+    """The workers of one ``calibrate`` call as one SLURM job array: task i runs
+    ``entrypoints/calibrate.py --worker-spec worker-i.json`` (an Optuna worker on the RDB
+    study). A task that ends without its result file is an error naming its SLURM state and
+    log tail (the call's RUNNING trials FAIL, and their runs end FAILED)."""
+    base = Path(folder or os.environ.get("PIPI_SLURM_DIR") or pipi_home() / "slurm")
+    folder = base / specs[0].parent_run_id / "calibrate"
+    tasks = [Task("", f"calibrate-worker-{spec.index}", shlex.join(
+        [sys.executable, str(PROJECT_ROOT / "entrypoints" / "calibrate.py"),
+         WORKER_SPEC_OPTION, str(path)])) for spec, path in zip(
+             specs, write_worker_specs(specs, folder), strict=True)]
+    script = write_array_script(tasks, folder, name="workers",
+                                tracking_uri=specs[0].tracking_uri)
+    job = submit_array(script, len(tasks))
+    wait_for([job])
+    states = task_states(job)
+    results, errors = [], []
+    for k, spec in enumerate(specs):
+        got = result_path(spec_path(folder, spec.index))
+        if got.is_file():
+            results.append(read_worker_result(got))
+            continue
+        tail = log_tail(folder, "workers", k)
+        errors.append(f"SLURM task {job}_{k} ({states.get(k, '?')}): {tail.strip()[-300:]}")
+    if errors:
+        fail_running_trials(storage, specs[0].study, calibrate_run=specs[0].parent_run_id)
+        end_lost_trial_runs(optuna.load_study(study_name=specs[0].study, storage=storage))
+        raise PipiError("calibrate workers failed: " + "; ".join(errors))
+    return results
+
+
+__all__ = ["SlurmError", "Task", "log_tail", "run_calibrate_workers", "run_slurm",
+           "submit_array", "task_states", "train_command", "wait_for", "write_array_script"]

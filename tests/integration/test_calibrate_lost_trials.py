@@ -13,7 +13,7 @@ import optuna
 from mlflow.tracking import MlflowClient
 
 from pipi import tracking
-from pipi.sweeps.calibrate_trials import end_lost_trial_runs
+from pipi.runs.calibrate import end_lost_trial_runs
 
 
 def test_a_trial_whose_worker_died_ends_its_run_failed_and_nothing_else(sqlite_tracking,

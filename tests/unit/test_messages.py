@@ -6,7 +6,7 @@ import warnings
 
 import optuna
 
-from pipi.workflows.calibrate import open_storage
+from pipi.calibration.study import open_storage
 
 
 def test_opening_the_study_storage_shows_no_experimental_warning(tmp_path):

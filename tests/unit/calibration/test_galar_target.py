@@ -11,13 +11,13 @@ import torch
 from sklearn.metrics import roc_auc_score
 
 from pipi.calibration.objective import calibration_fold, score_on_fold
+from pipi.calibration.trials import epoch_reporter, trial_config
 from pipi.config import make_config
 from pipi.data.cache import IMAGENET_MEAN, IMAGENET_STD, build_cache
 from pipi.data.staging import load_staged
 from pipi.errors import ConfigError
 from pipi.prior import prior_channels
 from pipi.runs.data import galar_target_data
-from pipi.sweeps.calibrate_trials import _epoch_reporter, trial_config
 from pipi.training.frames import build_frame_model
 from pipi.workflows.calibrate import train_study_name
 
@@ -55,13 +55,13 @@ def test_the_epoch_hook_reports_the_target_score_of_the_model():
         return 0.7
 
     st = optuna.create_study(direction="maximize", pruner=optuna.pruners.NopPruner())
-    hook = _epoch_reporter(st.ask(), score)
+    hook = epoch_reporter(st.ask(), score)
     hook(0, {"val/macro_auc": 0.2}, "the model")     # the Kvasir val metric is not the value
     assert st.trials[0].intermediate_values == {0: 0.7} and seen == [(0, "the model")]
     cut = optuna.create_study(direction="maximize",
                               pruner=optuna.pruners.ThresholdPruner(lower=0.9))
     with pytest.raises(optuna.TrialPruned, match="target fold macro-AUC 0.7000 at epoch 3"):
-        _epoch_reporter(cut.ask(), score)(3, {"val/macro_auc": 0.95}, None)
+        epoch_reporter(cut.ask(), score)(3, {"val/macro_auc": 0.95}, None)
 
 
 def test_the_study_name_binds_the_target_data():

@@ -13,15 +13,15 @@ from sklearn.metrics import roc_auc_score
 
 from pipi.calibration.objective import diagonal
 from pipi.calibration.study import parse_epochs
-from pipi.config import make_config
-from pipi.errors import ConfigError
-from pipi.predictions import PROB_COLUMNS
-from pipi.sweeps.calibrate_trials import (
-    _epoch_reporter,
+from pipi.calibration.trials import (
+    epoch_reporter,
     fold_macro_auc,
     trial_config,
     trials_table,
 )
+from pipi.config import make_config
+from pipi.errors import ConfigError
+from pipi.predictions import PROB_COLUMNS
 from pipi.tracking import RunRecord
 from pipi.workflows.calibrate import run_calibration, train_study_name
 
@@ -69,14 +69,14 @@ def test_objective_matches_scikit_learn():
 def test_the_epoch_hook_reports_and_prunes():
     keep = optuna.create_study(direction="maximize", pruner=optuna.pruners.NopPruner())
     t = keep.ask()
-    hook = _epoch_reporter(t)
+    hook = epoch_reporter(t)
     hook(0, {"val/macro_auc": 0.6, "train/loss": 1.0})
     hook(1, {"val/macro_auc": float("nan")})     # not reported
     assert keep.trials[0].intermediate_values == {0: 0.6}
     cut = optuna.create_study(direction="maximize",
                               pruner=optuna.pruners.ThresholdPruner(lower=0.9))
     with pytest.raises(optuna.TrialPruned, match="epoch 0"):
-        _epoch_reporter(cut.ask())(0, {"val/macro_auc": 0.5})
+        epoch_reporter(cut.ask())(0, {"val/macro_auc": 0.5})
 
 
 def test_trials_table_has_params_objective_and_run():
@@ -136,7 +136,8 @@ def _run_train_trials(monkeypatch, search, n):
     """mode=train trials through the real trial function, with the training and the MLflow
     lookup replaced: each trial 'reuses' a run whose value is _target_fn of its prior."""
     from pipi.calibration.study import grid_axes
-    from pipi.sweeps import calibrate_trials as ct
+    from pipi.calibration.trials import TrialSpec, WorkerResult
+    from pipi.runs import calibrate as ct
 
     base = make_config(cell="pi", backbone="resnet18", profile="smoke", weights="none")
     cfgs = {}
@@ -156,13 +157,13 @@ def _run_train_trials(monkeypatch, search, n):
         return _target_fn(cfg.prior.alpha, cfg.prior.lambda_eff / diagonal(cfg.image_size))
 
     monkeypatch.setattr(ct, "_value", value)
-    spec = ct.TrainTrialSpec(index=0, n_trials=n, study="s", storage="", sampler="grid",
-                             pruner="none", seed=0, parent_run_id="p" * 32, tracking_uri="",
-                             code_version="c", data="", data_digest="d", fold_classes=(0, 1),
-                             base_config=base.to_dict(), search=search)
+    spec = TrialSpec(mode="train", index=0, n_trials=n, study="s", storage="", sampler="grid",
+                     pruner="none", seed=0, parent_run_id="p" * 32, tracking_uri="",
+                     code_version="c", data="", data_digest="d", fold_classes=(0, 1),
+                     base_config=base.to_dict(), search=search)
     st = optuna.create_study(direction="maximize",
                              sampler=optuna.samplers.GridSampler(grid_axes(n, search), seed=0))
-    result = ct.TrainWorkerResult(0, "w")
+    result = WorkerResult(0, "w")
     st.optimize(lambda t: ct._train_trial(t, spec, result, None), n_trials=n)
     return st, list(cfgs.values()), base, spec
 

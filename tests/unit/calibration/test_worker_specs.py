@@ -4,16 +4,16 @@ storage URL with its password), written whole, read back as the spec that was wr
 import json
 import stat
 
-from pipi.sweeps.calibrate_trials import TrainTrialSpec, write_worker_specs
+from pipi.calibration.trials import TrialSpec, write_worker_specs
 
 
-def _spec(index: int) -> TrainTrialSpec:
-    return TrainTrialSpec(index=index, n_trials=2, study="s",
-                          storage="postgresql+psycopg://pipi:s3cret@127.0.0.1:5432/optuna",
-                          sampler="tpe", pruner="median", seed=index, parent_run_id="p" * 32,
-                          tracking_uri="http://127.0.0.1:5000", code_version="abc",
-                          data="/staged", data_digest="d" * 64, base_config={"cell": "pi"},
-                          fold_classes=(0, 3), train_fn=print)
+def _spec(index: int) -> TrialSpec:
+    return TrialSpec(mode="train", index=index, n_trials=2, study="s",
+                     storage="postgresql+psycopg://pipi:s3cret@127.0.0.1:5432/optuna",
+                     sampler="tpe", pruner="median", seed=index, parent_run_id="p" * 32,
+                     tracking_uri="http://127.0.0.1:5000", code_version="abc",
+                     data="/staged", data_digest="d" * 64, base_config={"cell": "pi"},
+                     fold_classes=(0, 3), train_fn=print)
 
 
 def test_specs_are_owner_only_and_replace_a_readable_old_file(tmp_path):
@@ -31,4 +31,4 @@ def test_specs_are_owner_only_and_replace_a_readable_old_file(tmp_path):
     doc = json.loads(paths[1].read_text())
     assert doc["storage"].endswith("s3cret@127.0.0.1:5432/optuna") and "train_fn" not in doc
     doc["fold_classes"] = tuple(doc["fold_classes"])
-    assert TrainTrialSpec(**doc, train_fn=print) == _spec(1)
+    assert TrialSpec(**doc, train_fn=print) == _spec(1)
