@@ -10,12 +10,14 @@ the SLURM executor, sweep children and the ``pipi.recipe`` tag all use it.
 from __future__ import annotations
 
 import functools
+import json
 import math
 import shlex
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from pipi.cells import get_cell
+from pipi.classes import KVASIR, ClassSet
 from pipi.errors import ConfigError
 from pipi.models.backbones import ARCHS
 from pipi.models.timm_backbones import FOUNDATION, is_timm_arch
@@ -91,6 +93,9 @@ class TrainConfig:
     deterministic: bool = True       # deterministic algorithms, no cuDNN autotuning
     graph: str = "off"               # off | on: the training step as one CUDA graph (CUDA only)
     data_path: str = "host"          # host (memmap -> device per batch) | device (set resident)
+    # the staged data's classes in index order (its manifest's ``classes``); empty: Kvasir's 14
+    # (left out of config.json and the run params then, so Kvasir runs log what they did)
+    classes: tuple[str, ...] = ()
 
     def __post_init__(self):
         get_cell(self.cell)
@@ -146,9 +151,23 @@ class TrainConfig:
     def cell_config(self):
         return get_cell(self.cell)
 
+    @property
+    def class_set(self) -> ClassSet:
+        """The classes the model predicts, in index order (Kvasir's 14 by default)."""
+        return ClassSet(self.classes) if self.classes else KVASIR
+
+    def with_classes(self, classes: ClassSet) -> TrainConfig:
+        """This configuration for data with ``classes`` (empty for Kvasir's 14)."""
+        return replace(self, classes=() if classes.is_kvasir else tuple(classes.names))
+
     def to_dict(self) -> dict:
         """JSON-ready nested document (``config.json``); inverse of :meth:`from_dict`."""
-        return asdict(self)
+        doc = asdict(self)
+        if not self.classes:
+            doc.pop("classes")
+        else:
+            doc["classes"] = list(self.classes)
+        return doc
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any], **changes) -> TrainConfig:
@@ -169,6 +188,8 @@ class TrainConfig:
             raise ConfigError(f"unknown configuration keys {unknown}; known: {sorted(known)}")
         if "jitter" in doc:
             doc["jitter"] = tuple(doc["jitter"])
+        if "classes" in doc:
+            doc["classes"] = tuple(doc["classes"] or ())
         return cls(**doc, prior=PriorConfig(**prior))
 
 
@@ -242,7 +263,9 @@ def make_config(*, cell: str, backbone: str = "efficientnet_b0", seed: int = 42,
 # --------------------------------------------------------------------------- params, recipe
 def run_params(cfg: TrainConfig) -> dict:
     """The flat run params of the run contract (also the basis of the config hash)."""
-    p = {k: v for k, v in asdict(cfg).items() if k != "prior"}
+    p = {k: v for k, v in asdict(cfg).items() if k not in ("prior", "classes")}
+    if cfg.classes:
+        p["classes"] = json.dumps(list(cfg.classes))
     p["jitter"] = ",".join(str(j) for j in cfg.jitter)
     for flat, key in PRIOR_PARAMS.items():
         p[flat] = getattr(cfg.prior, key)

@@ -16,8 +16,10 @@ import logging
 import math
 import os
 import random
+import re
 import tempfile
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +42,7 @@ from pipi.predictions import (  # noqa: F401  (re-exported: the format's home is
     PROB_COLUMNS,
     predictions_frame,
     predictions_schema,
+    prob_columns_of,
     read_predictions,
     write_predictions,
 )
@@ -54,6 +57,7 @@ from pipi.runtime import (
 )
 from pipi.serving.frame_model import FrameInputs, build_frame_model
 from pipi.stats.auc import macro_auc, per_class_auc
+from pipi.stats.cv2024 import cv2024_metrics
 from pipi.training.checkpoint import plain_state
 from pipi.training.graphed import GraphedStep, capturable_adamw, make_capturable
 
@@ -85,10 +89,10 @@ def split_classes(frames: pd.DataFrame, split: str) -> list[int]:
     return sorted(set(frames.loc[frames["split"] == split, "class_index"].tolist()))
 
 
-def class_weights(labels: np.ndarray) -> torch.Tensor:
-    counts = np.bincount(labels, minlength=NUM_CLASSES).astype(np.float64)
+def class_weights(labels: np.ndarray, n_classes: int = NUM_CLASSES) -> torch.Tensor:
+    counts = np.bincount(labels, minlength=n_classes).astype(np.float64)
     present = counts > 0
-    w = np.zeros(NUM_CLASSES)
+    w = np.zeros(len(counts))
     w[present] = counts.sum() / (present.sum() * counts[present])
     return torch.tensor(w, dtype=torch.float32)
 
@@ -203,25 +207,72 @@ def predict_probs(model, images, inputs: FrameInputs, *, device, batch_size: int
         if deploy is not None:
             model.deploy_mode = deploy
     if not out:
-        return np.zeros((0, NUM_CLASSES), np.float32)
+        return np.zeros((0, len(inputs.cfg.class_set)), np.float32)
     return torch.cat(out).cpu().numpy()
 
 
-def split_metrics(df: pd.DataFrame, classes: list[int], prefix: str) -> dict[str, float]:
+def split_metrics(df: pd.DataFrame, classes: list[int], prefix: str, *,
+                  names: Sequence[str] = CLASSES, cv2024: bool = False) -> dict[str, float]:
+    """``<prefix>/*`` metrics of a predictions table: macro-AUC over ``classes`` (those with
+    positives in the split), per-class AUC named by ``names`` (the class set in index order),
+    accuracy, macro-F1; per source (a ``source`` column) ``<prefix>/source/<SRC>/macro_auc``
+    over the classes with positives and negatives there; with ``cv2024`` the Capsule Vision
+    2024 challenge's metrics (:func:`pipi.stats.cv2024.cv2024_metrics`)."""
     y = df["label"].to_numpy()
-    probs = df[list(PROB_COLUMNS)].to_numpy(np.float64)
+    probs = df[list(prob_columns_of(df))].to_numpy(np.float64)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a class absent from a smoke-sized split is NaN
         per_class = per_class_auc(y, probs, classes=classes)
         out = {f"{prefix}/macro_auc": macro_auc(y, probs, classes=classes)}
     for k, auc in zip(classes, per_class):
         if np.isfinite(auc):
-            out[f"{prefix}/auc/{CLASSES[k]}"] = float(auc)
+            out[f"{prefix}/auc/{names[k]}"] = float(auc)
     out[f"{prefix}/accuracy"] = float((probs.argmax(1) == y).mean())
     # macro-F1 of the argmax over the same classes (the published code's selection metric)
     out[f"{prefix}/macro_f1"] = float(f1_score(y, probs.argmax(1), labels=classes,
                                                average="macro", zero_division=0))
+    if "source" in df and len(df):
+        out.update(source_metrics(df, y, probs, prefix))
+    if cv2024 and len(df):
+        out.update(cv2024_metrics(y, probs, names).metrics(prefix))
     return out
+
+
+def source_metrics(df: pd.DataFrame, y: np.ndarray, probs: np.ndarray,
+                   prefix: str) -> dict[str, float]:
+    """Per source: ``<prefix>/source/<SRC>/macro_auc`` (over the classes with positives and
+    negatives among that source's frames; NaN left out) and ``.../n_frames``."""
+    out = {}
+    src = df["source"].astype(str).to_numpy()
+    for name in sorted(set(src)):
+        rows = src == name
+        present = [int(k) for k in np.unique(y[rows]) if 0 < int((y[rows] == k).sum()) < rows.sum()]
+        key = f"{prefix}/source/{metric_safe(name)}"
+        out[f"{key}/n_frames"] = float(rows.sum())
+        if present:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                out[f"{key}/macro_auc"] = macro_auc(y[rows], probs[rows], classes=present)
+    return out
+
+
+def metric_safe(name: str) -> str:
+    """A name MLflow accepts inside a metric key (letters, digits, ``_-. /:`` kept)."""
+    return re.sub(r"[^\w\-. /:]", "_", name)
+
+
+def final_metrics(df: pd.DataFrame, classes: list[int], prefix: str, cfg: TrainConfig,
+                  manifest: dict | None) -> dict[str, float]:
+    """A run's reported ``<prefix>/*`` metrics: :func:`split_metrics` with the class names of
+    ``cfg`` and, on data staged from the Capsule Vision layout, the challenge's metrics."""
+    return split_metrics(df, classes, prefix, names=cfg.class_set.names,
+                         cv2024=is_capsule_vision(manifest))
+
+
+def is_capsule_vision(manifest: dict | None) -> bool:
+    """Whether a staged manifest says the data was staged from the Capsule Vision layout
+    (its runs then also log the challenge's metrics)."""
+    return (manifest or {}).get("layout") == "capsule-vision"
 
 
 # --------------------------------------------------------------------------- the run
@@ -340,7 +391,8 @@ def run_frame_cell(cfg: TrainConfig, *, data: Path, resume_state: dict | None = 
     gen = seed_everything(cfg.seed, rt)
     model, fwd = prepare_model(build_frame_model(cfg), rt)
     inputs = FrameInputs(cfg, check=False)
-    weights = class_weights(labels["train"]).to(dev) if cfg.class_weights else None
+    weights = (class_weights(labels["train"], len(cfg.class_set)).to(dev) if cfg.class_weights
+               else None)
     if cfg.cell_config.frozen and cfg.probe_recipe == "cached":
         return _run_cached_probe(cfg, model, inputs, cache, frames, manifest, split_idx,
                                  labels, weights, gen=gen, rt=rt, tracker=tracker,
@@ -371,8 +423,8 @@ def run_frame_cell(cfg: TrainConfig, *, data: Path, resume_state: dict | None = 
                                   fit["val_probs"] if s == "val" and fit["val_probs"] is not None
                                   else predict(s))
              for s in ("val", "test")}
-    metrics = {**split_metrics(preds["val"], val_classes, "val"),
-               **split_metrics(preds["test"], classes, "test"),
+    metrics = {**final_metrics(preds["val"], val_classes, "val", cfg, manifest),
+               **final_metrics(preds["test"], classes, "test", cfg, manifest),
                "best_epoch": best["epoch"]}
     return {"model": model.cpu().to(memory_format=torch.contiguous_format),
             "predictions": preds, "metrics": metrics, "runtime": rt.params(),
@@ -452,8 +504,8 @@ def _run_cached_probe(cfg, model, inputs, cache, frames, manifest, split_idx, la
                      val_frames=frames.iloc[split_idx["val"]], classes=val_classes,
                      tracker=tracker, resume_state=resume_state)
     preds = {s: predictions_frame(frames.iloc[split_idx[s]], predict(s)) for s in ("val", "test")}
-    metrics = {**split_metrics(preds["val"], val_classes, "val"),
-               **split_metrics(preds["test"], classes, "test"),
+    metrics = {**final_metrics(preds["val"], val_classes, "val", cfg, manifest),
+               **final_metrics(preds["test"], classes, "test", cfg, manifest),
                "best_epoch": fit["best"]["epoch"]}
     return {"model": model.cpu().to(memory_format=torch.contiguous_format),
             "predictions": preds, "metrics": metrics, "runtime": rt.params(),

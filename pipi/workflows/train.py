@@ -13,7 +13,7 @@ import json
 import logging
 import math
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +22,7 @@ import pandas as pd
 import torch
 
 from pipi import tracking
+from pipi.classes import class_set_of
 from pipi.config import (
     TrainConfig,
     make_config,
@@ -95,7 +96,8 @@ def request(cfg: TrainConfig | None, *, data: str | None = None, resume: str | N
         cfg = prior.apply(cfg)
     staged = load_data(data, preset=synthetic_preset(cfg.profile))
     check_trainable(staged, data)
-    return TrainRequest(cfg, staged, runtime_of(cfg), data=data,
+    return TrainRequest(cfg.with_classes(class_set_of(staged.manifest)), staged,
+                        runtime_of(cfg), data=data,
                         tags=dict(prior.tags) if prior is not None else {})
 
 
@@ -143,6 +145,7 @@ def request_from_options(*, cell: str, backbone: str, seed: int, profile: str,
     if staged is None:
         staged = load_data(data, preset=synthetic_preset(profile))
         check_trainable(staged, data)
+    cfg = cfg.with_classes(class_set_of(staged.manifest))  # the head predicts the data's classes
     return TrainRequest(cfg, staged, runtime, data=data,
                         tags=dict(prior.tags) if prior is not None else {})
 
@@ -206,7 +209,7 @@ def load_resume(resume: str) -> tuple[TrainConfig, dict]:
         raise
 
 
-def log_results(out: dict, work: Path) -> dict:
+def log_results(out: dict, work: Path, classes: Sequence[str]) -> dict:
     """Log a fitted cell's final metrics (all but the test split's, which are logged with the
     model: ``summary["test_metrics"]``), predictions and history; return the summary."""
     m = {k: v for k, v in out["metrics"].items() if isinstance(v, float) and math.isfinite(v)}
@@ -214,9 +217,10 @@ def log_results(out: dict, work: Path) -> dict:
     m["val/best_macro_auc"] = m.pop("val/macro_auc", float("nan"))
     test = {k: v for k, v in m.items() if k.startswith("test/")}
     tracking.log_metrics({k: v for k, v in m.items() if k not in test})
-    tracking.set_tags({**tracking.class_tags(test=out["classes"], val=out["val_classes"]),
+    tracking.set_tags({**tracking.class_tags(test=out["classes"], val=out["val_classes"],
+                                             names=classes),
                        tracking.TAG_BEST_EPOCH: out["metrics"]["best_epoch"]})
-    tracking.log_artifacts(write_predictions(out["predictions"], work / "predictions"),
+    tracking.log_artifacts(write_predictions(out["predictions"], work / "predictions", classes),
                            "predictions")
     tracking.log_dict(out["history"], "history.json")
     return {"run_id": tracking.active_run_id(),
@@ -309,7 +313,7 @@ def run(req: TrainRequest, *, experiment: str | None = None, register: bool = Tr
                 out = run_frame_cell(cfg, data=root, resume_state=resume_state, tracker=tracker,
                                      progress=progress, runtime=runtime,
                                      staged=(frames, manifest))
-                summary = log_results(out, work)
+                summary = log_results(out, work, cfg.class_set.names)
                 summary["test_predictions"] = out["predictions"]["test"]
                 summary.update(log_frame_model(cfg, out["model"], work,
                                                test_auc=summary["test_macro_auc"],
@@ -331,7 +335,8 @@ def _show_in_ui(cfg: TrainConfig, summary: dict, *, root: Path, frames: pd.DataF
     evidence (docs/mlflow-ui.md). Pops the test predictions from ``summary``."""
     test = summary.pop("test_predictions")
     label = f"{cfg.cell} {cfg.backbone} s{cfg.seed}"
-    figs = prediction_figures(test, summary["test_classes"], label=label)
+    figs = prediction_figures(test, summary["test_classes"], label=label,
+                              names=cfg.class_set.names)
     cell = cfg.cell_config
     if not cell.is_sequence and (cell.input_channels == 5 or cell.distill):
         figs["prior_examples"] = _prior_figure(cfg, root=root, frames=frames, manifest=manifest,
@@ -345,7 +350,7 @@ def _show_in_ui(cfg: TrainConfig, summary: dict, *, root: Path, frames: pd.DataF
         test_macro_auc=summary["test_macro_auc"], test_classes=summary["test_classes"],
         data_digest=digest, base_run_id=base,
         base_run_url=tracking.run_url(base) if base else None,
-        registered=summary.get("registered")))
+        registered=summary.get("registered"), class_names=cfg.class_set.names))
     if summary.get("registered"):  # the version's own description came with its creation
         name = summary["registered_name"]
         # the serve command names an alias that exists: champion once promoted, else candidate
@@ -359,7 +364,8 @@ def _version_text(cfg: TrainConfig, summary: dict, manifest: dict, tags: dict) -
     return version_description(
         run_id=summary["run_id"], test_macro_auc=summary["test_macro_auc"],
         test_classes=summary["test_classes"], data_digest=manifest.get("data_digest", ""),
-        recipe=tags.get(tracking.TAG_RECIPE, recipe_command(cfg)), seed=cfg.seed)
+        recipe=tags.get(tracking.TAG_RECIPE, recipe_command(cfg)), seed=cfg.seed,
+        class_names=cfg.class_set.names)
 
 
 def _prior_figure(cfg: TrainConfig, *, root: Path, frames: pd.DataFrame, manifest: dict,
@@ -385,7 +391,8 @@ def ensure_base_run(cfg: TrainConfig, *, staged: StagedData, register: bool,
     bcfg = base_config(cfg)
     log.info("no FINISHED %s run for backbone %s, seed %d: training it first",
              bcfg.cell, bcfg.backbone, bcfg.seed)
-    req = TrainRequest(bcfg, staged, runtime_of(bcfg), data=str(staged.root))
+    req = TrainRequest(bcfg.with_classes(class_set_of(staged.manifest)), staged,
+                       runtime_of(bcfg), data=str(staged.root))
     summary = run(req, register=register, progress=progress,
                   nested=tracking.active_experiment_id() is not None)
     return summary["run_id"], True
@@ -413,7 +420,7 @@ def _fit_sequence(cfg: TrainConfig, *, root: Path, frames: pd.DataFrame, manifes
     tracking.set_tags(sources)
     out = fit_sequence(cfg, frames, streams, tracker=tracker, resume_state=resume_state,
                        device=dev, progress=progress)
-    summary = log_results(out, work)
+    summary = log_results(out, work, cfg.class_set.names)
     summary["test_predictions"] = out["predictions"]["test"]
     torch.save({"model": out["model"].state_dict(), "spec": out["model"].spec,
                 "config": cfg.to_dict(), **sources}, work / "best_state.pt")

@@ -1,0 +1,69 @@
+"""A Capsule-Vision-2024-like staged folder written directly in pipi's staged format.
+
+10 classes (the challenge's, in its order), 4 sources (KID, KVASIR, SEE-AI, AIIMS), file
+names in the challenge's forms, ``image_path`` as the challenge's sheets write it (Windows
+separators), the challenge's ``validation`` folder as pipi's ``test`` split and pipi's ``val``
+carved from ``training``. Each class gets its own colour so that a model can learn it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from PIL import Image
+
+CLASSES = ("Angioectasia", "Bleeding", "Erosion", "Erythema", "Foreign Body",
+           "Lymphangiectasia", "Normal", "Polyp", "Ulcer", "Worms")
+SOURCES = ("KID", "KVASIR", "SEE-AI", "AIIMS")
+#: frames per class in each pipi split
+PER_CLASS = {"train": 4, "val": 2, "test": 4}
+FOLDER = {"train": "training", "val": "training", "test": "validation"}
+
+
+def file_name(source: str, cls: str, i: int) -> str:
+    """A file name in the form of each source's frames in the challenge's folders."""
+    if source == "KVASIR":
+        return f"{hashlib.sha1(cls.encode()).hexdigest()[:16]}_{1000 + i}.jpg"
+    if source == "KID":
+        return f"{cls.lower().replace(' ', '')}-P{i % 3}-{i}.jpg"
+    if source == "SEE-AI":
+        return f"image{i:05d}.jpg"
+    return f"{cls.lower().replace(' ', '')}{i % 2 + 1}_{i}.jpg"
+
+
+def write_cv_staged(root: Path, *, size: int = 32, seed: int = 0) -> Path:
+    """Write the staged folder at ``root`` (frames.parquet, manifest.json, the images)."""
+    rng = np.random.default_rng(seed)
+    root = Path(root)
+    rows, n = [], 0
+    for split, per in PER_CLASS.items():
+        for k, cls in enumerate(CLASSES):
+            for j in range(per):
+                src = SOURCES[(k + j) % len(SOURCES)]
+                name = file_name(src, cls, n)
+                n += 1
+                path = f"{split}/{cls}/{src}/{name}"
+                colour = np.array([25 * k, 255 - 20 * k, (97 * k) % 256], np.float64)
+                img = np.clip(colour + rng.normal(0, 20, (size, size, 3)), 0, 255)
+                (root / path).parent.mkdir(parents=True, exist_ok=True)
+                Image.fromarray(img.astype(np.uint8)).save(root / path, quality=95)
+                rows.append({"path": path, "filename": name, "class": cls, "class_index": k,
+                             "video_id": f"{src}-{cls}-{j % 2}", "frame_number": j,
+                             "split": split, "multilabel": False, "source": src,
+                             "image_path": "\\".join([FOLDER[split], cls, src, name])})
+    frames = pd.DataFrame(rows)
+    digest = hashlib.sha256(frames.to_csv(index=False).encode()).hexdigest()
+    manifest = {
+        "schema_version": 1, "dataset": "capsule-vision-2024", "layout": "capsule-vision",
+        "classes": list(CLASSES), "sources": list(SOURCES), "data_digest": digest,
+        "content_sha256": hashlib.sha256(b"split" + digest.encode()).hexdigest(),
+        "split_source": "folders", "seed": seed,
+        "n_frames": {s: int((frames["split"] == s).sum()) for s in PER_CLASS},
+    }
+    frames.to_parquet(root / "frames.parquet", index=False)
+    (root / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    return root
