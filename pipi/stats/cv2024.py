@@ -5,8 +5,10 @@ The challenge (``misahub2023/Capsule-Vision-2024-Challenge``,
 scores a prediction sheet (one probability per class) against one-hot labels:
 
 - per-class ROC AUC of the class's probability column against its one-hot column; a class
-  whose labels are all equal cannot be scored and counts **0.0**; the mean AUC is the plain
-  mean over **all** classes (the zeros included);
+  whose labels are all equal cannot be scored and counts **0.0** (the script catches the
+  ``ValueError`` scikit-learn raised for it when the challenge ran; recent scikit-learn
+  (1.9) returns NaN with a warning instead, which would make the script's mean NaN: pipi keeps
+  the challenge's 0.0); the mean AUC is the plain mean over **all** classes (zeros included);
 - per-class specificity ``TN / (TN + FP)`` of "the arg-max is this class" (0 without negatives);
 - per-class sensitivity (recall) and F1 of the arg-max prediction (``zero_division=0``);
 - per-class PR-AUC: the trapezoidal area under ``precision_recall_curve`` (``auc(recall,
@@ -123,7 +125,8 @@ def cv2024_metrics(labels, probs, classes: Sequence[str]) -> CV2024Report:
     onehot = labels if labels.ndim == 2 else np.eye(k, dtype=np.int64)[labels.astype(np.int64)]
     y = onehot.argmax(1)
     pred = probs.argmax(1)
-    aucs = tuple(_score_or_zero(roc_auc_score, onehot[:, i], probs[:, i]) for i in range(k))
+    aucs = tuple(_score_or_zero(roc_auc_score, onehot[:, i], probs[:, i])
+                 if len(np.unique(onehot[:, i])) == 2 else 0.0 for i in range(k))
     spec = []
     for i in range(k):
         neg = onehot[:, i] == 0

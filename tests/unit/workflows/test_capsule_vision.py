@@ -18,17 +18,11 @@ import mlflow
 import numpy as np
 import pandas as pd
 import pytest
-from capsule_vision import CLASSES, SOURCES, write_cv_staged
+from capsule_vision import CLASSES, SOURCES, challenge_report, write_cv_staged
 from click.testing import CliRunner
 from mlflow.tracking import MlflowClient
 from PIL import Image
-from sklearn.metrics import (
-    auc,
-    balanced_accuracy_score,
-    classification_report,
-    precision_recall_curve,
-    roc_auc_score,
-)
+from sklearn.metrics import roc_auc_score
 
 from pipi.cli import main
 from pipi.config import TrainConfig, make_config, run_params
@@ -74,34 +68,6 @@ def _predictions(run_id, tmp_path, split="test"):
                                                  dst_path=str(tmp_path))
     return read_predictions(folder, split), json.loads(
         open(os.path.join(folder, "schema.json")).read())
-
-
-def challenge_report(y_true, y_pred, names):
-    """generate_metrics_report's figures, from its definitions (one-hot truth, probabilities)."""
-    yt, yp = y_true.argmax(1), y_pred.argmax(1)
-    rep = classification_report(yt, yp, target_names=list(names), output_dict=True,
-                                zero_division=0)
-    aucs, prs, spec = {}, {}, {}
-    for i, c in enumerate(names):
-        try:
-            aucs[c] = roc_auc_score(y_true[:, i], y_pred[:, i])
-        except ValueError:
-            aucs[c] = 0.0
-        pred_i = yp == i
-        tn = np.sum((y_true[:, i] == 0) & ~pred_i)
-        fp = np.sum((y_true[:, i] == 0) & pred_i)
-        spec[c] = tn / (tn + fp) if tn + fp > 0 else 0
-        try:
-            p, r, _ = precision_recall_curve(y_true[:, i], y_pred[:, i])
-            prs[c] = auc(r, p)
-        except ValueError:
-            prs[c] = 0.0
-    mean_auc = np.mean(list(aucs.values()))
-    bacc = balanced_accuracy_score(yt, yp)
-    return {"auc": aucs, "specificity": spec, "pr_auc": prs,
-            "sensitivity": {c: rep[c]["recall"] for c in names},
-            "f1": {c: rep[c]["f1-score"] for c in names},
-            "mean_auc": mean_auc, "balanced_accuracy": bacc, "combined": (mean_auc + bacc) / 2}
 
 
 def _read_sheet(path):
