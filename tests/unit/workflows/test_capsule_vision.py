@@ -24,10 +24,13 @@ from mlflow.tracking import MlflowClient
 from PIL import Image
 from sklearn.metrics import roc_auc_score
 
+from pipi.analysis.tidy import tidy_metrics
 from pipi.cli import main
 from pipi.config import TrainConfig, make_config, run_params
 from pipi.predictions import read_predictions
+from pipi.report.build import build_report
 from pipi.runs.evaluate import load_run_model
+from pipi.runs.evidence import load_evidence
 from pipi.serving.model_input import encode_png
 from pipi.workflows.export import export_cv2024
 from pipi.workflows.train import train
@@ -165,3 +168,29 @@ def test_kvasir_configs_log_what_they_did_before_and_a_class_set_round_trips():
     assert ten.to_dict()["classes"] == list(CLASSES)
     assert TrainConfig.from_dict(json.loads(json.dumps(ten.to_dict()))) == ten
     assert cfg.with_classes(cfg.class_set) == cfg  # Kvasir's 14 stay the default
+
+
+def test_aggregate_pairs_runs_of_any_class_set_by_their_names(runs, store, tmp_path):
+    ev, _ = load_evidence("Default", "", tmp_path)
+    assert ev.names == CLASSES and ev.class_names == list(CLASSES)
+    assert sorted(ev.cells("resnet18")) == ["a", "pi"]
+    tidy = tidy_metrics(ev)
+    for cell in ("a", "pi"):
+        s, run = runs[cell]
+        got = tidy[(tidy.run_id == s["run_id"]) & (tidy.metric == "auc/Foreign Body")]
+        assert abs(got["value"].item() - run.data.metrics["test/auc/Foreign Body"]) < 1e-6
+        assert abs(ev.arm("resnet18", cell).macro[0] - s["test_macro_auc"]) < 1e-6
+
+
+def test_aggregate_has_a_per_source_table_computed_within_each_source(runs, store, tmp_path):
+    ev, _ = load_evidence("Default", "", tmp_path)
+    table = build_report(ev).table("per_source")
+    assert sorted(table.data["source"]) == sorted(SOURCES)
+    a, pi = ev.arm("resnet18", "a"), ev.arm("resnet18", "pi")
+    for row in table.data.itertuples():
+        m = ev.sources == row.source
+        y = ev.labels[m]
+        ks = [k for k in range(10) if 0 < (y == k).sum() < m.sum()]
+        ref = np.mean([roc_auc_score(y == k, a.probs[0][m][:, k]) for k in ks])
+        new = np.mean([roc_auc_score(y == k, pi.probs[0][m][:, k]) for k in ks])
+        assert abs(row.ref_macro_auc - ref) < 1e-9 and abs(row.lift - (new - ref)) < 1e-9
