@@ -86,7 +86,7 @@ def main() -> int:
     from pipi.calibration.study import open_storage
     from pipi.config import make_config
     from pipi.data.cache import build_cache, to_float
-    from pipi.data.kvasir import load_staged
+    from pipi.data.staging import load_staged
     from pipi.paths import pipi_home
     from pipi.prior import prior_channels
     from pipi.runs.data import resolve_data

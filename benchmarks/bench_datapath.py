@@ -26,7 +26,7 @@ import torch
 from torchvision import datasets, transforms
 
 from pipi.data.cache import AugmentConfig, augment, batches, build_cache, to_float
-from pipi.data.kvasir import load_staged
+from pipi.data.staging import load_staged
 
 
 def pipi_fps(cache, n, bs, gen) -> float:
@@ -58,8 +58,8 @@ def imagefolder_fps(root: Path, size: int, n: int, bs: int, workers: int) -> flo
 
 def bench_release() -> Path:
     """A staged synthetic release at Kvasir-Capsule's frame size (336 px), built once."""
-    from pipi.data.kvasir import stage_kvasir
-    from pipi.data.synthetic import synthesize_kvasir
+    from pipi.data.staging import stage_kvasir
+    from pipi.data.synth import synthesize_kvasir
     from pipi.paths import pipi_home
 
     staged = pipi_home() / "data" / "bench-kvasir-336px"

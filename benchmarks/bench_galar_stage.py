@@ -3,7 +3,7 @@
 Stages the whole demo synthetic Galar release (``pipi synthesize galar --preset demo``) and
 times, in the same process and on the same files:
 
-* pipi: :func:`pipi.data.galar_labelfile.read_label_files` (pyarrow, files of one header
+* pipi: :func:`pipi.data.staging.galar_labelfile.read_label_files` (pyarrow, files of one header
   parsed in one call, int8 columns, every check) plus :func:`assign_classes` (the Kvasir
   class of every frame), as ``stage_galar`` runs them; also the same reader called file by
   file, to show the fixed per-call cost that batching removes;
@@ -28,10 +28,10 @@ from pathlib import Path
 
 import numpy as np
 
-from pipi.data.galar import stage_galar
-from pipi.data.galar_labelfile import read_label_files
-from pipi.data.galar_mapping import assign_classes, load_mapping
-from pipi.data.synthetic import synthesize_galar
+from pipi.data.staging import stage_galar
+from pipi.data.staging.galar_labelfile import read_label_files
+from pipi.data.staging.galar_mapping import assign_classes, load_mapping
+from pipi.data.synth import synthesize_galar
 from pipi.paths import pipi_home
 
 

@@ -29,7 +29,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipi.data.cache import AugmentConfig, augment, load_frame
-from pipi.data.synthetic import synthesize_kvasir
+from pipi.data.synth import synthesize_kvasir
 from pipi.prior import PriorConfig, fluence_map, prior_channels
 
 

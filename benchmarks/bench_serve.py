@@ -35,8 +35,8 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 import mlflow  # noqa: E402
 
 from pipi.config import make_config  # noqa: E402
-from pipi.data.kvasir import stage_kvasir  # noqa: E402
-from pipi.data.synthetic import synthesize_kvasir  # noqa: E402
+from pipi.data.staging import stage_kvasir  # noqa: E402
+from pipi.data.synth import synthesize_kvasir  # noqa: E402
 from pipi.serving.model_input import encode_image  # noqa: E402
 from pipi.workflows import train as runner  # noqa: E402
 

@@ -45,6 +45,21 @@ def staging_dir(out: Path, suffix: str = ".staging") -> Path:
                         "writable folder") from None
 
 
+def publish_dir(tmp: Path, out: Path, *, doing: str = "staging") -> None:
+    """Rename the finished folder ``tmp`` (made by :func:`staging_dir`) to ``out``.
+
+    An empty folder at ``out`` is replaced; anything else there (made by someone else while
+    we were ``doing`` our work) is refused with a :class:`~pipi.errors.DataError`.
+    """
+    out = Path(out)
+    if out.exists():
+        if out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
+        else:
+            raise DataError(f"{out} was created by someone else while {doing}; not replacing it")
+    os.replace(tmp, out)
+
+
 _HOST = re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname())[:40] or "host"
 #: a staging folder of an older pipi (no owner in its name) untouched this long is stale
 LEGACY_STALE_S = 3600.0

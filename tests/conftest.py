@@ -90,7 +90,7 @@ def pipi_home(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_release(tmp_path_factory) -> Path:
-    from pipi.data.synthetic import synthesize_kvasir
+    from pipi.data.synth import synthesize_kvasir
 
     return synthesize_kvasir(tmp_path_factory.mktemp("rel") / "kvasir-tiny", preset="tiny",
                              seed=0, progress=False)
@@ -98,7 +98,7 @@ def tiny_release(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_staged(tiny_release, tmp_path_factory, pipi_home) -> Path:
-    from pipi.data.kvasir import stage_kvasir
+    from pipi.data.staging import stage_kvasir
 
     out = tmp_path_factory.mktemp("staged") / "tiny"
     stage_kvasir(tiny_release / "labelled_images", tiny_release / "metadata.csv", out, seed=42,

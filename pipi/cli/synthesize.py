@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from pipi.cli.common import PipiGroup, with_options
-from pipi.data.synthetic import synthesize_galar, synthesize_kvasir
+from pipi.data.synth import synthesize_galar, synthesize_kvasir
 
 
 @click.group(cls=PipiGroup)

@@ -46,8 +46,8 @@ from pipi.galkva.score import (
     Discrepancy,
     Retention,
     SubmissionScore,
-    _fmt,
     classify_retention,
+    format_number,
 )
 from pipi.galkva.validate import check_submission, load_submission
 from pipi.predictions import PROB_COLUMNS, read_predictions
@@ -435,7 +435,7 @@ def _details(rec: Recomputed) -> list[str]:
         r = rec[ds]
         lines.append(
             f"{ds}: {len(r.seeds)} seed pair(s), {r.n_videos} videos, RGB baseline macro-AUC "
-            f"{r.baseline_macro.mean():.3f} ± {_fmt(r.sd(r.baseline_macro))}; bootstrap over "
+            f"{r.baseline_macro.mean():.3f} ± {format_number(r.sd(r.baseline_macro))}; bootstrap over "
             f"{r.bootstrap.bootstrap.unit} ({r.bootstrap.bootstrap.n_resamples} resamples, "
             f"{r.bootstrap.bootstrap.method}), p = {r.bootstrap.pvalue:.3g}"
         )

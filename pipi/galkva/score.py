@@ -31,6 +31,7 @@ __all__ = [
     "Retention",
     "SubmissionScore",
     "classify_retention",
+    "format_number",
     "retention_band",
     "score_submission",
 ]
@@ -160,7 +161,7 @@ class Discrepancy:
         return f"{self.path}: reported {self.reported!r}, recomputed {self.recomputed!r}"
 
 
-def _fmt(x: float | None, spec: str = ".3f") -> str:
+def format_number(x: float | None, spec: str = ".3f") -> str:
     return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
 
 
@@ -189,9 +190,9 @@ class SubmissionScore:
         k, g, r = self.kvasir, self.galar, self.retention
         tag = f"({self.source})"
         rows = [
-            ("macro-AUC (method)", f"{_fmt(k.macro_auc_mean)} ± {_fmt(k.macro_auc_sd)}",
-             f"{_fmt(g.macro_auc_mean)} ± {_fmt(g.macro_auc_sd)}"),
-            ("Δ vs RGB baseline", _fmt(k.delta, "+.4f"), _fmt(g.delta, "+.4f")),
+            ("macro-AUC (method)", f"{format_number(k.macro_auc_mean)} ± {format_number(k.macro_auc_sd)}",
+             f"{format_number(g.macro_auc_mean)} ± {format_number(g.macro_auc_sd)}"),
+            ("Δ vs RGB baseline", format_number(k.delta, "+.4f"), format_number(g.delta, "+.4f")),
             ("Δ 95% CI (video bootstrap)", _ci(k.delta_ci), _ci(g.delta_ci)),
             ("sign-positive seeds", k.sign_positive_seeds or "n/a", g.sign_positive_seeds or "n/a"),
             ("test frames", f"{k.n_test_frames:,}", f"{g.n_test_frames:,}"),
@@ -202,7 +203,7 @@ class SubmissionScore:
                  f"({self.submitter}, {self.affiliation}; trained on {self.trained_on})")
         lines = [title, f"{'':<28}{'Kvasir-Capsule':>21}{'Galar':>21}"]
         lines += [f"{name:<28}{a:>21}{b:>21}  {tag}" for name, a, b in rows]
-        ret = f"Retention Δ_Galar/Δ_Kvasir = {_fmt(r.value, '+.2f')} -> {r.label}"
+        ret = f"Retention Δ_Galar/Δ_Kvasir = {format_number(r.value, '+.2f')} -> {r.label}"
         if r.confidence_interval is not None:
             ret += f"  (95% CI {_ci(r.confidence_interval, '+.2f')})"
         lines.append(f"{ret}  ({self.source} inputs)")
@@ -222,9 +223,9 @@ class SubmissionScore:
         cells = [
             self.method.replace("|", "/"), f"{self.submitter} ({self.affiliation})",
             self.trained_on,
-            f"{_fmt(k.macro_auc_mean)} ± {_fmt(k.macro_auc_sd)}",
-            f"{_fmt(g.macro_auc_mean)} ± {_fmt(g.macro_auc_sd)}",
-            _fmt(k.delta, "+.3f"), _fmt(g.delta, "+.3f"), _fmt(r.value, "+.2f"), r.label,
+            f"{format_number(k.macro_auc_mean)} ± {format_number(k.macro_auc_sd)}",
+            f"{format_number(g.macro_auc_mean)} ± {format_number(g.macro_auc_sd)}",
+            format_number(k.delta, "+.3f"), format_number(g.delta, "+.3f"), format_number(r.value, "+.2f"), r.label,
             k.sign_positive_seeds or "n/a", g.sign_positive_seeds or "n/a",
             self.source + (f", {len(self.discrepancies)} mismatch(es)" if self.discrepancies else ""),
         ]
@@ -232,7 +233,7 @@ class SubmissionScore:
 
 
 def _ci(ci: ConfidenceInterval | None, spec: str = "+.4f") -> str:
-    return "n/a" if ci is None else f"[{_fmt(ci.low, spec)}, {_fmt(ci.high, spec)}]"
+    return "n/a" if ci is None else f"[{format_number(ci.low, spec)}, {format_number(ci.high, spec)}]"
 
 
 def _self_reported(res: dict, n_seeds: int | None) -> DatasetSummary:

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from pipi.errors import ConfigError, reason_of
 
 __all__ = ["ARCHS", "FEATURE_DIMS", "PAPER_ARCHS", "PRIOR_INITS", "Backbone", "build_backbone", "check_weights",
-           "widen_first_conv"]
+           "read_weights_file", "resolve_weights", "widen_first_conv"]
 
 log = logging.getLogger(__name__)
 
@@ -218,7 +218,7 @@ def widen_first_conv(conv: nn.Conv2d, in_channels: int, *, prior_init: str) -> n
     return new
 
 
-def _resolve_weights(weights: str | Path | None) -> str | Path | None:
+def resolve_weights(weights: str | Path | None) -> str | Path | None:
     """Normalise ``weights`` to ``"imagenet"``, ``None`` or an existing file path."""
     if weights is None:
         return None
@@ -248,7 +248,7 @@ def _load_imagenet(arch: str) -> nn.Module:
         ) from exc
 
 
-def _read_state_dict(path: Path) -> dict[str, Tensor]:
+def read_weights_file(path: Path) -> dict[str, Tensor]:
     """Read a state_dict file, unwrap a pipi checkpoint and strip wrapper prefixes."""
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
@@ -343,7 +343,7 @@ def build_backbone(
     if int(in_channels) != in_channels or in_channels < 3:
         raise ConfigError(f"in_channels must be an integer >= 3, got {in_channels!r}")
     spec = _SPECS[arch]
-    source = _resolve_weights(weights)
+    source = resolve_weights(weights)
 
     if source == "imagenet":
         body = _load_imagenet(arch)
@@ -353,7 +353,7 @@ def build_backbone(
 
     sd: dict[str, Tensor] | None = None
     if isinstance(source, Path):
-        sd = _read_state_dict(source)
+        sd = read_weights_file(source)
         conv_key = ".".join(spec.first_conv) + ".weight"
         file_in = sd[conv_key].shape[1] if conv_key in sd and sd[conv_key].ndim == 4 else 3
         if file_in == 3:
@@ -381,9 +381,9 @@ def build_backbone(
 
 def check_weights(weights: str) -> str:
     """Validate a ``weights`` option before a run starts: imagenet, none, or a readable file."""
-    resolved = _resolve_weights(weights)
+    resolved = resolve_weights(weights)
     if isinstance(resolved, Path):
-        _read_state_dict(resolved)
+        read_weights_file(resolved)
     return weights
 
 

@@ -31,7 +31,7 @@ from torch import Tensor, nn
 
 from pipi.data.cache import IMAGENET_STATS as _IMAGENET_STATS
 from pipi.errors import ConfigError
-from pipi.models.backbones import Backbone, _read_state_dict, _resolve_weights, widen_first_conv
+from pipi.models.backbones import Backbone, read_weights_file, resolve_weights, widen_first_conv
 
 __all__ = ["CLIP_STATS", "FOUNDATION", "IMAGENET_STATS", "TIMM_PREFIX", "Stats", "TimmBackbone",
            "build_timm_backbone", "input_stats", "is_timm_arch"]
@@ -160,7 +160,7 @@ def _create(timm, name: str, *, pretrained: bool, num_classes: int, image_size: 
 
 def _load_file(body: nn.Module, path: Path, name: str) -> None:
     """Load a published checkpoint through timm's filter; one error listing bad keys."""
-    sd = _read_state_dict(path)
+    sd = read_weights_file(path)
     module = importlib.import_module(type(body).__module__)
     filt = getattr(module, "checkpoint_filter_fn", None)
     if filt is not None:
@@ -191,7 +191,7 @@ def build_timm_backbone(arch: str, *, weights: str | Path | None = "none", in_ch
     timm = _timm()
     if int(in_channels) != in_channels or in_channels < 3:
         raise ConfigError(f"in_channels must be an integer >= 3, got {in_channels!r}")
-    source = _resolve_weights(weights)
+    source = resolve_weights(weights)
     if arch in FOUNDATION:
         spec = FOUNDATION[arch]
         name, num_classes, dim = spec.timm_name, spec.num_classes, spec.embed_dim

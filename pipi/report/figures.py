@@ -28,7 +28,7 @@ from pipi.analysis import (
 )
 from pipi.report.tables import Table
 
-_COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3",
+COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3",
            "#8c8c8c", "#ccb974", "#64b5cd", "#1b9e77", "#d95f02", "#7570b3", "#e7298a"]
 
 
@@ -45,7 +45,7 @@ def curve_axes(ax, kind: str, *, pr_ylabel: str = "precision") -> None:
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1.02)
 
-def _png(fig: Figure, dpi: int = 110) -> bytes:
+def figure_png(fig: Figure, dpi: int = 110) -> bytes:
     FigureCanvasAgg(fig)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
@@ -60,7 +60,7 @@ def cell_bars(cells: Sequence[str], labels: Sequence[str], per_seed: Sequence[np
     x = np.arange(len(cells))
     means = np.array([v.mean() if len(v) else np.nan for v in per_seed])
     sds = np.array([v.std(ddof=1) if len(v) > 1 else 0.0 for v in per_seed])
-    ax.bar(x, means, yerr=sds, color=[_COLORS[i % len(_COLORS)] for i in range(len(cells))],
+    ax.bar(x, means, yerr=sds, color=[COLORS[i % len(COLORS)] for i in range(len(cells))],
            alpha=0.8, capsize=3, edgecolor="black", linewidth=0.5)
     rng = np.random.default_rng(0)
     for i, v in enumerate(per_seed):
@@ -79,7 +79,7 @@ def cell_bars(cells: Sequence[str], labels: Sequence[str], per_seed: Sequence[np
     ax.set_ylabel("test macro-AUC")
     ax.set_title(title, fontsize=10)
     ax.grid(axis="y", alpha=0.3)
-    return _png(fig)
+    return figure_png(fig)
 
 
 def curves(grid: np.ndarray, arms: dict, *, kind: str, title: str) -> bytes:
@@ -87,7 +87,7 @@ def curves(grid: np.ndarray, arms: dict, *, kind: str, title: str) -> bytes:
     fig = Figure(figsize=(6.0, 5.0))
     ax = fig.add_subplot(1, 1, 1)
     for i, (cell, a) in enumerate(arms.items()):
-        col = _COLORS[i % len(_COLORS)]
+        col = COLORS[i % len(COLORS)]
         if kind == "roc":
             y, sd = a["tpr"], a["tpr_sd"]
             label = f"{cell} (macro-AUC {a['macro_auc']:.3f}, n={len(a['seeds'])})"
@@ -100,7 +100,7 @@ def curves(grid: np.ndarray, arms: dict, *, kind: str, title: str) -> bytes:
     ax.legend(fontsize=7, loc="lower right" if kind == "roc" else "upper right")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
-    return _png(fig)
+    return figure_png(fig)
 
 
 def per_class_lift(table: Table) -> bytes:
@@ -126,7 +126,7 @@ def per_class_lift(table: Table) -> bytes:
     ax.set_xlabel("Δ AUC (mean over seeds), 95% BCa bootstrap CI")
     ax.set_title(table.title, fontsize=10)
     ax.grid(axis="x", alpha=0.3)
-    return _png(fig)
+    return figure_png(fig)
 
 
 def per_patient_lift(table: Table) -> bytes:
@@ -145,7 +145,7 @@ def per_patient_lift(table: Table) -> bytes:
         ax.set_title(f"({new}) vs ({ref}): {int((v > 0).sum())}/{len(v)} patients +", fontsize=9)
         ax.set_ylabel("macro-AUC lift (mean over seeds)")
         ax.grid(axis="y", alpha=0.3)
-    return _png(fig)
+    return figure_png(fig)
 
 
 def focal_pr(grid: np.ndarray, focal: dict, *, title: str) -> bytes:
@@ -157,7 +157,7 @@ def focal_pr(grid: np.ndarray, focal: dict, *, title: str) -> bytes:
     for i, (name, f) in enumerate(focal.items()):
         ax = fig.add_subplot(rows, cols, i + 1)
         for j, (cell, a) in enumerate(f["arms"].items()):
-            ax.plot(grid, a["precision"], color=_COLORS[j % len(_COLORS)], lw=1.5,
+            ax.plot(grid, a["precision"], color=COLORS[j % len(COLORS)], lw=1.5,
                     label=f"{cell} (AP {a['ap']:.3f}, n={len(a['seeds'])} seeds)")
         ax.axhline(f["prevalence"], color="grey", lw=0.8, ls="--")
         ax.set_xlim(0, 1)
@@ -169,7 +169,7 @@ def focal_pr(grid: np.ndarray, focal: dict, *, title: str) -> bytes:
         ax.grid(alpha=0.3)
     fig.subplots_adjust(hspace=0.35)
     fig.suptitle(title, fontsize=10)
-    return _png(fig)
+    return figure_png(fig)
 
 
 def confusion(conf: dict, *, title: str, dpi: int = 110) -> bytes:
@@ -195,7 +195,7 @@ def confusion(conf: dict, *, title: str, dpi: int = 110) -> bytes:
         ax.set_title(a.get("title") or f"{a['label']} (n={len(a['seeds'])} seeds)", fontsize=9)
     fig.subplots_adjust(wspace=0.35)
     fig.suptitle(title, fontsize=10)
-    return _png(fig, dpi)
+    return figure_png(fig, dpi)
 
 
 def all_figures(an: Analysis, tables: Sequence[Table], curve_data: dict):

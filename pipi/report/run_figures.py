@@ -27,9 +27,9 @@ from PIL import Image
 
 from pipi.classes import CLASSES
 from pipi.config import TrainConfig
-from pipi.prior import prior_channels
 from pipi.predictions import prob_columns_of
-from pipi.report.figures import _COLORS, _png, confusion, curve_axes
+from pipi.prior import prior_channels
+from pipi.report.figures import COLORS, confusion, curve_axes, figure_png
 from pipi.stats import confusion_matrix, per_class_auc, row_normalise
 from pipi.stats.curves import pr_points
 from pipi.stats.operating import average_precision, roc_points
@@ -42,7 +42,7 @@ DPI = 80
 
 
 def _small_png(fig: Figure) -> bytes:
-    return _rgb(_png(fig, DPI))
+    return _rgb(figure_png(fig, DPI))
 
 
 def _rgb(png: bytes) -> bytes:
@@ -66,7 +66,7 @@ def _class_curves(labels: np.ndarray, probs: np.ndarray, classes: Sequence[int],
         aucs = per_class_auc(labels, probs, classes=classes)
     for i, k in enumerate(classes):
         y, s = labels == k, probs[:, k]
-        col = _COLORS[i % len(_COLORS)]
+        col = COLORS[i % len(COLORS)]
         if kind == "roc":
             fpr, tpr, _ = roc_points(y, s)
             ax.step(fpr, tpr, where="post", color=col, lw=1.2,
@@ -132,7 +132,7 @@ def roc_per_capsule(test: pd.DataFrame, classes: Sequence[int], *, label: str) -
             continue
         fpr, tpr, _ = roc_points(y, s)
         auc = float(per_class_auc(y.astype(np.int64), np.c_[1 - s, s], classes=[1])[0])
-        ax.step(fpr, tpr, where="post", color=_COLORS[i % len(_COLORS)], lw=1.4,
+        ax.step(fpr, tpr, where="post", color=COLORS[i % len(COLORS)], lw=1.4,
                 label=f"{sysname} (micro-AUC {auc:.3f}, {int(m.sum())} frames)")
         drawn += 1
     if not drawn:

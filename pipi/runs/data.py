@@ -17,9 +17,15 @@ import pandas as pd
 
 from pipi import tracking
 from pipi.calibration.objective import TARGET_KVASIR, parse_target
-from pipi.data.galar import stage_galar
-from pipi.data.kvasir import StageResult, load_staged, stage_kvasir
-from pipi.data.synthetic import GALAR_PRESETS, KVASIR_PRESETS, synthesize_galar, synthesize_kvasir
+from pipi.data.staging import (
+    ImageStageRequest,
+    StageResult,
+    load_staged,
+    stage_galar,
+    stage_images,
+    stage_kvasir,
+)
+from pipi.data.synth import GALAR_PRESETS, KVASIR_PRESETS, synthesize_galar, synthesize_kvasir
 from pipi.errors import ConfigError
 from pipi.paths import pipi_home
 
@@ -137,6 +143,30 @@ def run_stage_galar(*, root: Path, out: Path, mapping: Path | None = None,
                        "stage.calibration_fraction": calibration_fraction,
                        "stage.seed": seed, "stage.link": link,
                        **({"stage.preset": preset} if preset else {})})
+    return result
+
+
+def default_images_out(root: Path) -> Path:
+    """Where ``stage -P source=images`` stages a dataset without ``out``:
+    ``$PIPI_HOME/data/images-<root folder name>``."""
+    return pipi_home() / "data" / f"images-{Path(root).resolve().name}"
+
+
+def run_stage_images(req: ImageStageRequest, *, log_run: bool = True, nested: bool = False,
+                     experiment: str | None = None, progress: bool = True) -> StageResult:
+    """Stage a folder or table of images (``pipi stage images``) and log a ``stage`` run."""
+    result = stage_images(req, progress=progress)
+    man = result.manifest
+    _log_stage_run(result, dataset=f"images-{Path(req.root).resolve().name}", out=req.out,
+                   log_run=log_run, nested=nested, experiment=experiment, params={
+                       "stage.root": req.root, "stage.out": req.out,
+                       "stage.labels": req.labels or "",
+                       "stage.classes": ",".join(req.classes or ()),
+                       "stage.class_map": req.class_map or "",
+                       "stage.multilabel": req.multilabel,
+                       "stage.group_pattern": " ".join(req.group_patterns),
+                       "stage.layout": man["layout"], "stage.split_rule": man["split_rule"][:500],
+                       "stage.seed": req.seed, "stage.link": req.link})
     return result
 
 

@@ -31,7 +31,7 @@ from pipi import tracking
 from pipi.classes import CLASSES
 from pipi.config import TrainConfig, run_params
 from pipi.data.cache import build_cache
-from pipi.data.kvasir import load_staged
+from pipi.data.staging import load_staged
 from pipi.errors import ConfigError
 from pipi.paths import pipi_home
 from pipi.predictions import predictions_frame, write_predictions

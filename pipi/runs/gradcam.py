@@ -30,7 +30,7 @@ from pipi import tracking
 from pipi.classes import CLASSES
 from pipi.config import TrainConfig
 from pipi.data.cache import build_cache, to_float
-from pipi.data.kvasir import load_staged
+from pipi.data.staging import load_staged
 from pipi.paths import pipi_home
 from pipi.prior import prior_channels
 from pipi.probes.gradcam import gradcam_maps, gradcam_prior_dice, image_grid, overlay_figure

@@ -18,7 +18,7 @@ import pandas as pd
 
 from pipi import tracking
 from pipi.cells import CELLS
-from pipi.data.kvasir import load_staged
+from pipi.data.staging import load_staged
 from pipi.errors import ConfigError
 from pipi.runs.data import resolve_data
 

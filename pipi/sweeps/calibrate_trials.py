@@ -65,7 +65,7 @@ from pipi.calibration.objective import (
 from pipi.calibration.study import make_pruner, make_sampler, open_storage
 from pipi.config import TrainConfig
 from pipi.data.cache import build_cache
-from pipi.data.kvasir import load_staged
+from pipi.data.staging import load_staged
 from pipi.errors import ConfigError, DataError, PipiError
 from pipi.paths import PROJECT_ROOT, pipi_home
 from pipi.predictions import PROB_COLUMNS, read_predictions

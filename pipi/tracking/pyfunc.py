@@ -36,7 +36,7 @@ def unshadow_pipi() -> None:
     """MLflow puts this model's ``code_paths`` (a partial copy of pipi: the serving closure) in
     front of ``sys.path`` when it loads the model. In a process whose pipi came from elsewhere
     (a notebook, a pipi workflow, the tests) that copy would shadow the real package in every
-    process spawned later (``import pipi.data.kvasir`` fails there): drop it from ``sys.path``
+    process spawned later (``import pipi.data.staging.kvasir`` fails there): drop it from ``sys.path``
     again. Where pipi came from the copy (``mlflow models serve`` in the model's own
     environment) nothing changes."""
     home = Path(pipi.__file__).resolve().parent.parent

@@ -33,7 +33,7 @@ from tqdm.auto import tqdm
 from pipi.classes import CLASSES, NUM_CLASSES
 from pipi.config import TrainConfig
 from pipi.data.cache import batches, build_cache, split_rows, to_float
-from pipi.data.kvasir import load_staged
+from pipi.data.staging import load_staged
 from pipi.errors import PipiError
 from pipi.models import distill_loss
 from pipi.paths import pipi_home

@@ -30,7 +30,7 @@ import torch
 
 from pipi import tracking
 from pipi.config import PAPER_SEEDS, make_config, resolve_profile, synthetic_preset
-from pipi.data.kvasir import load_staged
+from pipi.data.staging import load_staged
 from pipi.errors import ConfigError
 from pipi.models.backbones import ARCHS
 from pipi.models.timm_backbones import FOUNDATION, is_timm_arch

@@ -66,7 +66,7 @@ from pipi.calibration.study import (
 )
 from pipi.config import make_config, resolve_profile, run_params, synthetic_preset
 from pipi.data.cache import build_cache
-from pipi.data.kvasir import load_staged
+from pipi.data.staging import load_staged
 from pipi.errors import ConfigError, PipiError
 from pipi.paths import pipi_home
 from pipi.report.run_figures import cell_prior_figure, first_per_class

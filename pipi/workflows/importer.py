@@ -28,7 +28,7 @@ from pipi import tracking
 from pipi.cells import CELLS, PER_FRAME_CELLS, get_cell
 from pipi.config import TrainConfig, make_config, resolve_profile, run_params
 from pipi.data.cache import build_cache
-from pipi.data.kvasir import load_staged
+from pipi.data.staging import load_staged
 from pipi.data.prediction_file import join_predictions, read_prediction_file
 from pipi.errors import ConfigError
 from pipi.runs.evaluate import EvalContext, device_for, log_scores, plain_scorer, score_splits

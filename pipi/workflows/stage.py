@@ -7,22 +7,28 @@ The staging itself lives in :mod:`pipi.runs.data`, which every workflow shares.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from pipi import tracking
-from pipi.data.kvasir import StageResult, load_staged
+from pipi.data.staging import ImageStageRequest, StageResult, load_staged
 from pipi.errors import DataError
 from pipi.runs.data import (
     SYNTHETIC_PRESETS,
+    default_images_out,
     default_staged,
     run_stage,
     run_stage_galar,
+    run_stage_images,
     synthetic_release,
 )
 
 
-def stage_source(source: str, *, metadata: str | None, out: str | None, **kw) -> StageResult | Path:
-    """The MLproject ``stage`` entry point: ``source`` is 'synthetic[-preset]' or a release.
+def stage_source(source: str, *, metadata: str | None, out: str | None,
+                 images: ImageStageRequest | None = None, **kw) -> StageResult | Path:
+    """The MLproject ``stage`` entry point: ``source`` is 'synthetic[-preset]', 'images' (a
+    folder or table of images: ``images`` says which, its ``out`` filled in here when empty)
+    or a release.
 
     The default synthetic staging (no ``out``) is reused when it exists: the staged folder is
     returned and a line says so.
@@ -47,6 +53,12 @@ def stage_source(source: str, *, metadata: str | None, out: str | None, **kw) ->
             images=release / "labelled_images", metadata=release / "metadata.csv",
             out=target, dataset=f"kvasir-synthetic-{preset}", **kw,
         )
+    if source == "images":
+        if images is None:
+            raise DataError("source=images needs root=<the dataset folder>")
+        if images.out is None:
+            images = replace(images, out=default_images_out(images.root))
+        return run_stage_images(images)
     if source.startswith("galar:"):
         if out is None:
             raise DataError("source=galar:DIR needs out=<staged folder>")

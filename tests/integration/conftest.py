@@ -153,10 +153,10 @@ def slurm(tmp_path_factory, monkeypatch):
 @pytest.fixture(scope="session")
 def galar_staged(tmp_path_factory, pipi_home) -> Path:
     """A tiny synthetic Galar-format release, staged (read-only for the tests)."""
-    from pipi.data import synthetic
-    from pipi.data.galar import stage_galar
+    from pipi.data import synth
+    from pipi.data.staging import stage_galar
 
-    rel = synthetic.synthesize_galar(tmp_path_factory.mktemp("galar") / "rel", preset="tiny",
+    rel = synth.synthesize_galar(tmp_path_factory.mktemp("galar") / "rel", preset="tiny",
                                      seed=3, progress=False)
     out = tmp_path_factory.mktemp("galar-st") / "staged"
     stage_galar(rel, out, progress=False)

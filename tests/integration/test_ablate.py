@@ -98,7 +98,7 @@ def test_channel_infer_zeroes_prior_channels_at_inference(tracking, tiny_staged,
     py = mlflow.pyfunc.load_model(f"models:/{model_id}")
     inner = py.unwrap_python_model().predictor
     from pipi.data.cache import build_cache
-    from pipi.data.kvasir import load_staged
+    from pipi.data.staging import load_staged
 
     frames, man = load_staged(tiny_staged)
     test_rows = np.flatnonzero(frames["split"].to_numpy() == "test")

@@ -25,7 +25,7 @@ from pipi.calibration.objective import (
 from pipi.calibration.study import open_storage
 from pipi.cli import ENTRY_POINTS
 from pipi.data.cache import build_cache
-from pipi.data.kvasir import load_staged
+from pipi.data.staging import load_staged
 from pipi.errors import ConfigError
 from pipi.runs.prior_params import load_prior_params
 from pipi.workflows.calibrate import run_calibration

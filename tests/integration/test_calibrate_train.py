@@ -22,7 +22,7 @@ from sklearn.metrics import roc_auc_score
 
 from pipi.calibration.objective import calibration_fold
 from pipi.calibration.study import open_storage
-from pipi.data.kvasir import load_staged
+from pipi.data.staging import load_staged
 from pipi.errors import PipiError
 from pipi.predictions import PROB_COLUMNS, read_predictions
 from pipi.workflows.calibrate import run_calibration

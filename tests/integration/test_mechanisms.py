@@ -68,7 +68,7 @@ def _preds(run_id: str, dst: Path) -> pd.DataFrame:
 def test_robustness_children_idempotent_and_prior_recomputed(tracking, smoke_runs, tiny_staged,
                                                               tmp_path):
     from pipi.data.cache import build_cache
-    from pipi.data.kvasir import load_staged
+    from pipi.data.staging import load_staged
     from pipi.probes.perturb import PERTURBATIONS
     from pipi.runs.evaluate import load_run_model
     from pipi.training.frames import FrameInputs, predict_probs
@@ -150,7 +150,7 @@ def test_transplant_gradcam_and_aggregate_tables(tracking, smoke_runs, tiny_stag
     assert cos == pytest.approx(wa @ wp / np.linalg.norm(wa) / np.linalg.norm(wp), abs=1e-9)
     # the BN child's predictions are those of the transplanted model
     from pipi.data.cache import build_cache
-    from pipi.data.kvasir import load_staged
+    from pipi.data.staging import load_staged
     from pipi.training.frames import FrameInputs, predict_probs
 
     frames, man = load_staged(tiny_staged)

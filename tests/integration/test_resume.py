@@ -8,7 +8,7 @@ from mlflow.tracking import MlflowClient
 
 from pipi import tracking
 from pipi.cli.train import train as train_cmd
-from pipi.data.kvasir import load_staged, stage_kvasir
+from pipi.data.staging import load_staged, stage_kvasir
 
 SMOKE = ["--cell", "a", "--profile", "smoke", "--weights", "none", "--experiment", "resume"]
 

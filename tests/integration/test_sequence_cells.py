@@ -14,7 +14,7 @@ import torch
 from pipi.cells import SEQUENCE_CELLS
 from pipi.config import make_config
 from pipi.data.cache import build_cache
-from pipi.data.kvasir import load_staged
+from pipi.data.staging import load_staged
 from pipi.training.frames import PROB_COLUMNS, FrameInputs
 from pipi.workflows import train as train_workflow
 

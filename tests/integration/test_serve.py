@@ -22,7 +22,7 @@ from servers import free_port, wait_http
 
 from pipi.classes import CLASSES
 from pipi.data.cache import build_cache
-from pipi.data.kvasir import load_staged
+from pipi.data.staging import load_staged
 from pipi.predictions import PROB_COLUMNS
 from pipi.serving.model_input import encode_image, encode_png
 from pipi.training.sequence import build_windows

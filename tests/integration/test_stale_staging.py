@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pipi.data.kvasir import load_staged, stage_kvasir
+from pipi.data.staging import load_staged, stage_kvasir
 from pipi.paths import staging_dir
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -24,10 +24,10 @@ def _one_error(res) -> str:
 
 @pytest.fixture(scope="module")
 def galar_staged(tmp_path_factory, pipi_home):
-    from pipi.data import synthetic
-    from pipi.data.galar import stage_galar
+    from pipi.data import synth
+    from pipi.data.staging import stage_galar
 
-    rel = synthetic.synthesize_galar(tmp_path_factory.mktemp("galar") / "rel", preset="tiny",
+    rel = synth.synthesize_galar(tmp_path_factory.mktemp("galar") / "rel", preset="tiny",
                                      seed=3, progress=False)
     out = tmp_path_factory.mktemp("galar-st") / "staged"
     stage_galar(rel, out, progress=False)

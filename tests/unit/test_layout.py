@@ -172,3 +172,55 @@ def test_mlflow_only_in_tracking_and_modules_small():
         if not rel.startswith("tracking/"):
             assert "import mlflow" not in text and "from mlflow" not in text, rel
         assert text.count("\n") <= 600, f"{rel} has {text.count(chr(10))} lines (max 600)"
+
+
+#: Cross-module imports of private names still allowed, as (importer, module, name):
+#: ``tracking/__init__``'s ``_quote`` goes with the tracking wall (issue 32 step 1, h-wall).
+PRIVATE_IMPORTS_ALLOWED = {("pipi.tracking", "pipi.tracking.runs", "_quote")}
+
+
+def _source_module(node: ast.ImportFrom, importer: str, path: Path) -> str:
+    """The absolute module an ``import from`` names (relative imports resolved)."""
+    if not node.level:
+        return node.module or ""
+    package = importer if path.name == "__init__.py" else importer.rsplit(".", 1)[0]
+    base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+    return f"{base}.{node.module}" if node.module else base
+
+
+def private_imports(modules: dict[str, Path]) -> list[str]:
+    """Every ``from pipi.x import _y`` in a module other than ``pipi.x`` (dunders excepted)."""
+    out = []
+    for m, p in sorted(modules.items()):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            src = _source_module(node, m, p)
+            if src != "pipi" and not src.startswith("pipi.") or src == m:
+                continue
+            for a in node.names:
+                private = a.name.startswith("_") and not a.name.endswith("__")
+                if private and (m, src, a.name) not in PRIVATE_IMPORTS_ALLOWED:
+                    out.append(f"{m} imports {a.name} from {src}")
+    return out
+
+
+def test_a_cross_module_private_import_is_caught(tmp_path):
+    """A planted private import (absolute or relative) fails the check; dunders and a
+    module's own names do not."""
+    planted = tmp_path / "planted.py"
+    planted.write_text("from pipi.paths import _pid_alive, staging_dir\n"
+                       "from pipi import __version__\n"
+                       "from .common import _hidden\n")
+    modules = {**_modules(), "pipi.data.staging.planted": planted}
+    assert private_imports(modules) == [
+        "pipi.data.staging.planted imports _pid_alive from pipi.paths",
+        "pipi.data.staging.planted imports _hidden from pipi.data.staging.common"]
+    own = tmp_path / "own.py"
+    own.write_text("from pipi.data.staging.own import _mine\n")
+    assert private_imports({**_modules(), "pipi.data.staging.own": own}) == []
+
+
+def test_no_private_names_imported_across_modules():
+    found = private_imports(_modules())
+    assert not found, "\n".join(found)

@@ -16,9 +16,9 @@ from pipi import analysis
 from pipi.analysis.retention import build_cross_vendor, select_galar_runs, split_galar_runs
 from pipi.calibration.objective import calibration_fold
 from pipi.cli.stage import stage
-from pipi.data import synthetic
-from pipi.data.galar_release import vendor_folds
-from pipi.data.kvasir import load_staged
+from pipi.data import synth
+from pipi.data.staging import load_staged
+from pipi.data.staging.galar_release import vendor_folds
 from pipi.errors import ConfigError, DataError
 from pipi.predictions import predictions_frame, write_predictions
 from pipi.report import build_report
@@ -43,7 +43,7 @@ def test_auto_fold_is_every_video_and_evaluation_with_a_calibrated_prior():
 
 
 def test_calibration_fraction_is_a_stage_option_and_recorded(tmp_path):
-    release = synthetic.synthesize_galar(tmp_path / "rel", preset="tiny", seed=2, progress=False)
+    release = synth.synthesize_galar(tmp_path / "rel", preset="tiny", seed=2, progress=False)
     runner = CliRunner()
     for frac in ("0.25", "0"):
         out = tmp_path / f"st{frac}"

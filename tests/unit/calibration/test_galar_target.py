@@ -13,7 +13,7 @@ from sklearn.metrics import roc_auc_score
 from pipi.calibration.objective import calibration_fold, score_on_fold
 from pipi.config import make_config
 from pipi.data.cache import IMAGENET_MEAN, IMAGENET_STD, build_cache
-from pipi.data.kvasir import load_staged
+from pipi.data.staging import load_staged
 from pipi.errors import ConfigError
 from pipi.prior import prior_channels
 from pipi.runs.data import galar_target_data
@@ -124,8 +124,8 @@ def test_the_epoch_loop_and_the_run_tracker_hand_the_model_to_the_hook(monkeypat
 def test_target_data_takes_galars_synthetic_names(tmp_path, monkeypatch):
     """``target_data=synthetic-tiny`` is the staged synthetic Galar release, as for
     ``galar -P data=`` (one resolver in ``pipi.runs.data``); a bad name says which option."""
-    from pipi.data.galar import stage_galar
-    from pipi.data.synthetic import synthesize_galar
+    from pipi.data.staging import stage_galar
+    from pipi.data.synth import synthesize_galar
 
     monkeypatch.setenv("PIPI_HOME", str(tmp_path))
     staged = tmp_path / "data" / "galar-synthetic-tiny-s0"   # where the resolver stages it

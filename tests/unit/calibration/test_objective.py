@@ -23,7 +23,7 @@ from pipi.calibration.objective import (
 )
 from pipi.config import make_config
 from pipi.data.cache import IMAGENET_MEAN, IMAGENET_STD, build_cache
-from pipi.data.kvasir import load_staged
+from pipi.data.staging import load_staged
 from pipi.errors import ConfigError, DataError
 from pipi.prior import prior_channels
 from pipi.runs.prior_params import load_prior_params

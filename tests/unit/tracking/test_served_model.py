@@ -181,7 +181,7 @@ def test_a_logged_model_is_code_not_a_pickle_and_explains_itself(tmp_path, sqlit
     with pytest.raises(MlflowException):
         m.predict(imgs)                      # a bare array names no column of the schema
     # loading it left no partial copy of pipi in front of sys.path: a process spawned now
-    # imports the whole package (pipi.data.kvasir is not in the served closure)
+    # imports the whole package (pipi.data.staging.kvasir is not in the served closure)
     import multiprocessing
     import sys
 
@@ -190,7 +190,7 @@ def test_a_logged_model_is_code_not_a_pickle_and_explains_itself(tmp_path, sqlit
     assert not [p for p in sys.path if Path(p or ".").joinpath("pipi", "__init__.py").is_file()
                 and Path(p or ".").resolve() != home]
     with multiprocessing.get_context("spawn").Pool(1) as pool:
-        assert pool.apply(_import_in_child, ("pipi.data.kvasir",)) == "ok"
+        assert pool.apply(_import_in_child, ("pipi.data.staging.kvasir",)) == "ok"
 
 
 def test_registered_names_are_valid_mlflow_names_and_keep_the_original_as_a_tag():

@@ -75,7 +75,7 @@ def test_the_scan_finds_a_planted_tag(tmp_path):
     planted = tmp_path / "planted.py"
     planted.write_text('"""pipi.docstring is prose."""\n'
                        'DOC_FORMAT = "pipi.document"\n'
-                       'import logging\nlog = logging.getLogger("pipi.data.synthetic")\n'
+                       'import logging\nlog = logging.getLogger("pipi.data.synth")\n'
                        'def f(k):\n'
                        '    return {"pipi.new_tag": 1, f"pipi.other.{k}": 2}\n')
     assert pipi_literals(planted) == [(6, "pipi.new_tag"), (6, "pipi.other.")]

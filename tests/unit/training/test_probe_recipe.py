@@ -9,7 +9,7 @@ import torch
 
 from pipi.config import make_config
 from pipi.data.cache import IMAGENET_MEAN, IMAGENET_STD
-from pipi.data.kvasir import load_staged
+from pipi.data.staging import load_staged
 from pipi.training.frames import run_frame_cell
 
 SMOKE = {"cell": "probe", "profile": "smoke", "weights": "none", "seed": 41}

@@ -9,7 +9,7 @@ import torch
 from pipi.classes import CLASSES
 from pipi.config import make_config
 from pipi.data.cache import build_cache
-from pipi.data.kvasir import load_staged
+from pipi.data.staging import load_staged
 from pipi.models.sequence import SequenceModel
 from pipi.training import sequence
 

@@ -1,4 +1,4 @@
-"""The paper's canonical Kvasir-Capsule split, shipped as ``pipi/data/kvasir_paper_split.json``.
+"""The paper's canonical Kvasir-Capsule split, shipped as ``pipi/data/staging/kvasir_paper_split.json``.
 
 The file lists the paper's 6 val and 7 test videos and where they come from (its
 ``provenance``); train is every other staged video. :func:`paper_split_applies` is the rule
@@ -36,7 +36,7 @@ class PaperSplit:
 
 def paper_split() -> PaperSplit:
     """Read the packaged paper split."""
-    doc = json.loads(resources.files("pipi.data").joinpath(_FILE).read_text("utf-8"))
+    doc = json.loads(resources.files("pipi.data.staging").joinpath(_FILE).read_text("utf-8"))
     return PaperSplit(val=tuple(doc["val"]), test=tuple(doc["test"]),
                       n_videos=int(doc["n_videos"]), provenance=tuple(doc["provenance"]))
 

@@ -13,25 +13,31 @@ import pytest
 from PIL import Image
 
 from pipi.classes import CLASSES
-from pipi.data import synthetic
-from pipi.data.galar import GALAR_FRAME_COLUMNS, stage_galar
-from pipi.data.galar_labelfile import (
+from pipi.data import synth
+from pipi.data.staging import (
+    FRAME_COLUMNS,
+    GALAR_FRAME_COLUMNS,
+    compute_data_digest,
+    load_staged,
+    split_sha256,
+    stage_galar,
+)
+from pipi.data.staging.galar_labelfile import (
     HEADER_27,
     HEADER_32,
     LabelTable,
     read_label_file,
     read_label_files,
 )
-from pipi.data.galar_mapping import assign_classes, column_roles, load_mapping
-from pipi.data.galar_release import parse_video_spec, vendor_folds
-from pipi.data.kvasir import FRAME_COLUMNS, compute_data_digest, load_staged, split_sha256
+from pipi.data.staging.galar_mapping import assign_classes, column_roles, load_mapping
+from pipi.data.staging.galar_release import parse_video_spec, vendor_folds
 from pipi.errors import DataError
 
 
 @pytest.fixture(scope="module")
 def release(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("galar") / "release"
-    return synthetic.synthesize_galar(out, preset="tiny", seed=3, progress=False)
+    return synth.synthesize_galar(out, preset="tiny", seed=3, progress=False)
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +109,7 @@ def test_vendor_folds_are_disjoint_per_system(staged):
         assert folds["evaluation"], system
     per_video = frames.groupby("video_id")["vendor_fold"].nunique()
     assert (per_video == 1).all()
-    assert set(frames["capsule_system"]) <= set(synthetic.GALAR_CAPSULE_SYSTEMS)
+    assert set(frames["capsule_system"]) <= set(synth.GALAR_CAPSULE_SYSTEMS)
     assert frames.groupby("video_id")["capsule_system"].nunique().max() == 1
 
 
@@ -234,12 +240,12 @@ def test_assign_classes_rules():
 
 def test_default_mapping_is_the_papers():
     m = load_mapping()
-    assert dict(m.table) == synthetic.GALAR_TO_KVASIR
+    assert dict(m.table) == synth.GALAR_TO_KVASIR
     assert "Reduced Mucosal View" not in m.classes
     assert "Normal clean mucosa" in m.classes
     assert m.priority[0] == "Blood - fresh" and len(m.priority) == 12
     assert set(column_roles(m)) == set(HEADER_32)
-    assert HEADER_27 == synthetic.GALAR_HEADER_27 and HEADER_32 == synthetic.GALAR_HEADER_32
+    assert HEADER_27 == synth.GALAR_HEADER_27 and HEADER_32 == synth.GALAR_HEADER_32
 
 
 def _mapping_file(tmp_path: Path, rows: list[dict], **extra) -> Path:
@@ -482,7 +488,7 @@ def test_paper_subset_rules_first_frames_and_first_mapped_class(release, tmp_pat
     the mapping table (the published script's first claim), not to Ulcer (pipi's priority)."""
     from dataclasses import replace
 
-    from pipi.data import galar
+    from pipi.data.staging import galar
 
     monkeypatch.setitem(galar.GALAR_PRESETS, "paper-subset", replace(
         galar.GALAR_PRESETS["paper-subset"], n_videos=8, frames_per_class=4))

@@ -1,9 +1,9 @@
-"""Scene primitives of the procedural frame renderer (:mod:`pipi.data.synth_render`).
+"""Scene primitives of the procedural frame renderer (:mod:`pipi.data.synth.render`).
 
 What a frame can show (:data:`SECTIONS`, :data:`FINDINGS`), the reference colours, a
 patient's appearance (:class:`Look`), the capsule optics (:class:`Optics`, :data:`OPTICS`), the
-per-segment :class:`Scene` with its noise fields, and the painting context (``_Ctx``) with the
-blob and blend helpers the painters of :mod:`pipi.data.synth_paint` draw with.
+per-segment :class:`Scene` with its noise fields, and the painting context (``PaintContext``) with the
+blob and blend helpers the painters of :mod:`pipi.data.synth.paint` draw with.
 """
 
 from __future__ import annotations
@@ -32,23 +32,23 @@ SECTIONS: tuple[str, ...] = ("mouth", "esophagus", "stomach", "small intestine",
 
 #: Everything ``render_frame`` can draw: the 14 Kvasir classes plus Galar-only findings.
 FINDINGS: tuple[str, ...] = (*CLASSES, "z-line", "no view")
-_FINDING_CODE = {f: i + 1 for i, f in enumerate(FINDINGS)}
+FINDING_CODE = {f: i + 1 for i, f in enumerate(FINDINGS)}
 
 # Reference colours (display-space reflectance, R G B). Haemoglobin absorbs G and B strongly.
-_BLOOD = np.array([0.62, 0.05, 0.04], np.float32)
-_CLOT = np.array([0.36, 0.03, 0.03], np.float32)
-_HEMATIN = np.array([0.20, 0.10, 0.06], np.float32)
-_ANGIO = np.array([0.86, 0.17, 0.14], np.float32)
-_INFLAMED = np.array([0.84, 0.24, 0.19], np.float32)
-_ERYTHEMA = np.array([0.90, 0.32, 0.25], np.float32)
-_FIBRIN = np.array([0.95, 0.90, 0.70], np.float32)
-_CHYLE = np.array([0.97, 0.95, 0.84], np.float32)  # lymph: white, creamy
-_BILE = np.array([0.74, 0.70, 0.20], np.float32)
-_DEBRIS = np.array([0.44, 0.38, 0.15], np.float32)
-_TURBID = np.array([0.52, 0.46, 0.22], np.float32)
-_PLASTIC = np.array([0.80, 0.81, 0.82], np.float32)
-_METAL = np.array([0.66, 0.68, 0.71], np.float32)
-_SHADOW_EXP = np.array([0.6, 1.0, 1.3], np.float32)
+BLOOD = np.array([0.62, 0.05, 0.04], np.float32)
+CLOT = np.array([0.36, 0.03, 0.03], np.float32)
+HEMATIN = np.array([0.20, 0.10, 0.06], np.float32)
+ANGIO = np.array([0.86, 0.17, 0.14], np.float32)
+INFLAMED = np.array([0.84, 0.24, 0.19], np.float32)
+ERYTHEMA = np.array([0.90, 0.32, 0.25], np.float32)
+FIBRIN = np.array([0.95, 0.90, 0.70], np.float32)
+CHYLE = np.array([0.97, 0.95, 0.84], np.float32)  # lymph: white, creamy
+BILE = np.array([0.74, 0.70, 0.20], np.float32)
+DEBRIS = np.array([0.44, 0.38, 0.15], np.float32)
+TURBID = np.array([0.52, 0.46, 0.22], np.float32)
+PLASTIC = np.array([0.80, 0.81, 0.82], np.float32)
+METAL = np.array([0.66, 0.68, 0.71], np.float32)
+SHADOW_EXP = np.array([0.6, 1.0, 1.3], np.float32)
 
 
 # --------------------------------------------------------------------------------------------
@@ -213,7 +213,7 @@ def _grid(side: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return x, y, np.hypot(x, y)
 
 
-class _Ctx:
+class PaintContext:
     """Per-frame working state shared by the painters."""
 
     def __init__(self, scene: Scene, t: int) -> None:
@@ -251,8 +251,8 @@ class _Ctx:
         return slice(y0, y1), slice(x0, x1)
 
 
-def _blob(
-    c: _Ctx, cx: float, cy: float, rx: float, ry: float, theta: float = 0.0,
+def blob(
+    c: PaintContext, cx: float, cy: float, rx: float, ry: float, theta: float = 0.0,
     rough: float = 0.0, soft: float = 0.15, field_name: str = "mid",
 ) -> tuple[tuple[slice, slice], np.ndarray, np.ndarray] | None:
     """Soft irregular ellipse in scene coordinates.
@@ -274,7 +274,7 @@ def _blob(
     return win, m, d
 
 
-def _mix(c: _Ctx, win, m: np.ndarray, colour, strength: float = 1.0) -> None:
+def mix(c: PaintContext, win, m: np.ndarray, colour, strength: float = 1.0) -> None:
     """Blend the albedo towards ``colour`` (array (3,) or (h, w, 3)) under mask ``m``."""
     w = (m * strength)[..., None]
     c.A[win] = c.A[win] * (1.0 - w) + np.asarray(colour, np.float32) * w

@@ -1,32 +1,30 @@
-"""Galar-format synthetic release (``synthesize_galar``; formats in :mod:`pipi.data.synthetic`)."""
+"""Galar-format synthetic release (``synthesize_galar``; formats in :mod:`pipi.data.synth`)."""
 
 from __future__ import annotations
 
 import csv
 import logging
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
-from pipi.data import synth_render as R
-from pipi.data.synth_common import (
-    _SEED_PLAN,
-    _SEED_VIDEO,
+from pipi.data.synth import render as R
+from pipi.data.synth.common import (
+    SEED_PLAN,
+    SEED_VIDEO,
     SynthPreset,
-    _prepare_out,
-    _publish,
-    _resolve,
-    _run_jobs,
-    _split_lengths,
-    _video_rng,
-    _workers,
+    release_dir,
+    resolve_preset,
+    run_jobs,
+    split_lengths,
+    video_rng,
+    worker_count,
 )
 from pipi.errors import ConfigError
 
-log = logging.getLogger("pipi.data.synthetic")  # the logger the writers have always used
+log = logging.getLogger("pipi.data.synth")  # one logger for both writers
 
 __all__ = [
     "GALAR_CAPSULE_SYSTEMS",
@@ -130,7 +128,7 @@ def _galar_findings(labels: tuple[str, ...], view: str) -> tuple[str, ...]:
 
 
 def _plan_galar(cfg: SynthPreset, seed: int) -> list[_GalarVideo]:
-    rng = np.random.default_rng(np.random.SeedSequence([int(seed), _SEED_PLAN, 2]))
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed), SEED_PLAN, 2]))
     n = cfg.videos
     if n > 80:
         raise ConfigError(f"Galar has video ids 1-80; videos must be <= 80, got {n}")
@@ -197,7 +195,7 @@ def _plan_galar(cfg: SynthPreset, seed: int) -> list[_GalarVideo]:
         n_icv = max(1, round(2 * scale))
         used = sum(len(s) for s in segs) + sum(abs(k) for _, k in findings) + n_icv + n_col
         normal = max(len(findings) + 1, total - used)
-        chunks = _split_lengths(rng, normal, len(findings) + 1, 1)
+        chunks = split_lengths(rng, normal, len(findings) + 1, 1)
         for i, (labels, k) in enumerate(findings):
             if i < len(chunks):
                 add("small intestine", n_frames=chunks[i])
@@ -241,7 +239,7 @@ def _render_galar_video(job: tuple) -> None:
     """Render and write one Galar video: its frames and its Labels/<id>.csv."""
     root, video, size, seed = job
     root = Path(root)
-    rng = _video_rng(seed, _SEED_VIDEO + 1, video.index)
+    rng = video_rng(seed, SEED_VIDEO + 1, video.index)
     look = R.random_look(rng)
     optics = R.OPTICS[video.system]
     side = max(16, round(size * optics.scale))
@@ -293,7 +291,7 @@ def synthesize_galar(
     videos, frames_per_video, size : int, optional
         Override the preset (``videos`` <= 80: Galar's ids are 1-80; about a quarter of the
         videos get ids >= 61, the official test set). ``size`` is the PillCam SB3 frame side;
-        other capsule systems scale it (:data:`pipi.data.synth_render.OPTICS`).
+        other capsule systems scale it (:data:`pipi.data.synth.render.OPTICS`).
     seed : int
         Same seed, same bytes.
     progress : bool
@@ -320,12 +318,11 @@ def synthesize_galar(
     Capsule systems differ in optics (white balance, colour response, vignetting, frame
     size, blur and, for PillCam SB2, JPEG artefacts baked in before the PNG is written).
     """
-    cfg = _resolve(GALAR_PRESETS, preset, videos, frames_per_video, size, seed)
+    cfg = resolve_preset(GALAR_PRESETS, preset, videos, frames_per_video, size, seed)
     if cfg.videos > 80:
         raise ConfigError(f"Galar has video ids 1-80; videos must be <= 80, got {cfg.videos}")
     out = Path(out)
-    tmp = _prepare_out(out)
-    try:
+    with release_dir(out) as tmp:
         plan = _plan_galar(cfg, seed)
         (tmp / "Labels").mkdir()
         (tmp / "Frames").mkdir()
@@ -333,17 +330,13 @@ def synthesize_galar(
         log.info("synthesizing Galar-format release: %d videos, %d frames -> %s",
                  len(plan), n_frames, out)
         jobs = [(str(tmp), v, cfg.size, seed) for v in plan]
-        _run_jobs(_render_galar_video, jobs, workers=_workers(workers, n_frames),
-                  progress=progress, desc="galar videos")
-        meta_rng = np.random.default_rng(np.random.SeedSequence([int(seed), _SEED_PLAN, 3]))
+        run_jobs(_render_galar_video, jobs, workers=worker_count(workers, n_frames),
+                 progress=progress, desc="galar videos")
+        meta_rng = np.random.default_rng(np.random.SeedSequence([int(seed), SEED_PLAN, 3]))
         with open(tmp / "metadata.csv", "w", newline="", encoding="utf-8") as fh:
             w = csv.writer(fh, lineterminator="\n")
             w.writerow(["File Name", "Capsule System", "Gender", "Age"])
             for v in plan:
                 gender = "male" if meta_rng.random() < 0.55 else "female"
                 w.writerow([v.video_id, v.system, gender, int(meta_rng.integers(19, 90))])
-        _publish(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out

@@ -1,7 +1,7 @@
 """The Galar -> Kvasir-Capsule class mapping and the class of every Galar frame.
 
 :func:`load_mapping` reads a mapping in the format of the GalKva-2026 release's
-``class_mapping.json`` (the default, ``pipi/data/galar_mapping.json``, is the paper's);
+``class_mapping.json`` (the default, ``pipi/data/staging/galar_mapping.json``, is the paper's);
 :func:`assign_classes` turns a label table into Kvasir classes under a stated rule for frames
 positive for several mapped classes; :func:`column_roles` says, for every Galar column,
 whether it is mapped, used by the Normal clean mucosa derivation, or dropped, and why.
@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from pipi.classes import CLASSES, canonical, is_known
-from pipi.data.galar_labelfile import (
+from pipi.data.staging.galar_labelfile import (
     ALL_COLUMNS,
     HEADER_32,
     SECTION_COLUMNS,
@@ -136,7 +136,7 @@ class GalarMapping:
     ignored: tuple[str, ...] = ()  # informational keys of the file that pipi does not use
     #: capsule-system names (values of ``metadata_column``) the subsets list, as written; the
     #: videos they stand for are resolved against the staged metadata.csv
-    #: (:func:`pipi.data.galar_release.resolve_subsets`)
+    #: (:func:`pipi.data.staging.galar_release.resolve_subsets`)
     pillcam_systems: tuple[str, ...] = ()
     olympus_systems: tuple[str, ...] = ()
     available_systems: tuple[tuple[str, int], ...] = ()  # as stated: system -> number of videos
@@ -308,9 +308,26 @@ def load_mapping(path: Path | None = None) -> GalarMapping:
     mapping to Reduced Mucosal View (not evaluable on Galar) raise :class:`DataError` naming
     the file and line.
     """
+    doc, text, source = _read_mapping_doc(path)
+    rows, ignored = _mapping_rows(doc, source)
+    table = _checked_table(rows, source, text)
+    normal = _normal_rule(doc.get("_normal_clean_mucosa_derivation"), source, text)
+    strat = _stratification(doc, source, text)
+    prio = _priority(doc.get("_multilabel_priority", []), [k for _, k in table], source, text)
+    raw = doc.get("_capsule_system_stratification") or {}
+    return GalarMapping(
+        source=source, table=table, normal=normal, priority=prio, ignored=tuple(ignored),
+        available_systems=_available_systems(raw.get("available_systems"), source, text),
+        **strat,
+    )
+
+
+def _read_mapping_doc(path: Path | None) -> tuple[dict, str, str]:
+    """``(the parsed JSON object, its text, where it came from)``."""
     if path is None:
-        text = resources.files("pipi.data").joinpath("galar_mapping.json").read_text("utf-8")
-        source = "pipi default mapping (pipi/data/galar_mapping.json)"
+        text = resources.files("pipi.data.staging").joinpath("galar_mapping.json").read_text(
+            "utf-8")
+        source = "pipi default mapping (pipi/data/staging/galar_mapping.json)"
     else:
         try:
             text = Path(path).read_text(encoding="utf-8-sig")
@@ -323,7 +340,11 @@ def load_mapping(path: Path | None = None) -> GalarMapping:
         raise DataError(f"{source}, line {exc.lineno}: not valid JSON ({exc.msg})") from None
     if not isinstance(doc, dict):
         raise DataError(f"{source}: expected a JSON object with '_galar_to_kvasir_mapping_table'")
+    return doc, text, source
 
+
+def _mapping_rows(doc: dict, source: str) -> tuple[list[tuple[str, str]], list[str]]:
+    """``(the (Galar column, class) rows as written, the keys not used)``."""
     rows: list[tuple[str, str]] = []
     ignored: list[str] = []
     table = doc.get("_galar_to_kvasir_mapping_table", [])
@@ -354,7 +375,12 @@ def load_mapping(path: Path | None = None) -> GalarMapping:
         log.info("%s: not used by pipi (informational): %s", source, ", ".join(ignored))
     if not rows:
         raise DataError(f"{source}: no mapping rows; add '_galar_to_kvasir_mapping_table'")
+    return rows, ignored
 
+
+def _checked_table(rows: list[tuple[str, str]], source: str,
+                   text: str) -> tuple[tuple[str, str], ...]:
+    """The mapping table: known columns and evaluable classes, each column once."""
     out: list[tuple[str, str]] = []
     seen: dict[str, str] = {}
     for g, k in rows:
@@ -383,8 +409,12 @@ def load_mapping(path: Path | None = None) -> GalarMapping:
         if col not in seen:
             seen[col] = cls
             out.append((col, cls))
+    return tuple(out)
 
-    normal = _normal_rule(doc.get("_normal_clean_mucosa_derivation"), source, text)
+
+def _stratification(doc: dict, source: str, text: str) -> dict:
+    """The :class:`GalarMapping` fields of ``_capsule_system_stratification`` but
+    ``available_systems``: the PillCam and Olympus subsets and the metadata.csv to read."""
     strat = doc.get("_capsule_system_stratification") or {}
     if not isinstance(strat, dict):
         raise DataError(f"{source}: _capsule_system_stratification must be an object")
@@ -405,9 +435,14 @@ def load_mapping(path: Path | None = None) -> GalarMapping:
     if not isinstance(csv_path, str) or Path(csv_path).is_absolute() or ".." in Path(csv_path).parts:
         raise DataError(f"{source}: metadata_csv_path must be a path inside the release, "
                         f"got {csv_path!r}")
+    return {"metadata_column": str(strat.get("metadata_column") or "Capsule System"),
+            "pillcam_subset": pill, "olympus_subset": oly, "pillcam_systems": pill_names,
+            "olympus_systems": oly_names, "metadata_csv_path": csv_path}
 
-    mapped = [k for _, k in out]
-    prio_raw = doc.get("_multilabel_priority", [])
+
+def _priority(prio_raw, mapped: list[str], source: str, text: str) -> tuple[str, ...]:
+    """``_multilabel_priority`` over the mapped classes; the ones it leaves out come after
+    it, in class-index order."""
     prio: list[str] = []
     for k in prio_raw if isinstance(prio_raw, list) else []:
         if not isinstance(k, str) or not is_known(k):
@@ -417,16 +452,8 @@ def load_mapping(path: Path | None = None) -> GalarMapping:
             )
         if canonical(k) in mapped and canonical(k) not in prio:
             prio.append(canonical(k))
-    # mapped classes the list leaves out come after it, in class-index order
     prio += [c for c in CLASSES if c in mapped and c not in prio]
-    return GalarMapping(
-        source=source, table=tuple(out), normal=normal,
-        metadata_column=str(strat.get("metadata_column") or "Capsule System"),
-        pillcam_subset=pill, olympus_subset=oly, priority=tuple(prio), ignored=tuple(ignored),
-        pillcam_systems=pill_names, olympus_systems=oly_names,
-        available_systems=_available_systems(strat.get("available_systems"), source, text),
-        metadata_csv_path=csv_path,
-    )
+    return tuple(prio)
 
 
 def column_roles(mapping: GalarMapping) -> dict[str, dict[str, str]]:

@@ -1,30 +1,30 @@
-"""Painters of the procedural frame renderer (:mod:`pipi.data.synth_render`).
+"""Painters of the procedural frame renderer (:mod:`pipi.data.synth.render`).
 
-Debris and bubbles, and one painter per finding (``_PAINTERS``, applied in ``_ORDER``), each
+Debris and bubbles, and one painter per finding (``PAINTERS``, applied in ``PAINT_ORDER``), each
 drawing its class signature into the albedo, shading and specular fields of a
-:mod:`pipi.data.synth_scene` painting context.
+:mod:`pipi.data.synth.scene` painting context.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from pipi.data.synth_scene import (
-    _ANGIO,
-    _BLOOD,
-    _CHYLE,
-    _CLOT,
-    _DEBRIS,
-    _ERYTHEMA,
-    _FIBRIN,
-    _HEMATIN,
-    _INFLAMED,
-    _METAL,
-    _PLASTIC,
-    _TURBID,
-    _blob,
-    _Ctx,
-    _mix,
+from pipi.data.synth.scene import (
+    ANGIO,
+    BLOOD,
+    CHYLE,
+    CLOT,
+    DEBRIS,
+    ERYTHEMA,
+    FIBRIN,
+    HEMATIN,
+    INFLAMED,
+    METAL,
+    PLASTIC,
+    TURBID,
+    PaintContext,
+    blob,
+    mix,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -32,25 +32,25 @@ from pipi.data.synth_scene import (
 # --------------------------------------------------------------------------------------------
 
 
-def _debris(c: _Ctx, lr: np.random.Generator, n: int, *, big: bool = False) -> None:
+def paint_debris(c: PaintContext, lr: np.random.Generator, n: int, *, big: bool = False) -> None:
     """Brown-green particles (food residue, faeces) floating on the mucosa."""
     cover = 0.0
     for _ in range(n):
         cx, cy = lr.uniform(-0.9, 0.9, 2)
         rad = lr.uniform(0.04, 0.16 if big else 0.09)
-        bl = _blob(c, cx, cy, rad, rad * lr.uniform(0.4, 1.0), lr.uniform(0, np.pi),
+        bl = blob(c, cx, cy, rad, rad * lr.uniform(0.4, 1.0), lr.uniform(0, np.pi),
                    rough=0.35, soft=0.25, field_name="mid2")
         if bl is None:
             continue
         win, m, _ = bl
-        tone = _DEBRIS * lr.uniform(0.7, 1.25)
-        _mix(c, win, m, tone)
+        tone = DEBRIS * lr.uniform(0.7, 1.25)
+        mix(c, win, m, tone)
         c.Sh[win] *= 1.0 - 0.25 * m * (0.5 + 0.5 * c.f["hi"][win])
         cover += float(m.sum())
     c.debris_cover += cover / c.side**2
 
 
-def _bubbles(c: _Ctx, lr: np.random.Generator, n: int, *, rmax: float = 0.14) -> None:
+def paint_bubbles(c: PaintContext, lr: np.random.Generator, n: int, *, rmax: float = 0.14) -> None:
     """Gas bubbles: a thin bright rim, a darker edge line, a specular dot; slightly milky."""
     specs = []
     for _ in range(n):
@@ -59,7 +59,7 @@ def _bubbles(c: _Ctx, lr: np.random.Generator, n: int, *, rmax: float = 0.14) ->
         specs.append((cx, cy, rad, lr.uniform(-0.6, -0.2), lr.uniform(-0.6, -0.2)))
         c.bubble_cover += np.pi * rad * rad / 4.0
 
-    def apply(c: _Ctx, img: np.ndarray) -> None:
+    def apply(c: PaintContext, img: np.ndarray) -> None:
         for cx, cy, rad, hx, hy in specs:
             win = c.window(cx, cy, rad * 1.15)
             if win is None:
@@ -88,10 +88,10 @@ def _central(lr: np.random.Generator, spread: float) -> tuple[float, float]:
     return float(lr.normal(0, spread)), float(lr.normal(0, spread))
 
 
-def _paint_blood_fresh(c: _Ctx, lr: np.random.Generator) -> None:
+def _paint_blood_fresh(c: PaintContext, lr: np.random.Generator) -> None:
     # A pool or stream of fresh blood covering a large central part of the view, in
     # blood-tinged luminal fluid that reddens the whole field.
-    c.A[:] = c.A * np.float32(1.0 - (w := lr.uniform(0.2, 0.4))) + _BLOOD * np.float32(w)
+    c.A[:] = c.A * np.float32(1.0 - (w := lr.uniform(0.2, 0.4))) + BLOOD * np.float32(w)
     cx, cy = _central(lr, 0.12)
     rx = lr.uniform(0.5, 0.8)
     parts = [(cx, cy, rx, rx * lr.uniform(0.6, 1.0), lr.uniform(0, np.pi))]
@@ -100,13 +100,13 @@ def _paint_blood_fresh(c: _Ctx, lr: np.random.Generator) -> None:
         parts.append((cx + 0.5 * rx * np.cos(ang), cy + 0.5 * rx * np.sin(ang),
                       lr.uniform(0.15, 0.35), lr.uniform(0.1, 0.25), ang))
     for px, py, ax, ay, th in parts:
-        bl = _blob(c, px, py, ax, ay, th, rough=0.3, soft=0.25)
+        bl = blob(c, px, py, ax, ay, th, rough=0.3, soft=0.25)
         if bl is None:
             continue
         win, m, _ = bl
         clot = np.clip(0.5 + 0.8 * c.f["mid2"][win], 0.0, 1.0)[..., None]
-        colour = _BLOOD * (1.0 - 0.6 * clot) + _CLOT * 0.6 * clot
-        _mix(c, win, m, colour)
+        colour = BLOOD * (1.0 - 0.6 * clot) + CLOT * 0.6 * clot
+        mix(c, win, m, colour)
         # A blood film hides the villi and reflects as a smooth wet surface.
         c.Sh[win] = c.Sh[win] * (1.0 - 0.6 * m) + 0.6 * m * (1.0 + 0.04 * c.f["lo"][win])
         c.spec[win] = np.maximum(
@@ -114,29 +114,29 @@ def _paint_blood_fresh(c: _Ctx, lr: np.random.Generator) -> None:
         c.lesion[win] = np.maximum(c.lesion[win], m)
 
 
-def _paint_hematin(c: _Ctx, lr: np.random.Generator) -> None:
+def _paint_hematin(c: PaintContext, lr: np.random.Generator) -> None:
     # Altered blood: dark brown-black clumps and coffee-ground speckles.
     cx, cy = _central(lr, 0.25)
     for _ in range(int(lr.integers(3, 8))):
         px, py = cx + lr.normal(0, 0.25), cy + lr.normal(0, 0.25)
         rad = lr.uniform(0.06, 0.22)
-        bl = _blob(c, px, py, rad, rad * lr.uniform(0.5, 1.0), lr.uniform(0, np.pi),
+        bl = blob(c, px, py, rad, rad * lr.uniform(0.5, 1.0), lr.uniform(0, np.pi),
                    rough=0.4, soft=0.3, field_name="mid2")
         if bl is None:
             continue
         win, m, _ = bl
         grain = np.clip(0.6 + 0.5 * c.f["hi"][win], 0.0, 1.0)[..., None]
-        _mix(c, win, m, _HEMATIN * (0.7 + 0.6 * grain))
+        mix(c, win, m, HEMATIN * (0.7 + 0.6 * grain))
         c.lesion[win] = np.maximum(c.lesion[win], m)
     # Speckles around the clumps.
-    bl = _blob(c, cx, cy, 0.6, 0.6, rough=0.2, soft=0.4)
+    bl = blob(c, cx, cy, 0.6, 0.6, rough=0.2, soft=0.4)
     if bl is not None:
         win, m, _ = bl
         sp = np.clip((c.f["spec"][win] - 1.0) / 0.3, 0.0, 1.0) * m
-        _mix(c, win, sp, _HEMATIN)
+        mix(c, win, sp, HEMATIN)
 
 
-def _paint_angiectasia(c: _Ctx, lr: np.random.Generator) -> None:
+def _paint_angiectasia(c: PaintContext, lr: np.random.Generator) -> None:
     # Flat, bright red vascular lesions (dilated capillaries) with fern-like margins and a
     # hyperaemic halo, in view at the centre (the capsule looks at what it finds).
     cx, cy = _central(lr, 0.12)
@@ -147,11 +147,11 @@ def _paint_angiectasia(c: _Ctx, lr: np.random.Generator) -> None:
         else:
             px, py = cx + lr.normal(0, 0.25), cy + lr.normal(0, 0.25)
             rad = lr.uniform(0.06, 0.16)
-        halo = _blob(c, px, py, rad * 1.7, rad * 1.7, rough=0.2, soft=0.8)
+        halo = blob(c, px, py, rad * 1.7, rad * 1.7, rough=0.2, soft=0.8)
         if halo is not None:
             win, m, _ = halo
-            _mix(c, win, m, _ERYTHEMA, strength=0.45)
-        bl = _blob(c, px, py, rad, rad * lr.uniform(0.6, 1.0), lr.uniform(0, np.pi),
+            mix(c, win, m, ERYTHEMA, strength=0.45)
+        bl = blob(c, px, py, rad, rad * lr.uniform(0.6, 1.0), lr.uniform(0, np.pi),
                    rough=0.3, soft=0.25)
         if bl is None:
             continue
@@ -162,33 +162,33 @@ def _paint_angiectasia(c: _Ctx, lr: np.random.Generator) -> None:
         fern *= np.clip(1.6 - d, 0.0, 1.0)
         mm = np.maximum(m, 0.8 * fern)
         core = np.clip(1.0 - d, 0.0, 1.0)[..., None]
-        colour = _ANGIO * (1.0 - 0.3 * core) + np.array([0.74, 0.10, 0.09], np.float32) * 0.3 * core
-        _mix(c, win, mm, colour)
+        colour = ANGIO * (1.0 - 0.3 * core) + np.array([0.74, 0.10, 0.09], np.float32) * 0.3 * core
+        mix(c, win, mm, colour)
         c.lesion[win] = np.maximum(c.lesion[win], m)
 
 
-def _paint_lymphangiectasia(c: _Ctx, lr: np.random.Generator) -> None:
+def _paint_lymphangiectasia(c: PaintContext, lr: np.random.Generator) -> None:
     # Dilated lacteals: scattered white/creamy villous spots; no haemoglobin.
     cx, cy = _central(lr, 0.2)
     spread = lr.uniform(0.35, 0.65)
-    region = _blob(c, cx, cy, spread * 1.2, spread * 1.2, rough=0.2, soft=0.6)
+    region = blob(c, cx, cy, spread * 1.2, spread * 1.2, rough=0.2, soft=0.6)
     if region is not None:
         win, m, _ = region
-        _mix(c, win, m, _CHYLE, strength=0.35)  # swollen, whitish villi
+        mix(c, win, m, CHYLE, strength=0.35)  # swollen, whitish villi
         c.lesion[win] = np.maximum(c.lesion[win], (m > 0.5).astype(np.float32))
     for _ in range(int(lr.integers(25, 70))):
         px, py = cx + lr.normal(0, spread * 0.6), cy + lr.normal(0, spread * 0.6)
         rad = lr.uniform(0.02, 0.06)
-        bl = _blob(c, px, py, rad, rad * lr.uniform(0.6, 1.0), lr.uniform(0, np.pi),
+        bl = blob(c, px, py, rad, rad * lr.uniform(0.6, 1.0), lr.uniform(0, np.pi),
                    rough=0.1, soft=0.4, field_name="hi")
         if bl is None:
             continue
         win, m, _ = bl
-        _mix(c, win, m, _CHYLE * lr.uniform(0.95, 1.03))
+        mix(c, win, m, CHYLE * lr.uniform(0.95, 1.03))
         c.Sh[win] *= 1.0 + 0.12 * m  # raised spots catch light
 
 
-def _paint_erosion(c: _Ctx, lr: np.random.Generator, *, ulcer: bool = False) -> None:
+def _paint_erosion(c: PaintContext, lr: np.random.Generator, *, ulcer: bool = False) -> None:
     # Mucosal break: white-yellow fibrin with a red inflamed rim (an ulcer is larger, deeper,
     # with a thicker rim and a wider erythematous halo).
     n = 1 if ulcer else int(lr.integers(1, 4))
@@ -200,38 +200,38 @@ def _paint_erosion(c: _Ctx, lr: np.random.Generator, *, ulcer: bool = False) -> 
         th = lr.uniform(0, np.pi)
         rim_w = 0.45 if ulcer else 0.35
         halo = 1 + rim_w + (0.6 if ulcer else 0.2)
-        outer = _blob(c, px, py, rad * halo, ry * halo, th, rough=0.15, soft=0.7)
+        outer = blob(c, px, py, rad * halo, ry * halo, th, rough=0.15, soft=0.7)
         if outer is not None:
             win, m, _ = outer
-            _mix(c, win, m, _ERYTHEMA, strength=0.4 if ulcer else 0.25)
-        rim = _blob(c, px, py, rad * (1 + rim_w), ry * (1 + rim_w), th, rough=0.2, soft=0.3)
+            mix(c, win, m, ERYTHEMA, strength=0.4 if ulcer else 0.25)
+        rim = blob(c, px, py, rad * (1 + rim_w), ry * (1 + rim_w), th, rough=0.2, soft=0.3)
         if rim is not None:
             win, m, _ = rim
-            _mix(c, win, m, _INFLAMED)
+            mix(c, win, m, INFLAMED)
             c.lesion[win] = np.maximum(c.lesion[win], m)
-        base = _blob(c, px, py, rad, ry, th, rough=0.25, soft=0.25)
+        base = blob(c, px, py, rad, ry, th, rough=0.25, soft=0.25)
         if base is not None:
             win, m, d = base
             slough = np.clip(0.5 + 0.4 * c.f["hi"][win], 0.0, 1.0)[..., None]
-            colour = _FIBRIN * (0.92 + 0.1 * slough)
-            _mix(c, win, m, colour)
+            colour = FIBRIN * (0.92 + 0.1 * slough)
+            mix(c, win, m, colour)
             if ulcer:  # crater: shadowed wall just inside the rim
                 c.Sh[win] *= 1.0 - 0.3 * np.exp(-(((d - 0.85) / 0.15) ** 2))
             c.Sh[win] = c.Sh[win] * (1.0 - 0.5 * m) + 0.5 * m  # flat, no villi
 
 
-def _paint_erythema(c: _Ctx, lr: np.random.Generator) -> None:
+def _paint_erythema(c: PaintContext, lr: np.random.Generator) -> None:
     # Diffuse, patchy redness of the mucosa (hyperaemia), villi intact.
     cx, cy = _central(lr, 0.25)
     for _ in range(int(lr.integers(1, 3))):
         rad = lr.uniform(0.35, 0.7)
-        bl = _blob(c, cx + lr.normal(0, 0.15), cy + lr.normal(0, 0.15), rad,
+        bl = blob(c, cx + lr.normal(0, 0.15), cy + lr.normal(0, 0.15), rad,
                    rad * lr.uniform(0.6, 1.0), lr.uniform(0, np.pi), rough=0.4, soft=0.6)
         if bl is None:
             continue
         win, m, _ = bl
         mott = np.clip(0.6 + 0.5 * c.f["mid2"][win], 0.2, 1.0)
-        _mix(c, win, m * mott, _ERYTHEMA, strength=0.8)
+        mix(c, win, m * mott, ERYTHEMA, strength=0.8)
         c.lesion[win] = np.maximum(c.lesion[win], (m > 0.5).astype(np.float32))
 
 
@@ -241,23 +241,23 @@ def _dome(d: np.ndarray) -> np.ndarray:
     return 0.55 + 0.45 * h
 
 
-def _paint_polyp(c: _Ctx, lr: np.random.Generator) -> None:
+def _paint_polyp(c: PaintContext, lr: np.random.Generator) -> None:
     # A raised, lobulated mass: dome shading, a contact shadow, a specular cap.
     cx, cy = _central(lr, 0.2)
     rad = lr.uniform(0.24, 0.4)
     ry = rad * lr.uniform(0.75, 1.0)
     th = lr.uniform(0, np.pi)
-    shadow = _blob(c, cx + 0.04, cy + 0.05, rad * 1.25, ry * 1.25, th, soft=0.5)
+    shadow = blob(c, cx + 0.04, cy + 0.05, rad * 1.25, ry * 1.25, th, soft=0.5)
     if shadow is not None:
         win, m, _ = shadow
         c.Sh[win] *= 1.0 - 0.4 * m
-    bl = _blob(c, cx, cy, rad, ry, th, rough=0.08, soft=0.15, field_name="mid2")
+    bl = blob(c, cx, cy, rad, ry, th, rough=0.08, soft=0.15, field_name="mid2")
     if bl is None:
         return
     win, m, d = bl
     lobes = 1.0 + 0.12 * c.f["mid2"][win]
     tone = c.A[win].mean(axis=(0, 1)) * np.array([1.03, 0.9, 0.88], np.float32)
-    _mix(c, win, m, tone)
+    mix(c, win, m, tone)
     shade = _dome(d) * lobes * (1.0 + 0.05 * c.f["hi"][win])
     c.Sh[win] = c.Sh[win] * (1.0 - m) + shade * m * 1.15
     hx, hy = cx - 0.35 * rad, cy - 0.35 * ry
@@ -266,7 +266,7 @@ def _paint_polyp(c: _Ctx, lr: np.random.Generator) -> None:
     c.lesion[win] = np.maximum(c.lesion[win], m)
 
 
-def _stadium(c: _Ctx, cx, cy, length, width, theta, extra=0.0):
+def _stadium(c: PaintContext, cx, cy, length, width, theta, extra=0.0):
     """Window, signed-distance-like ``q`` (<0 inside) and across-axis coordinate of a capsule."""
     win = c.window(cx, cy, length / 2 + width + extra)
     if win is None:
@@ -280,7 +280,7 @@ def _stadium(c: _Ctx, cx, cy, length, width, theta, extra=0.0):
     return win, q, b / (width / 2), a
 
 
-def _paint_foreign_body(c: _Ctx, lr: np.random.Generator) -> None:
+def _paint_foreign_body(c: PaintContext, lr: np.random.Generator) -> None:
     # A retained capsule (grey plastic, dark optical dome) or metallic clips.
     cx, cy = _central(lr, 0.2)
     th = lr.uniform(0, np.pi)
@@ -294,10 +294,10 @@ def _paint_foreign_body(c: _Ctx, lr: np.random.Generator) -> None:
         win, q, b, a = st
         m = np.clip(0.5 - q / px, 0.0, 1.0)
         cyl = np.sqrt(np.clip(1.0 - b * b, 0.0, 1.0))
-        colour = np.broadcast_to(_PLASTIC, m.shape + (3,)).copy()
+        colour = np.broadcast_to(PLASTIC, m.shape + (3,)).copy()
         dome = (a > length / 2 - width * 0.1)[..., None]
         colour = np.where(dome, np.array([0.25, 0.27, 0.3], np.float32), colour)
-        _mix(c, win, m, colour)
+        mix(c, win, m, colour)
         c.Sh[win] = c.Sh[win] * (1.0 - m) + m * (0.45 + 0.75 * cyl)
         stripe = np.exp(-(((b + 0.35) / 0.12) ** 2)) * m
         c.spec[win] = np.maximum(c.spec[win], stripe)
@@ -314,25 +314,25 @@ def _paint_foreign_body(c: _Ctx, lr: np.random.Generator) -> None:
             win, q, b, _ = st
             m = np.clip(0.5 - q / px, 0.0, 1.0)
             cyl = np.sqrt(np.clip(1.0 - b * b, 0.0, 1.0))
-            _mix(c, win, m, _METAL)
+            mix(c, win, m, METAL)
             c.Sh[win] = c.Sh[win] * (1.0 - m) + m * (0.35 + 0.9 * cyl)
             c.spec[win] = np.maximum(c.spec[win], m * np.exp(-(((b + 0.2) / 0.3) ** 2)))
             c.lesion[win] = np.maximum(c.lesion[win], m)
 
 
-def _paint_reduced_view(c: _Ctx, lr: np.random.Generator, *, severity: float = 1.0) -> None:
+def _paint_reduced_view(c: PaintContext, lr: np.random.Generator, *, severity: float = 1.0) -> None:
     # Turbid fluid, residue and bubbles hiding the mucosa; the scene is darker.
     f = c.f
     turbid = np.clip(0.55 + 0.35 * f["lo"] + 0.2 * f["mid"], 0.0, 1.0) * lr.uniform(0.5, 0.85)
     turbid = np.clip(turbid * severity, 0.0, 0.95)
-    c.A[:] = c.A * (1.0 - turbid[..., None]) + _TURBID * lr.uniform(0.8, 1.1) * turbid[..., None]
+    c.A[:] = c.A * (1.0 - turbid[..., None]) + TURBID * lr.uniform(0.8, 1.1) * turbid[..., None]
     c.Sh *= 1.0 - 0.3 * turbid
     c.exposure *= lr.uniform(0.4, 0.6) / max(severity, 1.0)
-    _debris(c, lr, int(lr.integers(8, 20) * severity), big=True)
-    _bubbles(c, lr, int(lr.integers(10, 30) * severity), rmax=0.16)
+    paint_debris(c, lr, int(lr.integers(8, 20) * severity), big=True)
+    paint_bubbles(c, lr, int(lr.integers(10, 30) * severity), rmax=0.16)
 
 
-def _paint_pylorus(c: _Ctx, lr: np.random.Generator) -> None:
+def _paint_pylorus(c: PaintContext, lr: np.random.Generator) -> None:
     # Antral view of the pyloric opening: a small dark central lumen, a muscular ring and
     # radial folds converging on it.
     cx, cy = _central(lr, 0.12)
@@ -349,7 +349,7 @@ def _paint_pylorus(c: _Ctx, lr: np.random.Generator) -> None:
     c.spec = np.maximum(c.spec, np.clip((c.f["spec"] - 1.6) / 0.4, 0.0, 1.0) * ring)
 
 
-def _paint_ileocecal_valve(c: _Ctx, lr: np.random.Generator) -> None:
+def _paint_ileocecal_valve(c: PaintContext, lr: np.random.Generator) -> None:
     # Two bulging, pale-yellow lips around a slit-like orifice.
     cx, cy = _central(lr, 0.15)
     th = lr.uniform(-0.5, 0.5)
@@ -358,42 +358,42 @@ def _paint_ileocecal_valve(c: _Ctx, lr: np.random.Generator) -> None:
     lip_tone = np.array([0.93, 0.76, 0.56], np.float32)
     for sgn in (-1.0, 1.0):
         off = sgn * w * lr.uniform(0.3, 0.4)
-        bl = _blob(c, cx - off * st, cy + off * ct, w, w * lr.uniform(0.3, 0.42), th,
+        bl = blob(c, cx - off * st, cy + off * ct, w, w * lr.uniform(0.3, 0.42), th,
                    rough=0.06, soft=0.2, field_name="mid2")
         if bl is None:
             continue
         win, m, d = bl
-        _mix(c, win, m, lip_tone, strength=0.6)
+        mix(c, win, m, lip_tone, strength=0.6)
         c.Sh[win] = c.Sh[win] * (1.0 - m) + m * _dome(d) * 1.15
-    slit = _blob(c, cx, cy, w * 0.8, w * lr.uniform(0.06, 0.12), th, rough=0.05, soft=0.3)
+    slit = blob(c, cx, cy, w * 0.8, w * lr.uniform(0.06, 0.12), th, rough=0.05, soft=0.3)
     if slit is not None:
         win, m, _ = slit
         c.Sh[win] *= 1.0 - 0.9 * m
 
 
-def _paint_ampulla(c: _Ctx, lr: np.random.Generator) -> None:
+def _paint_ampulla(c: PaintContext, lr: np.random.Generator) -> None:
     # Major duodenal papilla: a small nipple-like bump with a pinpoint orifice, under a
     # hooding longitudinal fold.
     cx, cy = _central(lr, 0.15)
     rad = lr.uniform(0.08, 0.14)
     th = lr.uniform(0, np.pi)
     nx, ny = -np.sin(th), np.cos(th)  # normal to the fold's long axis
-    fold = _blob(c, cx + 0.9 * rad * nx, cy + 0.9 * rad * ny, rad * 3.0, rad * 0.6, th,
+    fold = blob(c, cx + 0.9 * rad * nx, cy + 0.9 * rad * ny, rad * 3.0, rad * 0.6, th,
                  rough=0.05, soft=0.4)
     if fold is not None:
         win, m, d = fold
         c.Sh[win] = c.Sh[win] * (1.0 - m) + m * _dome(d) * 1.1
-    bl = _blob(c, cx, cy, rad, rad * 0.85, th, soft=0.2)
+    bl = blob(c, cx, cy, rad, rad * 0.85, th, soft=0.2)
     if bl is None:
         return
     win, m, d = bl
-    _mix(c, win, m, np.array([0.92, 0.62, 0.50], np.float32), strength=0.6)
+    mix(c, win, m, np.array([0.92, 0.62, 0.50], np.float32), strength=0.6)
     c.Sh[win] = c.Sh[win] * (1.0 - m) + m * _dome(d) * 1.2
     hole = np.clip((0.22 - d) / 0.08, 0.0, 1.0)
     c.Sh[win] *= 1.0 - 0.85 * hole
 
 
-def _paint_zline(c: _Ctx, lr: np.random.Generator) -> None:
+def _paint_zline(c: PaintContext, lr: np.random.Generator) -> None:
     # Squamocolumnar junction: pale oesophageal mucosa outside, red-orange gastric mucosa
     # inside an irregular ring around the lumen.
     cx, cy = _central(lr, 0.15)
@@ -405,12 +405,12 @@ def _paint_zline(c: _Ctx, lr: np.random.Generator) -> None:
     c.A[:] = c.A * (1.0 - inner[..., None]) + gastric * inner[..., None]
 
 
-def _paint_no_view(c: _Ctx, lr: np.random.Generator) -> None:
+def _paint_no_view(c: PaintContext, lr: np.random.Generator) -> None:
     _paint_reduced_view(c, lr, severity=1.6)
     c.exposure *= 0.5
 
 
-_PAINTERS = {
+PAINTERS = {
     "Angiectasia": _paint_angiectasia,
     "Blood - fresh": _paint_blood_fresh,
     "Blood - hematin": _paint_hematin,
@@ -428,7 +428,7 @@ _PAINTERS = {
     "no view": _paint_no_view,
 }
 # Geometry first (landmarks), then lesions on the mucosa, then what hides the mucosa.
-_ORDER = {
+PAINT_ORDER = {
     "Pylorus": 0, "Ileocecal valve": 0, "Ampulla of Vater": 0, "z-line": 0,
     "Reduced Mucosal View": 3, "no view": 3,
 }

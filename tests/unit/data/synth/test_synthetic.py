@@ -15,8 +15,8 @@ import torch
 from PIL import Image
 
 from pipi.classes import ANATOMY, CLASSES, PAPER_TRAIN_ONLY, RELEASE_FOLDERS
-from pipi.data import synth_render as R
-from pipi.data import synthetic as S
+from pipi.data import synth as S
+from pipi.data.synth import render as R
 from pipi.errors import ConfigError, DataError
 from pipi.prior import prior_channels
 
@@ -171,7 +171,7 @@ def test_kvasir_frames_come_in_consecutive_runs(kvasir_meta):
 
 
 def test_kvasir_split_puts_every_evaluable_class_in_val_and_test(kvasir_tiny):
-    from pipi.data.kvasir import random_video_split, read_metadata
+    from pipi.data.staging.kvasir import random_video_split, read_metadata
 
     meta = read_metadata(kvasir_tiny / "metadata.csv")
     for seed in (0, 1, 42):
@@ -233,7 +233,7 @@ def test_no_half_written_output_on_error(tmp_path, monkeypatch, which):
             raise RuntimeError("disk on fire")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(S.R, "render_frame", failing)
+    monkeypatch.setattr(R, "render_frame", failing)
     fn = S.synthesize_kvasir if which == "kvasir" else S.synthesize_galar
     out = tmp_path / "release"
     with pytest.raises(RuntimeError, match="disk on fire"):

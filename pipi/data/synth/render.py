@@ -1,4 +1,4 @@
-"""Procedural capsule-endoscopy frame renderer (numpy + PIL), used by :mod:`pipi.data.synthetic`.
+"""Procedural capsule-endoscopy frame renderer (numpy + PIL), used by :mod:`pipi.data.synth`.
 
 A frame is rendered in three layers, all vectorised numpy on ``(S, S)`` grids:
 
@@ -24,8 +24,8 @@ erythema) absorbs green and blue, so those regions have a high red share; hemati
 brown-black; lymphangiectasia, fibrin, bubbles and highlights are white or cream (low red
 share); bile is yellow-green.
 
-The scene primitives live in :mod:`pipi.data.synth_scene`, the debris, bubble and finding
-painters in :mod:`pipi.data.synth_paint`; this module lays down the base mucosa and renders.
+The scene primitives live in :mod:`pipi.data.synth.scene`, the debris, bubble and finding
+painters in :mod:`pipi.data.synth.paint`; this module lays down the base mucosa and renders.
 """
 
 from __future__ import annotations
@@ -36,18 +36,18 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageFilter
 
-from pipi.data.synth_paint import _ORDER, _PAINTERS, _bubbles, _debris
-from pipi.data.synth_scene import (
-    _BILE,
-    _FINDING_CODE,
-    _SHADOW_EXP,
+from pipi.data.synth.paint import PAINT_ORDER, PAINTERS, paint_bubbles, paint_debris
+from pipi.data.synth.scene import (
+    BILE,
+    FINDING_CODE,
     FINDINGS,
     OPTICS,
     SECTIONS,
+    SHADOW_EXP,
     Look,
     Optics,
+    PaintContext,
     Scene,
-    _Ctx,
     new_scene,
     random_look,
 )
@@ -79,7 +79,7 @@ _SECTION_TINT = {
 }
 
 
-def _base(c: _Ctx, scene: Scene, look: Look) -> None:
+def _base(c: PaintContext, scene: Scene, look: Look) -> None:
     """Mucosal albedo, villous relief, folds and lumen."""
     f = c.f
     sec = scene.section
@@ -127,7 +127,7 @@ def _base(c: _Ctx, scene: Scene, look: Look) -> None:
     # Bile staining: yellow-green film where the bile field is high.
     b = np.clip((f["bile"] - (1.3 - 1.2 * look.bile)) / 0.8, 0.0, 1.0) * 0.75
     if sec in ("small intestine", "colon"):
-        c.A[:] = c.A * (1.0 - b[..., None]) + _BILE * b[..., None]
+        c.A[:] = c.A * (1.0 - b[..., None]) + BILE * b[..., None]
 
     # Specular spots on wet crests (no albedo: added after lighting).
     c.spec = np.maximum(c.spec, np.clip((f["spec"] - 2.4) / 0.5, 0.0, 1.0) * (c.Sh > 0.85))
@@ -179,23 +179,23 @@ def render_frame(
     -------
     Rendered
     """
-    unknown = [f for f in findings if f not in _FINDING_CODE]
+    unknown = [f for f in findings if f not in FINDING_CODE]
     if unknown:
         raise ValueError(f"unknown finding(s) {unknown}; known: {list(FINDINGS)}")
-    c = _Ctx(scene, t)
+    c = PaintContext(scene, t)
     _base(c, scene, look)
     base_rng = np.random.default_rng([scene.layout_seed, 0])
     n_debris = int(base_rng.poisson(look.debris * (1.6 if scene.section == "colon" else 0.6)))
-    _debris(c, base_rng, n_debris)
-    for fnd in sorted(findings, key=lambda f: _ORDER.get(f, 1)):
-        painter = _PAINTERS.get(fnd)
+    paint_debris(c, base_rng, n_debris)
+    for fnd in sorted(findings, key=lambda f: PAINT_ORDER.get(f, 1)):
+        painter = PAINTERS.get(fnd)
         if painter is not None:
-            lr = np.random.default_rng([scene.layout_seed, _FINDING_CODE[fnd]])
+            lr = np.random.default_rng([scene.layout_seed, FINDING_CODE[fnd]])
             painter(c, lr)
     clean = "Normal clean mucosa" in findings
     n_bub = int(base_rng.poisson(look.bubbles * (0.5 if clean else 1.0)))
     if n_bub:
-        _bubbles(c, base_rng, n_bub)
+        paint_bubbles(c, base_rng, n_bub)
 
     # Light transport: per-channel radial decay (red travels furthest), exposure, flicker.
     s = c.side
@@ -209,7 +209,7 @@ def render_frame(
     gain = look.brightness * c.exposure * (1.0 + 0.03 * rng.standard_normal())
     # Inter-reflections inside folds and the lumen are redder (each bounce off the mucosa
     # filters the light again): shade each channel with its own exponent, red the softest.
-    sh = np.clip(c.Sh, 1e-4, None)[..., None] ** _SHADOW_EXP
+    sh = np.clip(c.Sh, 1e-4, None)[..., None] ** SHADOW_EXP
     img = c.A * (sh * illum) * np.float32(gain)
     spec = np.clip(c.spec, 0.0, 1.0)[..., None] * np.exp(-rr[..., None] / 1.5)
     img = img * (1.0 - spec) + spec

@@ -18,7 +18,7 @@ import pytest
 from PIL import Image
 
 from pipi.classes import ANATOMY, CLASSES, OFFICIAL_SPLIT_LABELS, canonical, class_index
-from pipi.data.kvasir import coverage_gaps, read_metadata, stage_kvasir
+from pipi.data.staging.kvasir import coverage_gaps, read_metadata, stage_kvasir
 from pipi.errors import DataError
 
 HEADER = "filename;video_id;frame_number;finding_category;finding_class;x1;y1;x2;y2;x3;y3;x4;y4"

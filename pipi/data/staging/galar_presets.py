@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from pipi.classes import class_index
-from pipi.data.galar_release import parse_video_spec
+from pipi.data.staging.galar_release import parse_video_spec
 from pipi.errors import DataError
 
 __all__ = ["GALAR_PRESETS", "SAMPLE_RULES", "GalarPreset", "resolve_preset", "sample_frames"]

@@ -10,57 +10,57 @@ class folders or one ``.tar.gz`` per class inside) and its ``metadata.csv``. Out
     OUT/counts.md        the per-class, per-split table (paper Table 1 shape), see count_table
 
 The split (``split``): an explicit ``split_manifest`` wins; otherwise ``"auto"`` (the default)
-takes the paper's split (:mod:`pipi.data.kvasir_paper`) when the staged videos are the
+takes the paper's split (:mod:`pipi.data.staging.kvasir_paper`) when the staged videos are the
 release's 43 labelled videos with the paper's 13 val/test ids among them, and the seeded
 search (:func:`random_video_split`) for any other data; ``"paper"`` and ``"random"`` force one.
 
 Everything is written into a temporary directory beside ``OUT`` and renamed into place at
-the end, so a failure leaves nothing half-written.
-
-Hashes (recomputable by anyone, see ``split_sha256`` and ``data_digest``):
-
-* ``content_sha256`` = SHA-256 of the UTF-8 bytes of
-  ``json.dumps(video_to_split, sort_keys=True, separators=(",", ":"))``: the split
-  assignment alone.
-* ``data_digest`` = SHA-256 of the UTF-8 lines ``"<relpath>\\t<class>\\t<sha256 of file>\\n"``
-  over the sorted frame index, prefixed by the line ``"split:<content_sha256>\\n"``: changes
-  whenever the split, the labels or any image byte changes. Caches and run pairing key on it.
+the end, so a failure leaves nothing half-written. The frame index, its hashes
+(``content_sha256``, ``data_digest``) and the count table are the staged format of
+:mod:`pipi.data.staging.common`.
 """
 
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 import logging
 import math
 import os
-import shutil
 import tarfile
 import zipfile
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from PIL import Image
 from tqdm.auto import tqdm
 
 from pipi.classes import ANATOMY, CLASSES, canonical, class_index, is_known
-from pipi.data.kvasir_paper import paper_split, paper_split_applies, paper_video_split
+from pipi.data.staging.common import (
+    FRAME_COLUMNS,
+    SCHEMA_VERSION,
+    SPLITS,
+    StageResult,
+    check_link,
+    check_out,
+    compute_data_digest,
+    count_table,
+    format_count_table,
+    hash_images,
+    place,
+    read_metadata_text,
+    split_sha256,
+    staging_area,
+    write_index,
+)
+from pipi.data.staging.kvasir_paper import paper_split, paper_split_applies, paper_video_split
 from pipi.errors import DataError
-from pipi.paths import staging_dir
+from pipi.paths import publish_dir
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
-SPLITS = ("train", "val", "test")
 REQUIRED_COLUMNS = ("filename", "video_id", "frame_number", "finding_class")
-FRAME_COLUMNS = (
-    "path", "filename", "class", "class_index", "video_id", "frame_number", "split", "multilabel",
-)
 #: A class seen in fewer videos than this is train-only: the videos holding it are pinned to
 #: train (the paper's three single-video classes). Every other class is evaluable.
 MIN_VIDEOS_FOR_EVAL = 2
@@ -77,33 +77,6 @@ PRIMARY_RULE = ("a frame with several classes counts once, toward its primary cl
                 "then the class of its first metadata.csv row")
 
 
-@dataclass(frozen=True)
-class StageResult:
-    out: Path
-    manifest: dict
-    frames: pd.DataFrame
-    counts: pd.DataFrame
-
-    @property
-    def data_digest(self) -> str:
-        return self.manifest["data_digest"]
-
-
-# --------------------------------------------------------------------------- hashes
-def split_sha256(video_to_split: dict[str, str]) -> str:
-    """SHA-256 of the canonical JSON of a {video_id: split} assignment."""
-    blob = json.dumps(video_to_split, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
-
-
-def compute_data_digest(content_sha256: str, rows: list[tuple[str, str, str]]) -> str:
-    """Digest of split + (relpath, class, file sha256) rows; see the module docstring."""
-    h = hashlib.sha256(f"split:{content_sha256}\n".encode())
-    for relpath, cls, fsha in sorted(rows):
-        h.update(f"{relpath}\t{cls}\t{fsha}\n".encode())
-    return h.hexdigest()
-
-
 # --------------------------------------------------------------------------- metadata
 def read_metadata(path: Path) -> pd.DataFrame:
     """Read metadata.csv (delimiter sniffed) into unique (filename, class) rows.
@@ -111,14 +84,7 @@ def read_metadata(path: Path) -> pd.DataFrame:
     Returns columns filename, video_id, frame_number, class, row (1-based CSV line).
     """
     path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: metadata file not found")
-    text = path.read_text(encoding="utf-8-sig", errors="replace")
-    first = text.splitlines()[0] if text.strip() else ""
-    try:
-        delim = csv.Sniffer().sniff(first, delimiters=";,\t").delimiter
-    except csv.Error:
-        delim = ";"
+    text, delim = read_metadata_text(path, default=";", missing="metadata file not found")
     reader = csv.DictReader(io.StringIO(text), delimiter=delim)
     cols = [c.strip() for c in (reader.fieldnames or [])]
     missing = [c for c in REQUIRED_COLUMNS if c not in cols]
@@ -185,17 +151,6 @@ def index_image_folders(root: Path) -> dict[tuple[str, str], Path]:
             if f.lower().endswith((".jpg", ".jpeg", ".png")):
                 found.setdefault((cls, f), Path(dirpath) / f)
     return found
-
-
-def _check_image(path: Path) -> str:
-    """Fully decode an image (catches truncated/corrupt JPEGs) and return its SHA-256."""
-    data = path.read_bytes()
-    try:
-        with Image.open(io.BytesIO(data)) as im:
-            im.load()
-    except Exception as exc:  # PIL raises many types for corrupt data
-        raise DataError(f"{path}: unreadable or corrupt image ({exc})") from None
-    return hashlib.sha256(data).hexdigest()
 
 
 # --------------------------------------------------------------------------- split
@@ -317,59 +272,7 @@ def primary_rows(meta: pd.DataFrame) -> pd.Series:
     return rank == rank.groupby(meta["filename"]).transform("min")
 
 
-PER_CLASS = tuple(f"{s}_per_class" for s in SPLITS)
-
-
-def count_table(frames: pd.DataFrame) -> pd.DataFrame:
-    """Per-class, per-split frame counts under both conventions.
-
-    Columns ``train``/``val``/``test``: each frame once, on its ``primary`` row (the paper's
-    Table convention; every row counts where ``frames`` has no ``primary`` column).
-    Columns ``train_per_class``/...: one per (frame, class) row, so a multilabel frame counts
-    once per class (pipi's frame index). The ``Total`` row counts frames in both.
-    """
-    def table(rows: pd.DataFrame) -> pd.DataFrame:
-        return (rows.groupby(["class", "split"]).size().unstack("split")
-                .reindex(index=list(CLASSES), columns=list(SPLITS)).fillna(0).astype(int))
-
-    prim = frames[frames["primary"]] if "primary" in frames else frames
-    t = pd.concat([table(prim), table(frames).set_axis(list(PER_CLASS), axis=1)], axis=1)
-    n = frames.groupby("split")["filename"].nunique().reindex(list(SPLITS)).fillna(0).astype(int)
-    t.loc["Total"] = list(n) * 2
-    t.index.name = "Class"
-    return t
-
-
-def format_count_table(counts: pd.DataFrame, rule: str = PRIMARY_RULE) -> str:
-    """Markdown table in the shape of the paper's Table 1 (Class | Train | Val | Test), the
-    per-(frame, class) counts beside it, and the counting rule under it."""
-    head = "| Class | Train | Val | Test | Train (per class) | Val (per class) | Test (per class) |"
-    lines = [head, "|---|---:|---:|---:|---:|---:|---:|"]
-    for cls, row in counts.iterrows():
-        name = "**Total (frames)**" if cls == "Total" else cls
-        cells = " | ".join(f"{row[c]:,}" for c in (*SPLITS, *PER_CLASS))
-        lines.append(f"| {name} | {cells} |")
-    note = (f"Train/Val/Test: the paper's convention, {rule}. (per class): a frame counts once "
-            "in each of its classes (pipi's frame index). Total: frames.")
-    lines += ["", note]
-    return "\n".join(lines) + "\n"
-
-
 # --------------------------------------------------------------------------- staging
-def _place(src: Path, dst: Path, link: str) -> None:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    if link == "hardlink":
-        try:
-            os.link(src, dst)
-            return
-        except OSError:  # cross-device: fall back to a copy
-            pass
-    elif link == "symlink":
-        os.symlink(src.resolve(), dst)
-        return
-    shutil.copy2(src, dst)
-
-
 def stage_kvasir(
     images: Path,
     metadata: Path,
@@ -384,123 +287,110 @@ def stage_kvasir(
 ) -> StageResult:
     """Stage a Kvasir-Capsule release; see the module docstring for the layout."""
     images, metadata, out = Path(images), Path(metadata), Path(out)
-    if link not in ("hardlink", "symlink", "copy"):
-        raise DataError(f"link must be hardlink, symlink or copy, got {link!r}")
+    check_link(link)
     if split not in SPLIT_RULES:
         raise DataError(f"split must be one of {list(SPLIT_RULES)}, got {split!r}")
-    if out.exists() and any(out.iterdir()):
-        raise DataError(f"{out}: output folder exists and is not empty; choose a new --out")
+    check_out(out)
     if not images.exists():
         raise DataError(f"{images}: image folder or zip not found")
     meta = read_metadata(metadata)
-    tmp = staging_dir(out)
-    try:
+    with staging_area(out) as tmp:
         src_root = images
         if images.is_file():
             src_root = _extract_archive(images, tmp / "_source")
             if link == "symlink":
                 link = "hardlink"  # the extracted copy is temporary
-        found = index_image_folders(src_root)
-
-        # Every (frame, class) row must have its image in that class's folder.
-        paths = []
-        for r in meta.itertuples(index=False):
-            p = found.get((r[3], r.filename))
-            if p is None:
-                folder = [k for k in found if k[1] == r.filename]
-                where = f" (found only under class folder(s) {[k[0] for k in folder]})" if folder else ""
-                raise DataError(
-                    f"{metadata}, line {r.row}: listed image {r.filename!r} of class "
-                    f"{r[3]!r} is missing from {images}{where}"
-                )
-            paths.append(p)
-        meta["src"] = paths
-
-        videos = set(meta["video_id"])
-        split_record: dict = {"split_rule": split}
-        if split_manifest is not None:
-            v2s = load_split_manifest(split_manifest)
-            _check_manifest_covers(v2s, videos, str(split_manifest))
-            source = str(split_manifest)
-        elif split == "paper" or split == "auto" and paper_split_applies(videos):
-            v2s = paper_video_split(videos, str(metadata))
-            source = "paper"
-            ps = paper_split()
-            split_record["split_provenance"] = {"file": ps.source, "text": list(ps.provenance)}
-        else:
-            v2s = random_video_split(meta, seed=seed)
-            source = f"random(seed={seed})"
-        split_record["coverage_gaps"] = [list(p) for p in coverage_gaps(meta, v2s)]
-        log.info("split: %s", source)
-        content = split_sha256(v2s)
-
-        n_per_file = meta.groupby("filename")["class"].transform("size")
-        meta["multilabel"] = n_per_file > 1
-        meta["primary"] = primary_rows(meta)
-        meta["split"] = meta["video_id"].map(v2s)
-        meta["path"] = [f"{s}/{c}/{f}" for s, c, f in zip(meta["split"], meta["class"], meta["filename"])]
-        meta["class_index"] = [class_index(c) for c in meta["class"]]
-
-        unique_src = list(dict.fromkeys(meta["src"]))
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            shas = dict(zip(unique_src, tqdm(
-                pool.map(_check_image, unique_src), total=len(unique_src),
-                desc="verify images", unit="img", disable=not progress,
-            )))
+        meta["src"] = _find_images(meta, index_image_folders(src_root), images, metadata)
+        v2s, split_record = _choose_split(meta, split_manifest, split, seed, metadata)
+        _index_rows(meta, v2s)
+        shas = hash_images(meta["src"], workers=workers, progress=progress)
         stage_dir = tmp / "staged"
         for r in tqdm(meta.itertuples(index=False), total=len(meta), desc="stage",
                       unit="img", disable=not progress):
-            _place(r.src, stage_dir / r.path, link)
-
+            place(r.src, stage_dir / r.path, link)
         frames = (
             meta.sort_values(["split", "class_index", "video_id", "frame_number"])
             .reset_index(drop=True)[list(FRAME_COLUMNS)]
         )
         frames["frame_number"] = frames["frame_number"].astype("int64")
         counts = count_table(meta)
-        digest = compute_data_digest(
-            content, [(p, c, shas[s]) for p, c, s in zip(meta["path"], meta["class"], meta["src"])]
-        )
-        manifest = {
-            "schema_version": SCHEMA_VERSION,
-            "dataset": "kvasir-capsule",
-            "video_to_split": v2s,
-            "content_sha256": content,
-            "data_digest": digest,
-            "split_source": source,
-            **split_record,
-            "seed": seed,
-            "classes": list(CLASSES),
-            "counts": {s: {c: int(counts.loc[c, s]) for c in CLASSES} for s in SPLITS},
-            "counts_per_class": {s: {c: int(counts.loc[c, f"{s}_per_class"]) for c in CLASSES}
-                                 for s in SPLITS},
-            "count_rule": f"counts: {PRIMARY_RULE}; counts_per_class: once per (frame, class); "
-                          "n_frames: frames",
-            "videos": {s: sorted(v for v, x in v2s.items() if x == s) for s in SPLITS},
-            # frames, not (frame, class) rows: a multilabel frame is one frame
-            "n_frames": {s: int(meta.loc[meta["split"] == s, "filename"].nunique())
-                         for s in SPLITS},
-            "multilabel_frames": sorted(meta.loc[meta["multilabel"], "filename"].unique().tolist()),
-        }
-        frames.to_parquet(stage_dir / "frames.parquet", index=False)
-        (stage_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-        (stage_dir / "counts.md").write_text(format_count_table(counts))
-        counts.to_csv(stage_dir / "counts.csv")
-        if out.exists():
-            out.rmdir()
-        os.replace(stage_dir, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        manifest = _manifest(meta, v2s, split_record, shas, counts, seed)
+        write_index(stage_dir, frames, manifest, counts, format_count_table(counts, PRIMARY_RULE))
+        publish_dir(stage_dir, out)
     return StageResult(out=out, manifest=manifest, frames=frames, counts=counts)
 
 
-def load_staged(root: Path) -> tuple[pd.DataFrame, dict]:
-    """Read a staged folder's frame index and manifest, with clear errors."""
-    root = Path(root)
-    idx, man = root / "frames.parquet", root / "manifest.json"
-    if not idx.is_file() or not man.is_file():
-        raise DataError(
-            f"{root}: not a staged dataset (frames.parquet and manifest.json expected); "
-            "run `pipi stage kvasir ...` or `mlflow run . -e stage` first"
-        )
-    return pd.read_parquet(idx), json.loads(man.read_text())
+def _find_images(meta: pd.DataFrame, found: dict[tuple[str, str], Path], images: Path,
+                 metadata: Path) -> list[Path]:
+    """The image of every (frame, class) row, which must be in that class's folder."""
+    paths = []
+    for r in meta.itertuples(index=False):
+        p = found.get((r[3], r.filename))
+        if p is None:
+            folder = [k for k in found if k[1] == r.filename]
+            where = f" (found only under class folder(s) {[k[0] for k in folder]})" if folder else ""
+            raise DataError(
+                f"{metadata}, line {r.row}: listed image {r.filename!r} of class "
+                f"{r[3]!r} is missing from {images}{where}"
+            )
+        paths.append(p)
+    return paths
+
+
+def _choose_split(meta: pd.DataFrame, split_manifest: Path | None, split: str, seed: int,
+                  metadata: Path) -> tuple[dict[str, str], dict]:
+    """``(video_to_split, the manifest's split fields)`` under the ``split`` rule."""
+    videos = set(meta["video_id"])
+    split_record: dict = {"split_rule": split}
+    if split_manifest is not None:
+        v2s = load_split_manifest(split_manifest)
+        _check_manifest_covers(v2s, videos, str(split_manifest))
+        source = str(split_manifest)
+    elif split == "paper" or split == "auto" and paper_split_applies(videos):
+        v2s = paper_video_split(videos, str(metadata))
+        source = "paper"
+        ps = paper_split()
+        split_record["split_provenance"] = {"file": ps.source, "text": list(ps.provenance)}
+    else:
+        v2s = random_video_split(meta, seed=seed)
+        source = f"random(seed={seed})"
+    split_record["coverage_gaps"] = [list(p) for p in coverage_gaps(meta, v2s)]
+    log.info("split: %s", source)
+    return v2s, {"split_source": source, **split_record}
+
+
+def _index_rows(meta: pd.DataFrame, v2s: dict[str, str]) -> None:
+    """Add the frame index's columns to ``meta`` (in place)."""
+    n_per_file = meta.groupby("filename")["class"].transform("size")
+    meta["multilabel"] = n_per_file > 1
+    meta["primary"] = primary_rows(meta)
+    meta["split"] = meta["video_id"].map(v2s)
+    meta["path"] = [f"{s}/{c}/{f}" for s, c, f in zip(meta["split"], meta["class"], meta["filename"])]
+    meta["class_index"] = [class_index(c) for c in meta["class"]]
+
+
+def _manifest(meta: pd.DataFrame, v2s: dict[str, str], split_record: dict,
+              shas: dict[Path, str], counts: pd.DataFrame, seed: int) -> dict:
+    content = split_sha256(v2s)
+    digest = compute_data_digest(
+        content, [(p, c, shas[s]) for p, c, s in zip(meta["path"], meta["class"], meta["src"])]
+    )
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "dataset": "kvasir-capsule",
+        "video_to_split": v2s,
+        "content_sha256": content,
+        "data_digest": digest,
+        **split_record,
+        "seed": seed,
+        "classes": list(CLASSES),
+        "counts": {s: {c: int(counts.loc[c, s]) for c in CLASSES} for s in SPLITS},
+        "counts_per_class": {s: {c: int(counts.loc[c, f"{s}_per_class"]) for c in CLASSES}
+                             for s in SPLITS},
+        "count_rule": f"counts: {PRIMARY_RULE}; counts_per_class: once per (frame, class); "
+                      "n_frames: frames",
+        "videos": {s: sorted(v for v, x in v2s.items() if x == s) for s in SPLITS},
+        # frames, not (frame, class) rows: a multilabel frame is one frame
+        "n_frames": {s: int(meta.loc[meta["split"] == s, "filename"].nunique()) for s in SPLITS},
+        "multilabel_frames": sorted(meta.loc[meta["multilabel"], "filename"].unique().tolist()),
+    }

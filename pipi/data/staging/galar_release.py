@@ -1,7 +1,7 @@
 """The Galar release on disk: metadata.csv, the label-file index, video selection, vendor
 folds and frame images (``Frames/<id or %03d>/frame_<frame:06d>.PNG``, PNG or JPEG).
 
-Helpers of :func:`pipi.data.galar.stage_galar`; every error names the file and line.
+Helpers of :func:`pipi.data.staging.galar.stage_galar`; every error names the file and line.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipi.data.galar_labelfile import LabelTable, line_of_row
-from pipi.data.galar_mapping import GalarMapping
+from pipi.data.staging.common import read_metadata_text
+from pipi.data.staging.galar_labelfile import LabelTable, line_of_row
+from pipi.data.staging.galar_mapping import GalarMapping
 from pipi.errors import DataError
 
 __all__ = [
@@ -74,14 +75,8 @@ def read_galar_metadata(path: Path, *, system_column: str = "Capsule System") ->
     ignored.
     """
     path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: metadata file not found; a Galar release has ROOT/metadata.csv")
-    text = path.read_text(encoding="utf-8-sig", errors="replace")
-    first = text.splitlines()[0] if text.strip() else ""
-    try:
-        delim = csv.Sniffer().sniff(first, delimiters=",;\t").delimiter
-    except csv.Error:
-        delim = ","
+    text, delim = read_metadata_text(
+        path, default=",", missing="metadata file not found; a Galar release has ROOT/metadata.csv")
     reader = csv.reader(io.StringIO(text), delimiter=delim)
     header = [c.strip() for c in next(reader, [])]
     missing = [c for c in ("File Name", system_column) if c not in header]

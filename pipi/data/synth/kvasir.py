@@ -1,49 +1,11 @@
-"""Synthetic capsule-endoscopy releases in the exact on-disk formats of the real ones.
-
-Nobody running pipi needs the real data to try it: ``synthesize_kvasir`` writes a
-Kvasir-Capsule-format release and ``synthesize_galar`` a Galar-format one (formats in
-``reference/datasets.md``), rendered by :mod:`pipi.data.synth_render`. The Galar writer
-lives in :mod:`pipi.data.synth_galar`, the pieces both writers share in
-:mod:`pipi.data.synth_common`; everything public is importable from here.
-
-Kvasir-Capsule format::
-
-    OUT/labelled_images/<class folder, cased as in the real zip>/<16-hex video id>_<frame>.jpg
-    OUT/metadata.csv   semicolon-delimited, header
-                       filename;video_id;frame_number;finding_category;finding_class;x1;...;y4
-
-Galar format::
-
-    OUT/metadata.csv          File Name, Capsule System, Gender, Age (one row per video)
-    OUT/Labels/<id>.csv       one row per frame, 27 columns (or 32 with the technical ones)
-    OUT/Frames/<id or %03d>/frame_<frame:06d>.PNG
-
-Design of the data (what downstream code may rely on):
-
-* **Videos are patients.** Each video has its own appearance (mucosa colour, brightness,
-  villus scale, bile, debris, bubbles). Frames of a video come in *segments*: runs of
-  consecutive frame numbers showing one finding on one drifting scene, separated by gaps (or
-  not), so temporal windows carry information.
-* **Class balance** follows the shape of the paper's count table (Normal dominant; Ampulla of
-  Vater, Blood - hematin and Polyp each in a single video), compressed so that every one of
-  the 11 evaluable classes lives in at least ``MIN_VIDEOS_PER_CLASS`` videos and a seeded
-  patient-disjoint 70/15/15 split can put positives of each in validation and test.
-* **Multilabel frames**: a few frames carry an anatomical landmark and a finding (e.g.
-  Pylorus + Erosion), listed on two metadata rows and stored in both class folders, as in the
-  real release.
-* **Determinism**: the plan comes from one generator seeded by ``seed``; each video is
-  rendered from its own generator seeded by ``(seed, video index)``, so the bytes do not
-  depend on the number of worker processes.
-* **Atomic output**: everything is written into a temporary directory beside ``out`` and
-  renamed into place at the end; a non-empty ``out`` is never touched.
-"""
+"""Kvasir-Capsule-format synthetic release (``synthesize_kvasir``; formats and design in
+:mod:`pipi.data.synth`)."""
 
 from __future__ import annotations
 
 import csv
 import io
 import logging
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,44 +13,23 @@ import numpy as np
 from PIL import Image
 
 from pipi.classes import ANATOMY, CLASSES, RELEASE_FOLDERS
-from pipi.data import synth_render as R
-from pipi.data.synth_common import (
-    _SEED_PLAN,
-    _SEED_VIDEO,
+from pipi.data.synth import render as R
+from pipi.data.synth.common import (
+    SEED_PLAN,
+    SEED_VIDEO,
     SynthPreset,
-    _prepare_out,
-    _publish,
-    _resolve,
-    _run_jobs,
-    _split_lengths,
-    _video_rng,
-    _workers,
-)
-from pipi.data.synth_galar import (
-    GALAR_CAPSULE_SYSTEMS,
-    GALAR_HEADER_27,
-    GALAR_HEADER_32,
-    GALAR_PRESETS,
-    GALAR_TO_KVASIR,
-    synthesize_galar,
+    release_dir,
+    resolve_preset,
+    run_jobs,
+    split_lengths,
+    video_rng,
+    worker_count,
 )
 from pipi.errors import ConfigError
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("pipi.data.synth")  # one logger for both writers
 
-__all__ = [
-    "GALAR_CAPSULE_SYSTEMS",
-    "GALAR_HEADER_27",
-    "GALAR_HEADER_32",
-    "GALAR_PRESETS",
-    "GALAR_TO_KVASIR",
-    "KVASIR_HEADER",
-    "KVASIR_PRESETS",
-    "MIN_VIDEOS_PER_CLASS",
-    "SynthPreset",
-    "synthesize_galar",
-    "synthesize_kvasir",
-]
+__all__ = ["KVASIR_HEADER", "KVASIR_PRESETS", "MIN_VIDEOS_PER_CLASS", "synthesize_kvasir"]
 
 
 #: Kvasir-format presets: ``tiny`` for tests (seconds), ``demo`` the embedded default data
@@ -155,7 +96,7 @@ class _KvasirVideo:
 
 
 def _plan_kvasir(cfg: SynthPreset, seed: int) -> list[_KvasirVideo]:
-    rng = np.random.default_rng(np.random.SeedSequence([int(seed), _SEED_PLAN, 1]))
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed), SEED_PLAN, 1]))
     n, fpv = cfg.videos, cfg.frames_per_video
     scale = fpv / 84.0
     members: dict[str, set[int]] = {}
@@ -188,7 +129,7 @@ def _plan_kvasir(cfg: SynthPreset, seed: int) -> list[_KvasirVideo]:
         middle = [f for f in found if f not in head and f not in tail]
         rng.shuffle(middle)
         head.sort(key=lambda f: f[0] != "Pylorus")
-        chunks = _split_lengths(rng, normal, len(middle) + 1, 2)
+        chunks = split_lengths(rng, normal, len(middle) + 1, 2)
         order: list[tuple[str, int]] = list(head)
         for i, f in enumerate(middle):
             if i < len(chunks):
@@ -236,7 +177,7 @@ def _render_kvasir_video(job: tuple) -> list[list[str]]:
     """Render and write one video's frames; return its metadata rows."""
     root, video, size, seed = job
     root = Path(root)
-    rng = _video_rng(seed, _SEED_VIDEO, video.index)
+    rng = video_rng(seed, SEED_VIDEO, video.index)
     look = R.random_look(rng)
     optics = R.OPTICS["kvasir"]
     rows: list[list[str]] = []
@@ -305,15 +246,14 @@ def synthesize_kvasir(
     ConfigError
         An unknown preset or an invalid size.
     """
-    cfg = _resolve(KVASIR_PRESETS, preset, videos, frames_per_video, size, seed)
+    cfg = resolve_preset(KVASIR_PRESETS, preset, videos, frames_per_video, size, seed)
     if cfg.videos < 4:
         raise ConfigError(
             f"videos must be >= 4 for a Kvasir-format release (three classes live in single "
             f"videos and the split needs train/val/test), got {cfg.videos}"
         )
     out = Path(out)
-    tmp = _prepare_out(out)
-    try:
+    with release_dir(out) as tmp:
         plan = _plan_kvasir(cfg, seed)
         images = tmp / "labelled_images"
         for cls in CLASSES:
@@ -322,15 +262,11 @@ def synthesize_kvasir(
         log.info("synthesizing Kvasir-format release: %d videos, %d frames at %d px -> %s",
                  cfg.videos, n_frames, cfg.size, out)
         jobs = [(str(images), v, cfg.size, seed) for v in plan]
-        per_video = _run_jobs(_render_kvasir_video, jobs, workers=_workers(workers, n_frames),
-                              progress=progress, desc="kvasir videos")
+        per_video = run_jobs(_render_kvasir_video, jobs, workers=worker_count(workers, n_frames),
+                             progress=progress, desc="kvasir videos")
         with open(tmp / "metadata.csv", "w", newline="", encoding="utf-8") as fh:
             w = csv.writer(fh, delimiter=";", lineterminator="\n")
             w.writerow(KVASIR_HEADER)
             for rows in per_video:
                 w.writerows(rows)
-        _publish(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out

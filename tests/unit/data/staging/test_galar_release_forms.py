@@ -14,10 +14,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipi.data import synthetic
-from pipi.data.galar import stage_galar
-from pipi.data.galar_labelfile import SECTION_COLUMNS, read_label_file
-from pipi.data.galar_mapping import SECTION_BY_COLUMN, SECTION_BY_NAME, load_mapping
+from pipi.data import synth
+from pipi.data.staging import stage_galar
+from pipi.data.staging.galar_labelfile import SECTION_COLUMNS, read_label_file
+from pipi.data.staging.galar_mapping import SECTION_BY_COLUMN, SECTION_BY_NAME, load_mapping
 from pipi.errors import DataError
 
 PATHOLOGY = ["ulcer", "polyp", "active bleeding", "blood", "erythema", "erosion", "angiectasia",
@@ -59,7 +59,7 @@ RELEASE_MAPPING = {
 @pytest.fixture(scope="module")
 def release(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("galar-forms") / "release"
-    return synthetic.synthesize_galar(out, preset="tiny", seed=5, progress=False)
+    return synth.synthesize_galar(out, preset="tiny", seed=5, progress=False)
 
 
 def _section_of(df: pd.DataFrame) -> pd.Series:

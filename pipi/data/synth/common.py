@@ -1,11 +1,14 @@
-"""Shared pieces of the synthetic-release writers (:mod:`pipi.data.synthetic`,
-:mod:`pipi.data.synth_galar`): release sizes, seeding, the atomic output directory and the
-per-video job runner.
+"""Shared pieces of the synthetic-release writers (:mod:`pipi.data.synth`,
+:mod:`pipi.data.synth.galar`): release sizes, seeding, the atomic output directory
+(:func:`release_dir`) and the per-video job runner.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from multiprocessing import get_all_start_methods, get_context
@@ -15,11 +18,22 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from pipi.errors import ConfigError, DataError
-from pipi.paths import staging_dir
+from pipi.paths import publish_dir, staging_dir
 
-__all__ = ["SynthPreset"]
+__all__ = [
+    "SEED_PLAN",
+    "SEED_VIDEO",
+    "SynthPreset",
+    "release_dir",
+    "resolve_preset",
+    "run_jobs",
+    "split_lengths",
+    "video_rng",
+    "worker_count",
+]
 
-_SEED_PLAN, _SEED_VIDEO = 0x504C414E, 0x56494445  # domain separation of the generators
+#: Domain separation of the plan and per-video generators.
+SEED_PLAN, SEED_VIDEO = 0x504C414E, 0x56494445
 
 
 @dataclass(frozen=True)
@@ -48,7 +62,7 @@ def _check_sizes(videos: int, frames_per_video: int, size: int) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def _resolve(
+def resolve_preset(
     presets: dict[str, SynthPreset], preset: str, videos, frames_per_video, size, seed,
 ) -> SynthPreset:
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
@@ -63,31 +77,26 @@ def _resolve(
     return SynthPreset(videos=int(v), frames_per_video=int(f), size=int(s))
 
 
-def _prepare_out(out: Path) -> Path:
-    """Refuse a non-empty ``out``; return a fresh temporary directory beside it."""
+@contextlib.contextmanager
+def release_dir(out: Path) -> Iterator[Path]:
+    """A fresh temporary folder beside ``out``, renamed to ``out`` when the block succeeds
+    and removed when it fails; a non-empty ``out`` is refused up front."""
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise DataError(
             f"{out} already exists and is not an empty directory; refusing to overwrite it. "
             "Choose another --out or remove it first."
         )
-    return staging_dir(out, ".partial")
+    tmp = staging_dir(out, ".partial")
+    try:
+        yield tmp
+        publish_dir(tmp, out, doing="synthesizing")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
-def _publish(tmp: Path, out: Path) -> None:
-    """Rename the finished temporary directory to ``out`` (replacing an empty directory)."""
-    out = Path(out)
-    if out.exists():
-        if out.is_dir() and not any(out.iterdir()):
-            out.rmdir()
-        else:
-            raise DataError(
-                f"{out} was created by someone else while synthesizing; not replacing it"
-            )
-    os.replace(tmp, out)
-
-
-def _workers(workers: int | None, n_frames: int) -> int:
+def worker_count(workers: int | None, n_frames: int) -> int:
     if workers is None:
         return 1 if n_frames < 1500 else max(1, min(2, os.cpu_count() or 1))
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
@@ -95,7 +104,7 @@ def _workers(workers: int | None, n_frames: int) -> int:
     return workers
 
 
-def _run_jobs(fn, jobs: list, *, workers: int, progress: bool, desc: str) -> list:
+def run_jobs(fn, jobs: list, *, workers: int, progress: bool, desc: str) -> list:
     """``[fn(j) for j in jobs]``, in a process pool when ``workers > 1``; results in job order."""
     results: list = [None] * len(jobs)
     bar = tqdm(total=len(jobs), desc=desc, unit="video", disable=not progress)
@@ -118,11 +127,11 @@ def _run_jobs(fn, jobs: list, *, workers: int, progress: bool, desc: str) -> lis
     return results
 
 
-def _video_rng(seed: int, kind: int, index: int) -> np.random.Generator:
+def video_rng(seed: int, kind: int, index: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence([int(seed), kind, index]))
 
 
-def _split_lengths(rng: np.random.Generator, total: int, parts: int, minimum: int) -> list[int]:
+def split_lengths(rng: np.random.Generator, total: int, parts: int, minimum: int) -> list[int]:
     """``parts`` positive lengths summing to ``total``, each >= ``minimum`` when possible."""
     parts = max(1, min(parts, total // max(1, minimum)))
     base = [minimum] * parts

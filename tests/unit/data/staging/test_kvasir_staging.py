@@ -15,12 +15,8 @@ import pytest
 from PIL import Image
 
 from pipi.classes import CLASSES, RELEASE_FOLDERS
-from pipi.data.kvasir import (
-    compute_data_digest,
-    load_split_manifest,
-    split_sha256,
-    stage_kvasir,
-)
+from pipi.data.staging import compute_data_digest, split_sha256, stage_kvasir
+from pipi.data.staging.kvasir import load_split_manifest
 from pipi.errors import DataError
 
 HEADER = "filename;video_id;frame_number;finding_category;finding_class;x1;y1;x2;y2;x3;y3;x4;y4"
