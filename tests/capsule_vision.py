@@ -1,4 +1,7 @@
-"""A Capsule-Vision-2024-like staged folder written directly in pipi's staged format.
+"""A Capsule-Vision-2024 stand-in: the challenge's release layout (:func:`write_cv_release`,
+for ``pipi stage images``) or a staged folder written directly in pipi's staged format
+(:func:`write_cv_staged`), and the challenge's metric definitions re-implemented
+(:func:`challenge_report`).
 
 10 classes (the challenge's, in its order), 4 sources (KID, KVASIR, SEE-AI, AIIMS), file
 names in the challenge's forms, ``image_path`` as the challenge's sheets write it (Windows
@@ -44,6 +47,39 @@ def file_name(source: str, cls: str, i: int) -> str:
     return f"{cls.lower().replace(' ', '')}{i % 2 + 1}_{i}.jpg"
 
 
+KVASIR_RE = r"^(?P<group>[0-9a-f]{16})_"
+KID_RE = r"-P(?P<group>\d+)-"
+
+
+def _image(path: Path, k: int, rng: np.random.Generator, size: int) -> None:
+    colour = np.array([25 * k, 255 - 20 * k, (97 * k) % 256], np.float64)
+    img = np.clip(colour + rng.normal(0, 20, (size, size, 3)), 0, 255)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(img.astype(np.uint8)).save(path, quality=95)
+
+
+def write_cv_release(top: Path, *, size: int = 32, seed: int = 0,
+                     per_class: tuple[int, int] = (8, 4)) -> Path:
+    """``top/Dataset/{training,validation}/<Class>/<Source>/<file>.jpg`` with the challenge's
+    sheets (``<folder>_data.xlsx``: ``image_path`` with Windows separators, one one-hot column
+    per class) inside the split folders; ``per_class`` images per class in each folder."""
+    rng = np.random.default_rng(seed)
+    root = Path(top) / "Dataset"
+    n = 0
+    for folder, per in zip(("training", "validation"), per_class, strict=True):
+        rows = []
+        for k, cls in enumerate(CLASSES):
+            for j in range(per):
+                src = SOURCES[(k + j) % len(SOURCES)]
+                name = file_name(src, cls, n)
+                n += 1
+                _image(root / folder / cls / src / name, k, rng, size)
+                rows.append({"image_path": f"{folder}\\{cls}\\{src}\\{name}",
+                             **{c: int(c == cls) for c in CLASSES}})
+        pd.DataFrame(rows).to_excel(root / folder / f"{folder}_data.xlsx", index=False)
+    return Path(top)
+
+
 def write_cv_staged(root: Path, *, size: int = 32, seed: int = 0) -> Path:
     """Write the staged folder at ``root`` (frames.parquet, manifest.json, the images)."""
     rng = np.random.default_rng(seed)
@@ -56,10 +92,7 @@ def write_cv_staged(root: Path, *, size: int = 32, seed: int = 0) -> Path:
                 name = file_name(src, cls, n)
                 n += 1
                 path = f"{split}/{cls}/{src}/{name}"
-                colour = np.array([25 * k, 255 - 20 * k, (97 * k) % 256], np.float64)
-                img = np.clip(colour + rng.normal(0, 20, (size, size, 3)), 0, 255)
-                (root / path).parent.mkdir(parents=True, exist_ok=True)
-                Image.fromarray(img.astype(np.uint8)).save(root / path, quality=95)
+                _image(root / path, k, rng, size)
                 rows.append({"path": path, "filename": name, "class": cls, "class_index": k,
                              "video_id": f"{src}-{cls}-{j % 2}", "frame_number": j,
                              "split": split, "multilabel": False, "source": src,

@@ -18,7 +18,15 @@ import mlflow
 import numpy as np
 import pandas as pd
 import pytest
-from capsule_vision import CLASSES, SOURCES, challenge_report, write_cv_staged
+from capsule_vision import (
+    CLASSES,
+    KID_RE,
+    KVASIR_RE,
+    SOURCES,
+    challenge_report,
+    write_cv_release,
+    write_cv_staged,
+)
 from click.testing import CliRunner
 from mlflow.tracking import MlflowClient
 from PIL import Image
@@ -27,6 +35,7 @@ from sklearn.metrics import roc_auc_score
 from pipi.analysis.tidy import tidy_metrics
 from pipi.cli import main
 from pipi.config import TrainConfig, make_config, run_params
+from pipi.data.staging.images import ImageStageRequest, stage_images
 from pipi.predictions import read_predictions
 from pipi.report.build import build_report
 from pipi.runs.evaluate import load_run_model
@@ -40,7 +49,30 @@ TOL = 1e-9
 
 @pytest.fixture(scope="module")
 def cv_staged(tmp_path_factory):
-    return write_cv_staged(tmp_path_factory.mktemp("cv") / "capsule-vision-standin")
+    """The stand-in in the challenge's release layout, staged by ``stage_images``."""
+    top = write_cv_release(tmp_path_factory.mktemp("cv") / "capsule-vision-standin")
+    out = tmp_path_factory.mktemp("cv-staged") / "staged"
+    stage_images(ImageStageRequest(root=top, out=out, group_patterns=(KVASIR_RE, KID_RE)),
+                 progress=False)
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["layout"] == "capsule-vision" and man["classes"] == list(CLASSES)
+    return out
+
+
+def test_a_directly_written_staged_folder_trains_too(tmp_path, monkeypatch):
+    """The staged format as documented (no stager): a 10-class folder trains cell a (in a
+    store of its own: the module's experiment holds the stager's runs only)."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    mlflow.set_tracking_uri(uri)
+    monkeypatch.setenv("PIPI_HOME", str(tmp_path / "home"))
+    root = write_cv_staged(tmp_path / "direct")
+    cfg = make_config(cell="a", backbone="resnet18", profile="smoke", weights="none",
+                      image_size=32)
+    s = train(cfg, data=str(root), register=False, progress=False)
+    run = MlflowClient().get_run(s["run_id"])
+    assert json.loads(run.data.params["classes"]) == list(CLASSES)
+    assert "test/cv2024_combined" in run.data.metrics
 
 
 @pytest.fixture(scope="module")
