@@ -79,6 +79,27 @@ def seed_everything(seed: int, runtime: Runtime | None = None) -> torch.Generato
     return torch.Generator().manual_seed(seed)
 
 
+def source_names(value: str) -> tuple[str, ...]:
+    """The source names of a ``train_sources`` / ``test_sources`` option (comma-separated)."""
+    return tuple(s.strip() for s in value.split(",") if s.strip())
+
+
+def scored_split(frames: pd.DataFrame, cfg: TrainConfig) -> np.ndarray:
+    """The split of every staged row as this run uses it: ``train``/``val`` rows outside
+    ``cfg.train_sources`` and ``test`` rows outside ``cfg.test_sources`` become "" (not used);
+    every row keeps its split when neither is set."""
+    split = frames["split"].to_numpy().astype(object)
+    if not (cfg.train_sources or cfg.test_sources):
+        return split
+    src = frames["source"].astype(str).to_numpy()
+    split = split.copy()
+    for names, splits in ((cfg.train_sources, ("train", "val")), (cfg.test_sources, ("test",))):
+        if names:
+            drop = np.isin(split, splits) & ~np.isin(src, source_names(names))
+            split[drop] = ""
+    return split
+
+
 def split_classes(frames: pd.DataFrame, split: str) -> list[int]:
     """Classes with positives in ``split``.
 
@@ -380,13 +401,15 @@ def run_frame_cell(cfg: TrainConfig, *, data: Path, resume_state: dict | None = 
     digest = manifest["data_digest"]
     cache = build_cache(data, frames, size=cfg.image_size, digest=digest,
                         cache_dir=cache_dir or pipi_home() / "cache", progress=progress)
-    split_idx = {s: np.flatnonzero(frames["split"].to_numpy() == s) for s in ("train", "val", "test")}
+    used = scored_split(frames, cfg)  # train_sources / test_sources: rows not used are ""
+    split_idx = {s: np.flatnonzero(used == s) for s in ("train", "val", "test")}
+    scored = frames.assign(split=used)  # what the split classes are counted on
     # views of the memmap (or rows read a batch at a time), never copies: memory stays flat
     # in the number of frames
     images = {s: split_rows(cache, i) for s, i in split_idx.items()}
     labels = {s: frames["class_index"].to_numpy(np.int64)[i] for s, i in split_idx.items()}
-    classes = split_classes(frames, "test")
-    val_classes = split_classes(frames, "val")
+    classes = split_classes(scored, "test")
+    val_classes = split_classes(scored, "val")
 
     gen = seed_everything(cfg.seed, rt)
     model, fwd = prepare_model(build_frame_model(cfg), rt)
@@ -394,7 +417,7 @@ def run_frame_cell(cfg: TrainConfig, *, data: Path, resume_state: dict | None = 
     weights = (class_weights(labels["train"], len(cfg.class_set)).to(dev) if cfg.class_weights
                else None)
     if cfg.cell_config.frozen and cfg.probe_recipe == "cached":
-        return _run_cached_probe(cfg, model, inputs, cache, frames, manifest, split_idx,
+        return _run_cached_probe(cfg, model, inputs, cache, scored, manifest, split_idx,
                                  labels, weights, gen=gen, rt=rt, tracker=tracker,
                                  resume_state=resume_state, cache_dir=cache_dir)
     scaler = rt.scaler()

@@ -53,7 +53,13 @@ from pipi.tracking.logged_model import (
     registered_name,
 )
 from pipi.training.checkpoint import read_checkpoint
-from pipi.training.frames import run_frame_cell, tmpdir, write_predictions
+from pipi.training.frames import (
+    run_frame_cell,
+    scored_split,
+    source_names,
+    tmpdir,
+    write_predictions,
+)
 from pipi.training.sequence import C3_DIR, base_config, fit_sequence
 
 log = logging.getLogger(__name__)
@@ -96,6 +102,7 @@ def request(cfg: TrainConfig | None, *, data: str | None = None, resume: str | N
         cfg = prior.apply(cfg)
     staged = load_data(data, preset=synthetic_preset(cfg.profile))
     check_trainable(staged, data)
+    check_sources(cfg, staged)
     return TrainRequest(cfg.with_classes(class_set_of(staged.manifest)), staged,
                         runtime_of(cfg), data=data,
                         tags=dict(prior.tags) if prior is not None else {})
@@ -146,8 +153,29 @@ def request_from_options(*, cell: str, backbone: str, seed: int, profile: str,
         staged = load_data(data, preset=synthetic_preset(profile))
         check_trainable(staged, data)
     cfg = cfg.with_classes(class_set_of(staged.manifest))  # the head predicts the data's classes
+    check_sources(cfg, staged)
     return TrainRequest(cfg, staged, runtime, data=data,
                         tags=dict(prior.tags) if prior is not None else {})
+
+
+def check_sources(cfg: TrainConfig, staged: StagedData) -> None:
+    """``train_sources`` / ``test_sources`` name sources the staged frames have, and leave
+    frames to train, select and score on (ConfigError in one line otherwise)."""
+    if not (cfg.train_sources or cfg.test_sources):
+        return
+    frames = staged.frames
+    have = sorted(set(frames["source"].astype(str)) - {""}) if "source" in frames else []
+    for name in ("train_sources", "test_sources"):
+        unknown = [s for s in source_names(getattr(cfg, name)) if s not in have]
+        if unknown:
+            raise ConfigError(f"{name}={getattr(cfg, name)}: {staged.root} has no frames of "
+                              f"source(s) {unknown}; its sources: {have or 'none (no source column)'}")
+    used = scored_split(frames, cfg)
+    for split in ("train", "val", "test"):
+        if not (used == split).any():
+            raise ConfigError(f"train_sources={cfg.train_sources or '(all)'}, test_sources="
+                              f"{cfg.test_sources or '(all)'}: no {split} frame of {staged.root} "
+                              "is left")
 
 
 def check_trainable(staged: StagedData, data: str | None) -> None:

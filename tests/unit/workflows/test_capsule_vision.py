@@ -36,6 +36,7 @@ from pipi.analysis.tidy import tidy_metrics
 from pipi.cli import main
 from pipi.config import TrainConfig, make_config, run_params
 from pipi.data.staging.images import ImageStageRequest, stage_images
+from pipi.errors import ConfigError
 from pipi.predictions import read_predictions
 from pipi.report.build import build_report
 from pipi.runs.evaluate import load_run_model
@@ -194,7 +195,8 @@ def test_export_writes_xlsx_when_the_name_has_no_known_suffix(runs, store,
 
 def test_kvasir_configs_log_what_they_did_before_and_a_class_set_round_trips():
     cfg = make_config(cell="pi", backbone="resnet18", profile="smoke")
-    assert "classes" not in cfg.to_dict() and "classes" not in run_params(cfg)
+    for key in ("classes", "train_sources", "test_sources"):
+        assert key not in cfg.to_dict() and key not in run_params(cfg)
     assert cfg.class_set.is_kvasir and len(cfg.class_set) == 14
     ten = cfg.with_classes(type(cfg.class_set)(CLASSES))
     assert ten.to_dict()["classes"] == list(CLASSES)
@@ -226,3 +228,37 @@ def test_aggregate_has_a_per_source_table_computed_within_each_source(runs, stor
         ref = np.mean([roc_auc_score(y == k, a.probs[0][m][:, k]) for k in ks])
         new = np.mean([roc_auc_score(y == k, pi.probs[0][m][:, k]) for k in ks])
         assert abs(row.ref_macro_auc - ref) < 1e-9 and abs(row.lift - (new - ref)) < 1e-9
+
+
+def test_leave_one_source_out_trains_on_the_named_sources_and_scores_the_held_out_one(
+        cv_staged, tmp_path, monkeypatch):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    mlflow.set_tracking_uri(uri)
+    monkeypatch.setenv("PIPI_HOME", str(tmp_path / "home"))
+    cfg = make_config(cell="a", backbone="resnet18", profile="smoke", weights="none",
+                      image_size=32, train_sources="KVASIR,KID,AIIMS", test_sources="SEE-AI")
+    s = train(cfg, data=str(cv_staged), register=False, progress=False)
+    run = MlflowClient().get_run(s["run_id"])
+    test, _ = _predictions(s["run_id"], tmp_path / "p")
+    val, _ = _predictions(s["run_id"], tmp_path / "v", "val")
+    assert set(test["source"]) == {"SEE-AI"}
+    assert set(val["source"]) <= {"KVASIR", "KID", "AIIMS"} and len(val)
+    frames = pd.read_parquet(cv_staged / "frames.parquet")
+    assert len(test) == ((frames["split"] == "test") & (frames["source"] == "SEE-AI")).sum()
+    m = run.data.metrics
+    assert "test/source/SEE-AI/macro_auc" in m
+    assert not [k for k in m if k.startswith("test/source/") and "SEE-AI" not in k]
+    assert run.data.params["train_sources"] == "KVASIR,KID,AIIMS"
+    assert "-P test_sources=SEE-AI" in run.data.tags["pipi.recipe"]
+    # the headline's classes: those with SEE-AI test positives
+    y = test["label"].to_numpy()
+    assert json.loads(run.data.tags["pipi.test_classes"]) == [CLASSES[k] for k in sorted(set(y))]
+
+
+def test_an_unknown_source_is_refused_in_one_line(cv_staged, tmp_path, monkeypatch):
+    monkeypatch.setenv("PIPI_HOME", str(tmp_path / "home"))
+    cfg = make_config(cell="a", backbone="resnet18", profile="smoke", weights="none",
+                      train_sources="KVASIR,OLYMPUS")
+    with pytest.raises(ConfigError, match=r"train_sources=KVASIR,OLYMPUS: .* \['OLYMPUS'\]"):
+        train(cfg, data=str(cv_staged), register=False, progress=False)
