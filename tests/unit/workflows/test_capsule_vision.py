@@ -262,3 +262,16 @@ def test_an_unknown_source_is_refused_in_one_line(cv_staged, tmp_path, monkeypat
                       train_sources="KVASIR,OLYMPUS")
     with pytest.raises(ConfigError, match=r"train_sources=KVASIR,OLYMPUS: .* \['OLYMPUS'\]"):
         train(cfg, data=str(cv_staged), register=False, progress=False)
+
+
+def test_pipi_train_prints_the_headline_classes_by_name(cv_staged, tmp_path, monkeypatch):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    mlflow.set_tracking_uri(uri)
+    monkeypatch.setenv("PIPI_HOME", str(tmp_path / "home"))
+    res = CliRunner().invoke(main, ["train", "--cell", "a", "--backbone", "resnet18",
+                                    "--profile", "smoke", "--weights", "none", "--data",
+                                    str(cv_staged), "--image-size", "32",
+                                    "--model-prefix", "cvtest"])
+    assert res.exit_code == 0, res.output
+    assert f"over 10 classes with test positives: {', '.join(CLASSES)}" in res.output
