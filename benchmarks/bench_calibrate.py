@@ -86,10 +86,9 @@ def main() -> int:
     from pipi.calibration.study import open_storage
     from pipi.config import make_config
     from pipi.data.cache import build_cache, to_float
-    from pipi.data.staging import load_staged
     from pipi.paths import pipi_home
     from pipi.prior import prior_channels
-    from pipi.runs.data import resolve_data
+    from pipi.runs.data import load_data
     from pipi.tracking.server import Postgres, pg_bin
     from pipi.workflows import train as runner
     from pipi.workflows.calibrate import run_calibration
@@ -106,7 +105,8 @@ def main() -> int:
         tracking.configure(pg.uri("mlflow"))
         os.environ["MLFLOW_TRACKING_URI"] = pg.uri("mlflow")  # the workers log to the same store
         mlflow.create_experiment("bench-calibrate", artifact_location=str(tmp / "artifacts"))
-        data = resolve_data(a.data)
+        staged = load_data(a.data)
+        data = staged.root
         if a.mode == "train":
             return bench_train(a, storage=storage, data=data, run_calibration=run_calibration,
                                train=runner.train, optuna=optuna, open_storage=open_storage)
@@ -117,7 +117,7 @@ def main() -> int:
                               progress=False, register=False)["run_id"]
         print(f"source pi run {run_id} ({a.backbone}, {a.image_size} px) trained in "
               f"{time.perf_counter() - t:.0f} s")
-        frames, manifest = load_staged(data)
+        frames, manifest = staged.frames, staged.manifest
         fold = calibration_fold(frames, manifest, "kvasir-val")
         print(f"fold kvasir-val: {len(fold.rows)} frames, {len(fold.classes)} classes; "
               f"{os.cpu_count()} CPU cores; device {'cuda' if torch.cuda.is_available() else 'cpu'}")

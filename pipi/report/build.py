@@ -24,10 +24,9 @@ from pipi.report import (
     paper_figures,
     per_class,
     pi_tta,
-    robustness,
     run_tables,
-    transplant,
 )
+from pipi.report import robustness, transplant
 from pipi.report.curves import curve_data
 from pipi.report.retention import retention_tables
 from pipi.report.sources import per_source_table

@@ -1,4 +1,5 @@
-"""Staged data for every workflow: resolve a ``data`` option, stage a release, log a ``stage`` run.
+"""Staged data for every workflow: load a ``data`` option (:func:`load_data`), stage a release,
+log a ``stage`` run.
 
 Staging the default synthetic release is idempotent: a staged folder whose manifest is
 complete is reused (the data digest in its manifest identifies it), whoever asks for it.
@@ -193,14 +194,6 @@ def _locate(data: str | None, preset: str) -> Path:
     return path
 
 
-def resolve_data(data: str | None, *, preset: str = "demo") -> Path:
-    """A staged folder from a user's ``data`` parameter ('synthetic' or empty: the default)."""
-    root = _locate(data, preset)
-    if not is_synthetic(data):
-        load_staged(root)  # clear error if the staged folder is damaged
-    return root
-
-
 @dataclass(frozen=True)
 class StagedData:
     """A staged folder and its index, loaded once: what a workflow trains or scores on."""
@@ -215,8 +208,9 @@ class StagedData:
 
 
 def load_data(data: str | None, *, preset: str = "demo") -> StagedData:
-    """:func:`resolve_data` and its staged index (frames, manifest), read once; a damaged
-    staged folder is a clear error."""
+    """The staged folder of a user's ``data`` parameter ('synthetic' or empty: the default,
+    staged when missing; ``synthetic-<preset>``; a staged folder) and its index (frames,
+    manifest), read once; a damaged staged folder is a clear error."""
     root = _locate(data, preset)
     frames, manifest = load_staged(root)
     return StagedData(root, frames, manifest)
@@ -270,11 +264,6 @@ def load_galar_data(data: str | None, *, param: str = "data") -> StagedData:
         raise ConfigError(f"{param}={data!r}: {path} holds dataset {manifest.get('dataset')!r}, "
                           "not galar; stage Galar with `pipi stage galar`")
     return StagedData(path, frames, manifest)
-
-
-def resolve_galar_data(data: str | None, *, param: str = "data") -> Path:
-    """The folder of :func:`load_galar_data`."""
-    return load_galar_data(data, param=param).root
 
 
 def galar_target_data(target: str, target_data: str | None) -> StagedData | None:

@@ -18,9 +18,8 @@ import pandas as pd
 
 from pipi import tracking
 from pipi.cells import CELLS
-from pipi.data.staging import load_staged
 from pipi.errors import ConfigError
-from pipi.runs.data import resolve_data
+from pipi.runs.data import load_data
 
 __all__ = ["SourceRun", "check_digest", "looks_like_filter", "resolve_runs", "staged_for"]
 
@@ -119,11 +118,9 @@ def staged_for(data: str, runs: Sequence[SourceRun], *, name: str = "data") -> t
                               f"({dirs[0] if dirs else 'not logged'}) is not there; pass "
                               f"{name}=<staged folder>")
         data = dirs[0]
-    root = resolve_data(data)
-    _, manifest = load_staged(root)
-    digest = manifest["data_digest"]
-    check_digest(runs, digest, data=str(data), name=name)
-    return root, digest
+    staged = load_data(data)
+    check_digest(runs, staged.digest, data=str(data), name=name)
+    return staged.root, staged.digest
 
 
 def check_digest(runs: Sequence[SourceRun], digest: str, *, data: str, name: str = "data"):

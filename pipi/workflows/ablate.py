@@ -30,7 +30,6 @@ import torch
 
 from pipi import tracking
 from pipi.config import PAPER_SEEDS, make_config, resolve_profile, synthetic_preset
-from pipi.data.staging import load_staged
 from pipi.errors import ConfigError
 from pipi.models.backbones import ARCHS
 from pipi.models.timm_backbones import FOUNDATION, is_timm_arch
@@ -45,7 +44,7 @@ from pipi.probes.tta import (
     fit_probe,
     variants_for,
 )
-from pipi.runs.data import resolve_data
+from pipi.runs.data import load_data
 from pipi.runs.evaluate import (
     CHANNEL_VARIANTS,
     EvalContext,
@@ -180,9 +179,8 @@ def run_ablation(*, study: str = "eight_cell", seeds: Sequence[int] | str = PAPE
     if parallel > 1 and executor != "local":
         raise ConfigError(f"parallel={parallel} is for executor=local (SLURM runs its array "
                           "tasks side by side already)")
-    root = resolve_data(data, preset=synthetic_preset(profile))
-    _, manifest = load_staged(root)
-    digest = manifest["data_digest"]
+    staged = load_data(data, preset=synthetic_preset(profile))
+    root, manifest, digest = staged.root, staged.manifest, staged.digest
     profile = resolve_profile(profile, manifest.get("dataset", ""))
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     prior = resolve_prior(prior_params) if prior_params else None

@@ -71,7 +71,7 @@ from pipi.errors import ConfigError, PipiError
 from pipi.paths import pipi_home
 from pipi.report.run_figures import cell_prior_figure, first_per_class
 from pipi.report.study_plots import write_study_plots
-from pipi.runs.data import galar_target_data, resolve_data
+from pipi.runs.data import StagedData, galar_target_data, load_data
 from pipi.runs.evaluate import device_for, load_run_model
 from pipi.sweeps.calibrate_trials import (
     TrainTrialSpec,
@@ -267,18 +267,18 @@ def _split(trials: int, workers: int) -> list[int]:
     return [trials // workers + (i < trials % workers) for i in range(workers)]
 
 
-def resolve_calibration_data(data: str | None, *, target: str, run) -> Path:
-    """The staged folder: ``data``, else (kvasir-val) the run's own, else an error (galar)."""
+def calibration_data(data: str | None, *, target: str, run) -> StagedData:
+    """The staged data: ``data``, else (kvasir-val) the run's own, else an error (galar)."""
     kind, _ = parse_target(target)
     if data:
-        return resolve_data(data)
+        return load_data(data)
     if kind == "galar":
         raise ConfigError(f"target={target}: pass data=<a staged Galar folder> "
                           "(`pipi synthesize galar` then `pipi stage galar`)")
     own = run.data.params.get("data_dir")
     if own and (Path(own) / "manifest.json").is_file():
-        return Path(own)
-    return resolve_data("synthetic")
+        return load_data(own)
+    return load_data("synthetic")
 
 
 def run_calibration(*, run: str = "", target: str, trials: int = 40, sampler: str = "tpe",
@@ -317,8 +317,8 @@ def run_calibration(*, run: str = "", target: str, trials: int = 40, sampler: st
     run_id = tracking.model_run_id(run)
     tracking.usable_run(run_id, what=f"run={run}", finished=True)
     model, cfg = load_run_model(run_id)
-    root = resolve_calibration_data(data, target=target, run=tracking.get_run(run_id))
-    frames, manifest = load_staged(root)
+    staged = calibration_data(data, target=target, run=tracking.get_run(run_id))
+    root, frames, manifest = staged.root, staged.frames, staged.manifest
     images = build_cache(root, frames, size=cfg.image_size, digest=manifest["data_digest"],
                          cache_dir=pipi_home() / "cache", progress=progress)
     fold = calibration_fold(frames, manifest, target)
@@ -455,8 +455,8 @@ def _calibrate_by_training(*, target, trials, sampler, pruner, storage, study, w
     galar = galar_target_data(target, target_data)  # None for kvasir-val
     storage_url = check_storage_url(storage)
     rdb = open_storage(storage_url)
-    root = resolve_data(data, preset=synthetic_preset(profile))
-    frames, manifest = load_staged(root)
+    staged = load_data(data, preset=synthetic_preset(profile))
+    root, frames, manifest = staged.root, staged.frames, staged.manifest
     if manifest.get("dataset") == "galar":
         raise ConfigError(f"data={data}: a staged Galar folder is test data only; mode=train "
                           "trains on a staged Kvasir-Capsule release")

@@ -45,7 +45,6 @@ from pipi.galkva import BENCHMARK_VERSION, SCORING_SETS
 from pipi.runs.data import (
     GALAR_SYNTHETIC_PRESETS,
     load_galar_data,
-    resolve_galar_data,
     synthetic_galar_staged,
 )
 from pipi.runs.evaluate import EvalContext, Evaluation, evaluate_run, find_evaluation, plain_scorer
@@ -54,7 +53,7 @@ from pipi.stats import macro_auc
 
 __all__ = ["FOLD_CHOICES", "GALAR_FOLDS", "STUDY", "TAG_FOLD", "TAG_SCOPE", "VARIANT",
            "GalarResult", "fold_scope", "galar_evaluation", "galar_metrics", "resolve_fold",
-           "resolve_galar_data", "resolve_source_runs", "run_galar", "synthetic_galar_staged"]
+           "resolve_source_runs", "run_galar", "synthetic_galar_staged"]
 
 log = logging.getLogger(__name__)
 

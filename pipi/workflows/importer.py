@@ -28,7 +28,6 @@ from pipi import tracking
 from pipi.cells import CELLS, PER_FRAME_CELLS, get_cell
 from pipi.config import TrainConfig, make_config, resolve_profile, run_params
 from pipi.data.cache import build_cache
-from pipi.data.staging import load_staged
 from pipi.data.prediction_file import join_predictions, read_prediction_file
 from pipi.errors import ConfigError
 from pipi.runs.evaluate import EvalContext, device_for, log_scores, plain_scorer, score_splits
@@ -41,7 +40,7 @@ from pipi.models.external import (
 from pipi.paths import pipi_home
 from pipi.tracking.logged_model import log_frame_model
 from pipi.training.frames import build_frame_model, tmpdir
-from pipi.runs.data import resolve_data
+from pipi.runs.data import load_data
 
 __all__ = ["ENTRY_POINT", "IMPORT_CELLS", "KINDS", "SOURCE_EXTERNAL", "ImportResult",
            "import_file"]
@@ -190,8 +189,8 @@ def import_file(*, kind: str, file: str | Path, cell: str | None = None,
     cell, backbone = settings.pop("cell"), settings.pop("backbone")
     if from_file:
         log.info("taken from %s's args: %s", path.name, ", ".join(from_file))
-    root = resolve_data(data)
-    frames, manifest = load_staged(root)
+    staged = load_data(data)
+    root, frames, manifest = staged.root, staged.frames, staged.manifest
     profile = resolve_profile(profile, manifest.get("dataset", ""))
     cfg = make_config(cell=cell, backbone=backbone, seed=seed, profile=profile, weights="none",
                       **settings)

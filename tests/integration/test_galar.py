@@ -28,9 +28,9 @@ def test_bad_runs_and_data_are_refused_before_anything_is_staged(tracking, tmp_p
     with pytest.raises(ConfigError, match="fold='x'"):
         workflow.run_galar(runs="0" * 32, fold="x")
     with pytest.raises(ConfigError, match="not a staged Galar folder"):
-        workflow.resolve_galar_data(str(tmp_path))
+        workflow.load_galar_data(str(tmp_path))
     with pytest.raises(ConfigError, match="unknown synthetic preset"):
-        workflow.resolve_galar_data("synthetic-huge")
+        workflow.load_galar_data("synthetic-huge")
 
 
 @pytest.mark.slow

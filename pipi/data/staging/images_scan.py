@@ -163,7 +163,7 @@ def _apply_sheets(root: Path, rows: pd.DataFrame, folders: dict[str, str]
     by_rel = {rel: i for i, rel in enumerate(rows["image_path"])}
     image_path = rows["image_path"].tolist()
     from_sheet = [False] * len(rows)
-    for name in folders:
+    for name, split in folders.items():
         for cand in (root / name / SHEET_NAME.format(name), root / SHEET_NAME.format(name)):
             if cand.is_file():
                 break
@@ -185,6 +185,11 @@ def _apply_sheets(root: Path, rows: pd.DataFrame, folders: dict[str, str]
                                 f"the class folder {rows.at[i, 'class']!r}")
             image_path[i], from_sheet[i] = r.image_path, True
         used.append(str(cand))
+        in_folder = rows["given_split"] == split
+        unlisted = int((in_folder & ~pd.Series(from_sheet, index=rows.index)).sum())
+        if unlisted:
+            log.warning("%s: %d image(s) of %s/ are not listed; their image_path is the path "
+                        "under %s", cand, unlisted, name, root)
         log.info("image paths as written in %s", cand)
     rows = rows.assign(image_path=image_path, from_sheet=from_sheet)
     return rows, used

@@ -147,9 +147,13 @@ def test_staged_folder_reused_only_when_its_digest_matches(capsule_vision, tmp_p
 
 def test_staged_frames_feed_the_uint8_cache(capsule_vision, tmp_path):
     from pipi.data.cache import build_cache
+    from pipi.runs.data import load_data
 
     out = tmp_path / "cv"
     res = stage_images(_req(capsule_vision, out), progress=False)
+    staged = load_data(str(out))                     # what every workflow trains or scores on
+    assert staged.digest == res.data_digest and len(staged.frames) == len(res.frames)
+    assert {"source", "image_path", "class_index", "video_id"} <= set(staged.frames.columns)
     test = res.frames[res.frames["split"] == "test"]
     arr = build_cache(out, test, size=8, digest=res.data_digest, cache_dir=tmp_path / "cache",
                       progress=False)
@@ -181,6 +185,10 @@ def test_classes_option_fixes_the_order(capsule_vision, tmp_path):
     assert (f["class_index"] == [order.index(c) for c in f["class"]]).all()
     with pytest.raises(DataError, match="leaves out the data's class"):
         stage_images(_req(capsule_vision, tmp_path / "o2", classes=order[:-1]), progress=False)
+    extra = stage_images(_req(capsule_vision, tmp_path / "o3",
+                              classes=(*CAPSULE_VISION_CLASSES, "Tumour")), progress=False)
+    assert extra.manifest["classes"][-1] == "Tumour"
+    assert extra.manifest["counts_per_class"]["train"]["Tumour"] == 0
 
 
 # --------------------------------------------------------------------------- table layout
@@ -368,6 +376,14 @@ def test_pipi_stage_images_command(capsule_vision, tmp_path):
     assert "| Angioectasia |" in r.output
     man = json.loads((out / "manifest.json").read_text())
     assert man["grouping"]["patterns"] == [KVASIR_RE, KID_RE]
+    empty = tmp_path / "bad" / "train" / "Ulcer"
+    _jpg(tmp_path / "bad" / "train" / "Normal" / "a.jpg", 1)
+    empty.mkdir(parents=True)
+    r = CliRunner().invoke(main, ["stage", "images", "--root", str(tmp_path / "bad"), "--out",
+                                  str(tmp_path / "bad-out"), "--no-mlflow"])
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert r.exit_code != 0 and len(lines) == 1, r.output
+    assert f"{empty}: class folder has no images" in lines[0]
 
 
 def test_frame_numbers_rule():
@@ -423,3 +439,41 @@ def test_mlproject_stage_source_images_logs_a_run(capsule_vision, tmp_path, monk
     assert run.data.tags["pipi.data_digest"] == man["data_digest"]
     r = CliRunner().invoke(ENTRY_POINTS["stage"], ["--source", "synthetic", "--root", "x"])
     assert r.exit_code != 0 and "are for source=images" in r.output
+
+
+def test_capsule_vision_sheet_rows_are_checked_against_the_folders(capsule_vision, tmp_path):
+    import shutil
+
+    root = tmp_path / "cv"
+    shutil.copytree(capsule_vision, root)
+    sheet = root / "Dataset/validation/validation_data.xlsx"
+    df = pd.read_excel(sheet)
+    good = df.copy()
+    df.loc[3, "Angioectasia"], df.loc[3, "Bleeding"] = 0, 1     # row 3 is an Angioectasia
+    df.to_excel(sheet, index=False)
+    _refused(_req(root, tmp_path / "o"), r"validation_data\.xlsx, row 5: .* is labelled "
+                                         r"'Bleeding' but sits in the class folder 'Angioectasia'")
+    good.loc[len(good)] = {**good.iloc[0].to_dict(), "image_path": "validation\\Polyp\\KID\\x.jpg"}
+    good.to_excel(sheet, index=False)
+    _refused(_req(root, tmp_path / "o"), r"row \d+: image 'validation\\\\Polyp\\\\KID\\\\x\.jpg' "
+                                         "is not in the folders")
+
+
+def test_table_layout_parquet_and_csv_class_map(tmp_path):
+    root = tmp_path / "data"
+    table = _table_dataset(root, n_patients=10).rename(columns={"patient_id": "video_id",
+                                                                "label": "class"})
+    table["split"] = ["test" if v in ("P0", "P1") else "training" for v in table["video_id"]]
+    table.to_parquet(tmp_path / "labels.parquet")
+    cmap = tmp_path / "map.csv"
+    cmap.write_text("from,to\nUlcer,Lesion\nPolyp,Lesion\nNormal,Normal\n")
+    res = stage_images(_req(root, tmp_path / "o", labels=tmp_path / "labels.parquet",
+                            class_map=cmap), progress=False)
+    f = res.frames
+    assert res.manifest["classes"] == ["Lesion", "Normal"]
+    assert set(f.loc[f["split"] == "test", "video_id"]) == {"P0", "P1"}   # given: kept
+    assert set(f["split"]) == {"train", "val", "test"}                    # val carved
+    assert (f.groupby("video_id")["split"].nunique() == 1).all()
+    assert "val carved out of training" in res.manifest["split_rule"]
+    assert res.manifest["class_map"]["map"] == {"Normal": "Normal", "Polyp": "Lesion",
+                                                "Ulcer": "Lesion"}
