@@ -6,6 +6,7 @@ Class index order is the alphabetical order of the metadata.csv strings, as in t
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 #: Canonical class names (the strings of Kvasir-Capsule's metadata.csv), index order.
 CLASSES: tuple[str, ...] = (
@@ -75,3 +76,56 @@ def canonical(name: str) -> str:
 
 def is_known(name: str) -> bool:
     return slug(name) in _BY_SLUG
+
+
+# --------------------------------------------------------------------------- any class set
+@dataclass(frozen=True)
+class ClassSet:
+    """A dataset's classes in index order (a staged manifest's ``classes``): what a model's
+    head predicts, a predictions file's probability columns and a report's class names.
+    Kvasir-Capsule's 14 (:data:`KVASIR`) unless the staged data says otherwise."""
+
+    names: tuple[str, ...]
+
+    def __post_init__(self):
+        names = tuple(str(n) for n in self.names)
+        object.__setattr__(self, "names", names)
+        if len(names) < 2:
+            raise ValueError(f"a class set needs at least two classes, got {list(names)}")
+        if len(set(names)) != len(names):
+            raise ValueError(f"class names repeat: {list(names)}")
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __iter__(self):
+        return iter(self.names)
+
+    def __getitem__(self, k: int) -> str:
+        return self.names[k]
+
+    @property
+    def is_kvasir(self) -> bool:
+        return self.names == CLASSES
+
+    def index(self, name: str) -> int:
+        """Index of a class by its exact name, else by slug (case, spaces, hyphens);
+        Kvasir's set also knows the official-split aliases. KeyError if unknown."""
+        if name in self.names:
+            return self.names.index(name)
+        if self.is_kvasir:
+            return class_index(name)
+        by_slug = {slug(n): i for i, n in enumerate(self.names)}
+        return by_slug[slug(name)]
+
+
+KVASIR = ClassSet(CLASSES)
+
+
+def class_set_of(manifest: dict | None) -> ClassSet:
+    """The class set of a staged manifest (its ``classes``); Kvasir's 14 when it names none."""
+    names = (manifest or {}).get("classes")
+    if not names:
+        return KVASIR
+    cs = ClassSet(tuple(names))
+    return KVASIR if cs.is_kvasir else cs

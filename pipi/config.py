@@ -10,12 +10,14 @@ the SLURM executor, sweep children and the ``pipi.recipe`` tag all use it.
 from __future__ import annotations
 
 import functools
+import json
 import math
 import shlex
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from pipi.cells import get_cell
+from pipi.classes import KVASIR, ClassSet
 from pipi.errors import ConfigError
 from pipi.models.backbones import ARCHS
 from pipi.models.timm_backbones import FOUNDATION, is_timm_arch
@@ -91,6 +93,14 @@ class TrainConfig:
     deterministic: bool = True       # deterministic algorithms, no cuDNN autotuning
     graph: str = "off"               # off | on: the training step as one CUDA graph (CUDA only)
     data_path: str = "host"          # host (memmap -> device per batch) | device (set resident)
+    # the staged data's classes in index order (its manifest's ``classes``); empty: Kvasir's 14
+    # (left out of config.json and the run params then, so Kvasir runs log what they did)
+    classes: tuple[str, ...] = ()
+    # leave-source-out (a staged dataset with a ``source`` column): train and select on the
+    # frames of ``train_sources``, score the test frames of ``test_sources`` only (comma-
+    # separated names; empty: every source). Left out of config.json and the params when empty.
+    train_sources: str = ""
+    test_sources: str = ""
 
     def __post_init__(self):
         get_cell(self.cell)
@@ -139,6 +149,10 @@ class TrainConfig:
         if self.graph == "on" and self.prior.mask == "fov":
             raise ConfigError("graph=on with prior_mask=fov: the field-of-view quantiles are "
                               "not captured; use prior_mask=none (or graph=off)")
+        for name in ("train_sources", "test_sources"):
+            if getattr(self, name) and seq:
+                raise ConfigError(f"{name}={getattr(self, name)}: only per-frame cells train "
+                                  f"on chosen sources; cell {self.cell} is a sequence cell")
         if self.image_size % 32 and get_cell(self.cell).c3:
             raise ConfigError(f"image_size={self.image_size}: C3 needs a multiple of 32")
 
@@ -146,9 +160,26 @@ class TrainConfig:
     def cell_config(self):
         return get_cell(self.cell)
 
+    @property
+    def class_set(self) -> ClassSet:
+        """The classes the model predicts, in index order (Kvasir's 14 by default)."""
+        return ClassSet(self.classes) if self.classes else KVASIR
+
+    def with_classes(self, classes: ClassSet) -> TrainConfig:
+        """This configuration for data with ``classes`` (empty for Kvasir's 14)."""
+        return replace(self, classes=() if classes.is_kvasir else tuple(classes.names))
+
     def to_dict(self) -> dict:
         """JSON-ready nested document (``config.json``); inverse of :meth:`from_dict`."""
-        return asdict(self)
+        doc = asdict(self)
+        for name in ("train_sources", "test_sources"):
+            if not doc[name]:
+                doc.pop(name)
+        if not self.classes:
+            doc.pop("classes")
+        else:
+            doc["classes"] = list(self.classes)
+        return doc
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any], **changes) -> TrainConfig:
@@ -169,6 +200,8 @@ class TrainConfig:
             raise ConfigError(f"unknown configuration keys {unknown}; known: {sorted(known)}")
         if "jitter" in doc:
             doc["jitter"] = tuple(doc["jitter"])
+        if "classes" in doc:
+            doc["classes"] = tuple(doc["classes"] or ())
         return cls(**doc, prior=PriorConfig(**prior))
 
 
@@ -242,7 +275,10 @@ def make_config(*, cell: str, backbone: str = "efficientnet_b0", seed: int = 42,
 # --------------------------------------------------------------------------- params, recipe
 def run_params(cfg: TrainConfig) -> dict:
     """The flat run params of the run contract (also the basis of the config hash)."""
-    p = {k: v for k, v in asdict(cfg).items() if k != "prior"}
+    p = {k: v for k, v in asdict(cfg).items() if k not in ("prior", "classes")
+         and not (k in ("train_sources", "test_sources") and not v)}
+    if cfg.classes:
+        p["classes"] = json.dumps(list(cfg.classes))
     p["jitter"] = ",".join(str(j) for j in cfg.jitter)
     for flat, key in PRIOR_PARAMS.items():
         p[flat] = getattr(cfg.prior, key)
@@ -258,7 +294,8 @@ TRAIN_OVERRIDES = ("epochs", "image_size", "lr", "batch_size", "patience", "alph
                    "lambda_eff", "hb_index", "second_channel", "prior_mask", "prior_init",
                    "distill_lambda", "distill_target", "weight_decay", "class_weights",
                    "augment", "probe_recipe", "select_metric", "device", "precision", "channels_last",
-                   "compile", "deterministic", "graph", "data_path")
+                   "compile", "deterministic", "graph", "data_path", "train_sources",
+                   "test_sources")
 
 
 @functools.lru_cache(maxsize=64)
@@ -271,7 +308,7 @@ def overrides_of(cfg: TrainConfig) -> dict:
     """The ``TRAIN_OVERRIDES`` whose value differs from what the profile alone would give."""
     base = run_params(_profile_config(cfg.cell, cfg.backbone, cfg.seed, cfg.profile))
     mine = run_params(cfg)
-    return {k: mine[k] for k in TRAIN_OVERRIDES if mine[k] != base[k]}
+    return {k: mine[k] for k in TRAIN_OVERRIDES if k in mine and mine[k] != base.get(k)}
 
 
 def train_params(cfg: TrainConfig, *, data: str | None = None) -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,8 +18,8 @@ from pipi.errors import DataError
 from pipi.predictions import (
     PREDICTIONS_FORMAT,
     PREDICTIONS_VERSION,
-    PROB_COLUMNS,
     check_finite,
+    prob_columns,
 )
 from pipi.stats import per_class_auc
 from pipi.tracking.tags import TAG_EVALUABLE_CLASSES, TAG_TEST_CLASSES
@@ -80,6 +80,10 @@ class Evidence:
     #: run id -> artifact path -> PNG bytes of the Grad-CAM runs' example figures
     #: (``gradcam/overlay.png``, ``gradcam/prior.png``), read by the workflow
     images: Mapping[str, Mapping[str, bytes]] = field(default_factory=dict)
+    #: every class in index order (the predictions' schema: Kvasir's 14 or the staged data's)
+    names: tuple[str, ...] = CLASSES
+    #: (N,) source of every test row (a staged image dataset's ``source`` column) or None
+    sources: np.ndarray | None = None
 
     def arm(self, backbone: str, cell: str) -> ArmEvidence | None:
         return self.arms.get((backbone, cell))
@@ -97,7 +101,7 @@ class Evidence:
 
     @property
     def class_names(self) -> list[str]:
-        return [CLASSES[k] for k in self.classes]
+        return [self.names[k] for k in self.classes]
 
 
 def _frame_key(df: pd.DataFrame) -> np.ndarray:
@@ -146,15 +150,20 @@ def build_evidence(runs: pd.DataFrame, prediction_dirs: Mapping[str, Path], *,
     digest = check_single_dataset(runs)
     ref_key = ref_frame = None
     per_run: dict[str, np.ndarray] = {}
+    names: tuple[str, ...] | None = None
     for row in runs.itertuples(index=False):
         folder = Path(prediction_dirs[row.run_id])
         schema = _read_schema(folder, row.run_id)
-        if list(schema.get("classes", [])) != list(CLASSES):
+        mine = tuple(schema.get("classes") or ())
+        if names is None:  # one data digest: one class list, the first run's
+            names, first = mine, row
+        if mine != names or len(names) < 2:
             raise DataError(
                 f"refusing to pair run {row.run_id} (cell {row.cell}, seed {row.seed}): its "
-                f"class list {schema.get('classes')} differs from pipi's {list(CLASSES)}")
+                f"class list {list(mine)} differs from run {first.run_id}'s {list(names)}")
+        cols = list(prob_columns(len(names)))
         df = pd.read_parquet(folder / "test.parquet")
-        missing = [c for c in ("path", "video_id", "label", *PROB_COLUMNS) if c not in df]
+        missing = [c for c in ("path", "video_id", "label", *cols) if c not in df]
         if missing:
             raise DataError(f"run {row.run_id}: test predictions lack columns {missing}")
         check_finite(df, f"run {row.run_id} (cell {row.cell}, seed {row.seed}) "
@@ -170,8 +179,8 @@ def build_evidence(runs: pd.DataFrame, prediction_dirs: Mapping[str, Path], *,
                 f"refusing to pair run {row.run_id} (cell {row.cell}, seed {row.seed}) with run "
                 f"{ref_run.run_id}: their test frames differ ({diff} frames in one but not the "
                 "other) although the data digest is the same")
-        per_run[row.run_id] = df[list(PROB_COLUMNS)].to_numpy(np.float32)[order]
-    classes, class_source = _headline_classes(runs, ref_frame)
+        per_run[row.run_id] = df[cols].to_numpy(np.float32)[order]
+    classes, class_source = _headline_classes(runs, ref_frame, names)
     labels = ref_frame["label"].to_numpy(np.int64)
     arms: dict[tuple[str, str], ArmEvidence] = {}
     for (backbone, cell), grp in runs.groupby(["backbone", "cell"], sort=False):
@@ -189,7 +198,9 @@ def build_evidence(runs: pd.DataFrame, prediction_dirs: Mapping[str, Path], *,
         excluded=excluded if excluded is not None else pd.DataFrame(),
         data_digest=digest, experiment=experiment, experiment_id=experiment_id,
         tracking_uri=tracking_uri, filter_string=filter_string,
-        all_runs=all_runs if all_runs is not None else runs, class_source=class_source)
+        all_runs=all_runs if all_runs is not None else runs, class_source=class_source,
+        names=names, sources=(ref_frame["source"].astype(str).to_numpy()
+                              if "source" in ref_frame else None))
 
 
 #: Where the headline classes come from, in order of preference (column of load_runs, tag).
@@ -197,7 +208,8 @@ CLASS_SOURCES = (("test_classes", TAG_TEST_CLASSES),
                  ("evaluable_classes", TAG_EVALUABLE_CLASSES))
 
 
-def _headline_classes(runs: pd.DataFrame, test: pd.DataFrame) -> tuple[tuple[int, ...], str]:
+def _headline_classes(runs: pd.DataFrame, test: pd.DataFrame,
+                      all_names: Sequence[str] = CLASSES) -> tuple[tuple[int, ...], str]:
     """(headline classes, where they came from).
 
     The classes with test positives: the runs' common ``pipi.test_classes`` tag; for runs
@@ -220,10 +232,10 @@ def _headline_classes(runs: pd.DataFrame, test: pd.DataFrame) -> tuple[tuple[int
             raise DataError(f"refusing to pair runs with different class lists in {tag}: "
                             f"{detail}")
         names = json.loads(next(iter(tagged)))
-        unknown = [n for n in names if n not in CLASSES]
+        unknown = [n for n in names if n not in all_names]
         if unknown:
             raise DataError(f"{tag} names unknown classes {unknown}")
-        cls = tuple(sorted(CLASSES.index(n) for n in names))
+        cls = tuple(sorted(list(all_names).index(n) for n in names))
         source = f"tag {tag}" + ("" if column == "test_classes" else
                                  ", logged before pipi.test_classes: classes with val and "
                                  "test positives")

@@ -6,7 +6,6 @@ import numpy as np
 import pandas as pd
 
 from pipi.analysis.evidence import Evidence
-from pipi.classes import CLASSES
 from pipi.stats import brier_score, expected_calibration_error
 
 __all__ = ["aggregate_over_seeds", "tidy_metrics"]
@@ -26,7 +25,8 @@ def tidy_metrics(evidence: Evidence, *, ece_bins: int = 15) -> pd.DataFrame:
         for i, (seed, rid) in enumerate(zip(arm.seeds, arm.run_ids, strict=True)):
             p = arm.probs[i].astype(np.float64)
             vals = {"macro_auc": float(arm.macro[i]),
-                    **{f"auc/{CLASSES[k]}": float(a) for k, a in zip(cls, arm.auc[i], strict=True)},
+                    **{f"auc/{evidence.names[k]}": float(a)
+                       for k, a in zip(cls, arm.auc[i], strict=True)},
                     "accuracy": float((p.argmax(1) == y).mean())}
             ece = expected_calibration_error(y, p, n_bins=ece_bins, classes=cls)
             brier = brier_score(y, p, classes=cls)

@@ -2,8 +2,8 @@
 
 ``pipi <name>`` exists for every MLproject entry point with the same options (the
 ``entrypoints/<name>.py`` scripts run ``ENTRY_POINTS[name]``), plus ``pipi synthesize`` and
-``pipi stage kvasir`` for releases on disk, and the two servers ``pipi server`` (tracking) and
-``pipi serve`` (a model).
+``pipi stage kvasir`` for releases on disk, ``pipi export cv2024`` for a run's Capsule Vision
+2024 prediction sheet, and the two servers ``pipi server`` (tracking) and ``pipi serve`` (a model).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pipi.cli.ablate import ablate
 from pipi.cli.aggregate import aggregate
 from pipi.cli.calibrate import calibrate
 from pipi.cli.common import CLI_ONLY_OPTIONS, PipiGroup, setup_logging
+from pipi.cli.export import export
 from pipi.cli.galar import galar
 from pipi.cli.galkva import galkva
 from pipi.cli.importer import import_
@@ -39,7 +40,7 @@ ENTRY_POINTS: dict[str, click.Command] = {
     "galar": galar, "calibrate": calibrate, "robustness": robustness, "aggregate": aggregate,
     "promote": promote, "import": import_,
 }
-for _cmd in (synthesize, galkva, server, serve, *ENTRY_POINTS.values()):
+for _cmd in (synthesize, galkva, server, serve, export, *ENTRY_POINTS.values()):
     main.add_command(_cmd)
 
 __all__ = ["CLI_ONLY_OPTIONS", "ENTRY_POINTS", "main"]

@@ -223,6 +223,12 @@ train_override_options = [
     click.option("--data-path", type=choice(DATA_PATHS), default="host", show_default=True,
                  help="host: batches from the on-disk cache each step; device: the uint8 "
                       "training set kept on the training device, batches gathered there."),
+    click.option("--train-sources", default="", show_default=True,
+                 help="Comma-separated sources (a staged dataset's `source` column) to train "
+                      "and select on; empty: every source."),
+    click.option("--test-sources", default="", show_default=True,
+                 help="Comma-separated sources whose test frames are scored (e.g. the one "
+                      "held out of --train-sources); empty: every source."),
 ]
 
 #: Options of the `pipi` commands that are deliberately not MLproject parameters (under

@@ -63,6 +63,9 @@ def train(cell, seed, backbone, data, profile, weights, prior_params, resume, sy
     click.echo(f"run {s.run_id}: test macro-AUC {s.test_macro_auc:.4f} "
                f"(val {s.val_macro_auc:.4f}, best epoch {s.best_epoch}; profile "
                f"{cfg.profile}, {cfg.image_size} px)")
+    names = [cfg.class_set[k] for k in s.test_classes]
+    if names:  # the headline's classes: those with test positives
+        click.echo(f"  over {len(names)} classes with test positives: {', '.join(names)}")
     if s.registered:
         click.echo(f"registered {s.registered} (alias candidate: "
                    f"models:/{s.registered_name}@candidate)")

@@ -20,7 +20,6 @@ from pipi.analysis import (
     is_mechanism_arm,
     missing_notes,
 )
-from pipi.classes import CLASSES
 from pipi.report.rows import no_runs, present_pairs
 from pipi.report.tables import Table, fmt_auc, fmt_delta, fmt_mean_sd
 from pipi.stats import (
@@ -105,7 +104,8 @@ def operating_points_table(an: Analysis) -> Table:
                       for i in range(len(arm.seeds))]
     rows, disp, ids = [], [], []
     fpr_cols = [f"sens_at_fpr_{round(t * 100)}" for t in o.fpr_targets]
-    focal = [CLASSES.index(n) for n in FOCAL_CLASSES if CLASSES.index(n) in ev.classes]
+    index = {n: k for k, n in enumerate(ev.names)}
+    focal = [index[n] for n in FOCAL_CLASSES if index.get(n, -1) in ev.classes]
     order = focal + [k for k in ev.classes if k not in focal]
     for k in order:
         j = ev.classes.index(k)
@@ -116,12 +116,12 @@ def operating_points_table(an: Analysis) -> Table:
                     **{col: np.array([r.sensitivity_at_fpr[j, t] for r in res])
                        for t, col in enumerate(fpr_cols)},
                     "fpr_at_sens": np.array([r.fpr_at_sensitivity[j] for r in res])}
-            row = {"class": CLASSES[k], "focal": k in focal, "cell": c, "n_seeds": len(res)}
+            row = {"class": ev.names[k], "focal": k in focal, "cell": c, "n_seeds": len(res)}
             for name, v in vals.items():
                 row[f"{name}_mean"] = float(v.mean())
                 row[f"{name}_sd"] = float(v.std(ddof=1)) if len(v) > 1 else float("nan")
             rows.append(row)
-            disp.append({"class": CLASSES[k] + (" (focal)" if k in focal else ""),
+            disp.append({"class": ev.names[k] + (" (focal)" if k in focal else ""),
                          "arm": cell_label(c),
                          "AUC": fmt_mean_sd(row["auc_mean"], row["auc_sd"]),
                          "AP": fmt_mean_sd(row["ap_mean"], row["ap_sd"]),
@@ -137,7 +137,7 @@ def operating_points_table(an: Analysis) -> Table:
              (f"The paper's focal classes ({', '.join(FOCAL_CLASSES)}) come first, marked "
               "(focal); then the other headline classes."),
              *[f"focal class {n}: no test positives in this data, so no row"
-               for n in FOCAL_CLASSES if CLASSES.index(n) not in focal],
+               for n in FOCAL_CLASSES if index.get(n, -1) not in focal],
              *missing_notes(ev, b, arms)]
     return Table("operating_points", title, pd.DataFrame(rows), pd.DataFrame(disp), tuple(ids),
                  tuple(notes), paper="tab:operating-point")

@@ -14,7 +14,6 @@ from pipi.analysis import (
     reason_kind,
     seeds_text,
 )
-from pipi.classes import CLASSES
 from pipi.report import (
     breakdown,
     calibration,
@@ -30,6 +29,7 @@ from pipi.report import (
 from pipi.report import robustness, transplant
 from pipi.report.curves import curve_data
 from pipi.report.retention import retention_tables
+from pipi.report.sources import per_source_table
 from pipi.report.tables import Table, fmt_mean_sd
 
 __all__ = ["AGGREGATE_FORMAT", "Report", "build_report"]
@@ -65,6 +65,7 @@ def build_report(evidence: Evidence, options: AggregateOptions | None = None) ->
                            *headline.imported_per_frame_tables(an),
                            headline.eight_cell_table(an), *headline.paired_tests_tables(an),
                            *per_class.per_class_tables(an), breakdown.per_patient_table(an),
+                           *[t for t in (per_source_table(an),) if t is not None],
                            breakdown.operating_points_table(an), breakdown.calibration_table(an),
                            calibration.calibration_per_class_table(an),
                            headline.cross_backbone_table(an), *channels.channel_tables(an),
@@ -102,7 +103,7 @@ def _meta(an: Analysis) -> dict:
         "format": AGGREGATE_FORMAT, "version": 1, "experiment": ev.experiment,
         "experiment_id": ev.experiment_id, "filter": ev.filter_string,
         "tracking_uri": ev.tracking_uri, "data_digest": ev.data_digest,
-        "headline_backbone": an.headline, "classes": list(CLASSES),
+        "headline_backbone": an.headline, "classes": list(ev.names),
         "evaluable_classes": ev.class_names, "headline_classes": ev.class_names,
         "class_source": ev.class_source, "n_test_frames": int(ev.labels.size),
         "test_videos": sorted(set(ev.videos)),

@@ -7,7 +7,6 @@ import numpy as np
 import pandas as pd
 
 from pipi.analysis import FIGURE_PAIR, Analysis, cell_label
-from pipi.classes import CLASSES
 from pipi.report.rows import no_runs, run_map
 from pipi.report.tables import Table, fmt_delta, fmt_mean_sd
 from pipi.stats import brier_score, expected_calibration_error
@@ -46,7 +45,7 @@ def calibration_per_class_table(an: Analysis) -> Table:
     ia, inn = [ra.index(s) for s in seeds], [na.index(s) for s in seeds]
     rows, disp = [], []
     for j, k in enumerate(cls):
-        row = {"class": CLASSES[k], "n_seeds_a": len(ra.seeds), "n_seeds_pi": len(na.seeds),
+        row = {"class": ev.names[k], "n_seeds_a": len(ra.seeds), "n_seeds_pi": len(na.seeds),
                "n_paired": len(seeds)}
         for name, va, vn in (("ece", ea[:, j], en[:, j]), ("brier", ba[:, j], bn[:, j])):
             (ma, sa), (mn, sn) = _ms(va), _ms(vn)
@@ -55,7 +54,7 @@ def calibration_per_class_table(an: Analysis) -> Table:
                     f"{name}_pi_sd": sn,
                     f"{name}_delta": float(d.mean()) if len(d) else float("nan")}
         rows.append(row)
-        disp.append({"class": CLASSES[k],
+        disp.append({"class": ev.names[k],
                      f"ECE ({bins} bins) {ref}": fmt_mean_sd(row["ece_a_mean"], row["ece_a_sd"]),
                      f"ECE {new}": fmt_mean_sd(row["ece_pi_mean"], row["ece_pi_sd"]),
                      "Δ ECE": fmt_delta(row["ece_delta"]),

@@ -15,7 +15,6 @@ from pipi.analysis import (
     Analysis,
     cell_label,
 )
-from pipi.classes import CLASSES
 from pipi.stats import ROC_GRID, confusion_matrix, mean_pr, mean_roc, pooled_pr, row_normalise
 
 __all__ = ["confusion_data", "curve_data", "focal_pr_data"]
@@ -53,7 +52,7 @@ def focal_pr_data(an: Analysis) -> dict:
     ev = an.evidence
     out = {}
     for name in PR_FOCAL_CLASSES:
-        k = CLASSES.index(name)
+        k = ev.names.index(name) if name in ev.names else -1
         if k not in ev.classes:
             continue
         arms = {}
@@ -74,7 +73,7 @@ def confusion_data(an: Analysis) -> dict:
     """
     ev = an.evidence
     classes = sorted(set(ev.labels.tolist()))
-    out = {"classes": [CLASSES[k] for k in classes], "arms": {}}
+    out = {"classes": [ev.names[k] for k in classes], "arms": {}}
     for arm in _figure_arms(an):
         counts = sum(confusion_matrix(ev.labels, p.argmax(axis=1), classes) for p in arm.probs)
         out["arms"][arm.cell] = {"label": cell_label(arm.cell), "counts": counts,

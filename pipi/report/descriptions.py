@@ -21,22 +21,22 @@ def _auc(value: float | None) -> str:
     return "n/a" if value is None or not math.isfinite(value) else f"{value:.4f}"
 
 
-def _classes(classes: Sequence[int]) -> str:
-    names = [CLASSES[int(k)] for k in classes]
+def _classes(classes: Sequence[int], class_names: Sequence[str] = CLASSES) -> str:
+    names = [class_names[int(k)] for k in classes]
     return f"{len(names)} classes: " + ", ".join(names) if names else "no evaluable class"
 
 
 def run_description(*, cell: str, backbone: str, seed: int, recipe: str, test_macro_auc: float,
                     test_classes: Sequence[int], data_digest: str = "",
                     base_run_id: str | None = None, base_run_url: str | None = None,
-                    registered: str | None = None) -> str:
+                    registered: str | None = None, class_names: Sequence[str] = CLASSES) -> str:
     """A training run's Description: the cell, the recipe, the headline metric and its class
     set, the base run of a sequence cell and the registered version."""
     c = get_cell(cell)
     streams = " + ".join(c.streams) or "RGB only"
     lines = [f"**Cell `{cell}`** on `{backbone}`, seed {seed}: {c.description} "
              f"(streams: {streams}).", "",
-             f"**Test macro-AUC {_auc(test_macro_auc)}** over the {_classes(test_classes)}.", ""]
+             f"**Test macro-AUC {_auc(test_macro_auc)}** over the {_classes(test_classes, class_names)}.", ""]
     if c.is_sequence:
         base = f"[{base_run_id}]({base_run_url})" if base_run_url else f"`{base_run_id}`"
         lines += [f"Sequence cell on the per-frame `{c.base_cell}` backbone of base run {base}.",
@@ -90,11 +90,12 @@ def model_card(*, cell: str, backbone: str, name: str | None = None,
 
 def version_description(*, run_id: str, test_macro_auc: float, test_classes: Sequence[int],
                         data_digest: str, recipe: str, seed: int,
-                        gate: Mapping[str, str] | None = None) -> str:
+                        gate: Mapping[str, str] | None = None,
+                        class_names: Sequence[str] = CLASSES) -> str:
     """A registered version's evidence: its run, test macro-AUC, data digest, the recipe;
     after ``promote``, the gate's numbers (``gate``: name -> value as text)."""
     lines = [f"{EVIDENCE_HEADING} run `{run_id}` (seed {seed}), **test macro-AUC {_auc(test_macro_auc)}** over "
-             f"the {_classes(test_classes)}.", "",
+             f"the {_classes(test_classes, class_names)}.", "",
              f"Data digest `{data_digest}`.", "", "```", recipe, "```"]
     if gate:
         lines += ["", "## Promotion gate", ""] + [f"- {k}: {v}" for k, v in gate.items()]

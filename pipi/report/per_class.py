@@ -21,7 +21,6 @@ from pipi.analysis import (
     compare_pairs,
     seeds_text,
 )
-from pipi.classes import CLASSES
 from pipi.report.rows import (
     bootstrap_note,
     ci_cols,
@@ -80,7 +79,7 @@ def per_class_table(an: Analysis, pair: tuple[str, str]) -> Table:
             cis.append(bt)
             sb = an.seed_bca(d[:, j])
             seed_cis.append(sb)
-            rows.append({"class": CLASSES[k], "ref_mean": a_ref[:, j].mean(),
+            rows.append({"class": ev.names[k], "ref_mean": a_ref[:, j].mean(),
                          "ref_sd": a_ref[:, j].std(ddof=1) if len(ri) > 1 else float("nan"),
                          "new_mean": a_new[:, j].mean(),
                          "new_sd": a_new[:, j].std(ddof=1) if len(ri) > 1 else float("nan"),

@@ -27,7 +27,7 @@ from PIL import Image
 
 from pipi.classes import CLASSES
 from pipi.config import TrainConfig
-from pipi.predictions import PROB_COLUMNS
+from pipi.predictions import prob_columns_of
 from pipi.prior import prior_channels
 from pipi.report.figures import COLORS, confusion, curve_axes, figure_png
 from pipi.stats import confusion_matrix, per_class_auc, row_normalise
@@ -54,11 +54,11 @@ def _rgb(png: bytes) -> bytes:
 
 
 def _arrays(test: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    return test["label"].to_numpy(np.int64), test[list(PROB_COLUMNS)].to_numpy(np.float64)
+    return test["label"].to_numpy(np.int64), test[list(prob_columns_of(test))].to_numpy(np.float64)
 
 
 def _class_curves(labels: np.ndarray, probs: np.ndarray, classes: Sequence[int], *, kind: str,
-                  title: str) -> bytes:
+                  title: str, names: Sequence[str] = CLASSES) -> bytes:
     fig = Figure(figsize=(6.4, 4.6))
     ax = fig.add_subplot(1, 1, 1)
     with warnings.catch_warnings():
@@ -70,11 +70,11 @@ def _class_curves(labels: np.ndarray, probs: np.ndarray, classes: Sequence[int],
         if kind == "roc":
             fpr, tpr, _ = roc_points(y, s)
             ax.step(fpr, tpr, where="post", color=col, lw=1.2,
-                    label=f"{CLASSES[k]} (AUC {aucs[i]:.3f}, n={int(y.sum())})")
+                    label=f"{names[k]} (AUC {aucs[i]:.3f}, n={int(y.sum())})")
         else:
             rec, prec = pr_points(y, s)
             ax.plot(rec, prec, color=col, lw=1.2, drawstyle="steps-post",
-                    label=f"{CLASSES[k]} (AP {average_precision(y, s):.3f}, n={int(y.sum())})")
+                    label=f"{names[k]} (AP {average_precision(y, s):.3f}, n={int(y.sum())})")
     curve_axes(ax, kind)
     ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     ax.set_title(title, fontsize=9)
@@ -82,11 +82,11 @@ def _class_curves(labels: np.ndarray, probs: np.ndarray, classes: Sequence[int],
     return _small_png(fig)
 
 
-def prediction_figures(test: pd.DataFrame, classes: Sequence[int], *, label: str
-                       ) -> dict[str, bytes]:
+def prediction_figures(test: pd.DataFrame, classes: Sequence[int], *, label: str,
+                       names: Sequence[str] = CLASSES) -> dict[str, bytes]:
     """ROC and PR per evaluable class and the row-normalised confusion matrix of a run's test
     predictions (the run contract's table); ``classes``: the evaluable class indices, ``label``
-    names the run in the titles."""
+    names the run in the titles, ``names`` the class set in index order."""
     labels, probs = _arrays(test)
     classes = [int(k) for k in classes]
     if not len(labels) or not classes:
@@ -95,14 +95,14 @@ def prediction_figures(test: pd.DataFrame, classes: Sequence[int], *, label: str
         if len(set(labels.tolist())) > 1 else float("nan")
     figs = {
         "roc_per_class": _class_curves(
-            labels, probs, classes, kind="roc",
+            labels, probs, classes, kind="roc", names=names,
             title=f"{label}: test ROC per class (macro-AUC {macro:.3f}, {len(classes)} classes)"),
-        "pr_per_class": _class_curves(labels, probs, classes, kind="pr",
+        "pr_per_class": _class_curves(labels, probs, classes, kind="pr", names=names,
                                       title=f"{label}: test precision-recall per class"),
     }
     present = sorted(set(labels.tolist()))
     counts = confusion_matrix(labels, probs.argmax(axis=1), present)
-    conf = {"classes": [CLASSES[k] for k in present],
+    conf = {"classes": [names[k] for k in present],
             "arms": {label: {"label": label, "normalised": row_normalise(counts),
                              "title": f"{label}: argmax of each test frame"}}}
     figs["confusion"] = _rgb(confusion(conf, title=f"{label}: test confusion matrix, "
@@ -148,11 +148,11 @@ def roc_per_capsule(test: pd.DataFrame, classes: Sequence[int], *, label: str) -
     return _small_png(fig)
 
 
-def evaluation_figures(test: pd.DataFrame, classes: Sequence[int], *, label: str
-                       ) -> dict[str, bytes]:
+def evaluation_figures(test: pd.DataFrame, classes: Sequence[int], *, label: str,
+                       names: Sequence[str] = CLASSES) -> dict[str, bytes]:
     """The figures of an evaluation child (galar, robustness, transplant): those of
     :func:`prediction_figures`, plus the ROC per capsule system where the frames have one."""
-    figs = prediction_figures(test, classes, label=label)
+    figs = prediction_figures(test, classes, label=label, names=names)
     capsule = roc_per_capsule(test, classes, label=label)
     if capsule is not None:
         figs["roc_per_capsule"] = capsule

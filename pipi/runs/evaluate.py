@@ -28,6 +28,7 @@ import yaml
 from torch import nn
 
 from pipi import tracking
+from pipi.classes import CLASSES
 from pipi.config import TrainConfig, run_params
 from pipi.data.cache import build_cache
 from pipi.data.staging import load_staged
@@ -38,6 +39,7 @@ from pipi.report.run_figures import evaluation_figures
 from pipi.training.frames import (
     FrameInputs,
     build_frame_model,
+    is_capsule_vision,
     predict_probs,
     split_classes,
     split_metrics,
@@ -151,14 +153,17 @@ def evaluate_run(source_run_id: str, ev: Evaluation, *, data: Path,
             ctx = EvalContext(model.to(device_for()), cfg, frames, images, device_for(),
                               source_run_id, work)
             preds, metrics = score_splits(frames, split, ev.splits, scored,
-                                          lambda rows, s: ev.scorer(ctx, rows, s))
+                                          lambda rows, s: ev.scorer(ctx, rows, s),
+                                          names=cfg.class_set.names,
+                                          cv2024=is_capsule_vision(manifest))
             if ev.finalize is not None:
                 metrics.update(ev.finalize(metrics))
-            log_scores(preds, metrics, scored, work)
+            log_scores(preds, metrics, scored, work, names=cfg.class_set.names)
             if "test" in preds:  # the figures that fit a re-scored run (docs/mlflow-ui.md)
                 tracking.log_figures(evaluation_figures(
                     preds["test"], split_classes(scored, "test"),
-                    label=f"{cfg.cell}@{ev.variant} {cfg.backbone} s{cfg.seed}"))
+                    label=f"{cfg.cell}@{ev.variant} {cfg.backbone} s{cfg.seed}",
+                    names=cfg.class_set.names))
             return run.run_id
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -166,31 +171,36 @@ def evaluate_run(source_run_id: str, ev: Evaluation, *, data: Path,
 
 def score_splits(frames: pd.DataFrame, split: np.ndarray, splits: Sequence[str],
                  scored: pd.DataFrame,
-                 score: Callable[[np.ndarray, str], tuple[np.ndarray, Mapping[str, float]]]
+                 score: Callable[[np.ndarray, str], tuple[np.ndarray, Mapping[str, float]]],
+                 *, names: Sequence[str] = CLASSES, cv2024: bool = False
                  ) -> tuple[dict[str, pd.DataFrame], dict[str, float]]:
     """Per-frame predictions and ``<split>/*`` metrics of each split in ``splits``.
 
     ``split``: the split of every row of ``frames`` ("" for rows not scored); ``score(rows,
     split)`` gives the probabilities ``(len(rows), 14)`` and extra metrics of those rows;
-    the metrics' classes are those with positives among ``scored``.
+    the metrics' classes are those with positives among ``scored``, named by ``names`` (the
+    run's class set); ``cv2024`` adds the Capsule Vision 2024 challenge's metrics.
     """
     preds, metrics = {}, {}
     for s in splits:
         rows = np.flatnonzero(split == s)
         probs, extra = score(rows, s)
         preds[s] = predictions_frame(frames.iloc[rows], probs)
-        metrics.update(split_metrics(preds[s], split_classes(scored, s), s))
+        metrics.update(split_metrics(preds[s], split_classes(scored, s), s, names=names,
+                                     cv2024=cv2024))
         metrics.update(extra)
     return preds, metrics
 
 
 def log_scores(preds: Mapping[str, pd.DataFrame], metrics: Mapping[str, float],
-               scored: pd.DataFrame, work: Path) -> None:
-    """Log into the active run: finite metrics, the class tags, the predictions artifact."""
+               scored: pd.DataFrame, work: Path, *, names: Sequence[str] = CLASSES) -> None:
+    """Log into the active run: finite metrics, the class tags, the predictions artifact
+    (``names``: the class set in index order)."""
     tracking.log_metrics({k: v for k, v in metrics.items() if math.isfinite(v)})
     tracking.set_tags(tracking.class_tags(test=split_classes(scored, "test"),
-                                          val=split_classes(scored, "val")))
-    tracking.log_artifacts(write_predictions(dict(preds), work / "predictions"), "predictions")
+                                          val=split_classes(scored, "val"), names=names))
+    tracking.log_artifacts(write_predictions(dict(preds), work / "predictions", names),
+                           "predictions")
 
 
 def find_evaluation(source_run_id: str, ev: Evaluation, *, data_digest: str,

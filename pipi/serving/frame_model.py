@@ -16,7 +16,6 @@ from pathlib import Path
 
 import torch
 
-from pipi.classes import NUM_CLASSES
 from pipi.config import TrainConfig
 from pipi.data.cache import AugmentConfig, augment, augment_draws, normalize
 from pipi.models import DistillClassifier, FrameClassifier, build_backbone
@@ -36,11 +35,12 @@ def build_frame_model(cfg: TrainConfig) -> torch.nn.Module:
     else:
         backbone = build_backbone(cfg.backbone, weights=weights,
                                   in_channels=cell.input_channels, prior_init=cfg.prior_init)
+    k = len(cfg.class_set)
     if cell.distill:
-        return DistillClassifier(backbone, NUM_CLASSES)
+        return DistillClassifier(backbone, k)
     if cell.frozen:  # linear probe: frozen features, a plain linear head
-        return FrameClassifier(backbone, NUM_CLASSES, dropout=0.0, frozen=True)
-    return FrameClassifier(backbone, NUM_CLASSES)
+        return FrameClassifier(backbone, k, dropout=0.0, frozen=True)
+    return FrameClassifier(backbone, k)
 
 
 @dataclass

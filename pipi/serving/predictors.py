@@ -25,7 +25,6 @@ import numpy as np
 import pandas as pd
 import torch
 
-from pipi.classes import CLASSES
 from pipi.serving.frame_model import FrameInputs, load_frame_model
 from pipi.serving.model_input import InputError, Limits, clips_from_input, images_from_input
 from pipi.serving.sequence_clip import ClipPredictor, resize_batch
@@ -85,8 +84,9 @@ class FramePredictor:
                     logits = self.model(x)
                 probs.append(torch.softmax(logits.float(), dim=1).numpy())
         p = np.concatenate(probs).astype(np.float64)
-        df = pd.DataFrame(p, columns=list(CLASSES))
-        df["predicted_class"] = [CLASSES[i] for i in p.argmax(1)]
+        names = self.cfg.class_set.names
+        df = pd.DataFrame(p, columns=list(names))
+        df["predicted_class"] = [names[i] for i in p.argmax(1)]
         if heat:
             df["p_blood_heatmap"] = [np.round(m, 4).tolist() for m in maps]
         return df

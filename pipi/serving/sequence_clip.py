@@ -29,7 +29,6 @@ import torch
 from PIL import Image
 from torch import nn
 
-from pipi.classes import CLASSES
 from pipi.config import TrainConfig
 from pipi.models import NormalAutoencoder, residual_features
 from pipi.models.sequence import SequenceModel
@@ -135,9 +134,10 @@ class ClipPredictor:
         parts = []
         for b, clip in enumerate(clips):
             probs = self.clip_probs(clip)
-            df = pd.DataFrame(probs.astype(np.float64), columns=list(CLASSES))
+            names = self.cfg.class_set.names
+            df = pd.DataFrame(probs.astype(np.float64), columns=list(names))
             df.insert(0, "frame", np.arange(len(clip)))
             df.insert(0, "clip", b)
-            df["predicted_class"] = [CLASSES[i] for i in probs.argmax(1)]
+            df["predicted_class"] = [names[i] for i in probs.argmax(1)]
             parts.append(df)
         return pd.concat(parts, ignore_index=True)

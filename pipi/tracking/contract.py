@@ -95,11 +95,13 @@ def evaluation_tags(cfg: TrainConfig, manifest: Mapping[str, Any], *, study: str
     return tags
 
 
-def class_tags(*, test: Sequence[int], val: Sequence[int]) -> dict:
-    """Headline classes (test positives) and selection classes (val positives), by name."""
-    names = json.dumps([CLASSES[k] for k in test])
-    return {TAG_TEST_CLASSES: names, TAG_VAL_CLASSES: json.dumps([CLASSES[k] for k in val]),
-            TAG_EVALUABLE_CLASSES: names}
+def class_tags(*, test: Sequence[int], val: Sequence[int],
+               names: Sequence[str] = CLASSES) -> dict:
+    """Headline classes (test positives) and selection classes (val positives), by name
+    (``names``: the class set in index order, Kvasir's 14 by default)."""
+    test_names = json.dumps([names[k] for k in test])
+    return {TAG_TEST_CLASSES: test_names, TAG_VAL_CLASSES: json.dumps([names[k] for k in val]),
+            TAG_EVALUABLE_CLASSES: test_names}
 
 
 def import_key(*, kind: str, sha256: str, params: Mapping[str, Any], data_digest: str,

@@ -23,7 +23,6 @@ import numpy as np
 import pandas as pd
 import torch
 
-from pipi.classes import CLASSES
 from pipi.config import TrainConfig, recipe_command, run_params
 from pipi.errors import ConfigError
 from pipi.models.timm_backbones import is_timm_arch
@@ -133,8 +132,9 @@ def log_frame_model(cfg: TrainConfig, model, work: Path, *, test_auc: float, reg
             model.deploy_mode = True
         x, _ = FrameInputs(cfg)(preprocess(images, cfg.image_size), train=False)
         probs = torch.softmax(model(x), 1).numpy().astype(np.float64)
-    out_example = pd.DataFrame(probs, columns=list(CLASSES))
-    out_example["predicted_class"] = [CLASSES[i] for i in probs.argmax(1)]
+    names = cfg.class_set.names
+    out_example = pd.DataFrame(probs, columns=list(names))
+    out_example["predicted_class"] = [names[i] for i in probs.argmax(1)]
     # the serving example shows the base64 form a client sends without numpy (PNG: lossless)
     example = pd.DataFrame({"image": [encode_png(im) for im in images]})
     return log_and_register(cfg, {"weights": str(wpath), "config": str(cpath)}, example,

@@ -16,8 +16,10 @@ import logging
 import math
 import os
 import random
+import re
 import tempfile
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +41,7 @@ from pipi.predictions import (  # noqa: F401  (re-exported: the format's home is
     PROB_COLUMNS,
     predictions_frame,
     predictions_schema,
+    prob_columns_of,
     read_predictions,
     write_predictions,
 )
@@ -53,6 +56,7 @@ from pipi.runtime import (
 )
 from pipi.serving.frame_model import FrameInputs, build_frame_model
 from pipi.stats.auc import macro_auc, per_class_auc
+from pipi.stats.cv2024 import cv2024_metrics
 from pipi.training.checkpoint import plain_state
 from pipi.training.graphed import GraphedStep, capturable_adamw, make_capturable
 from pipi.training.result import FitResult
@@ -75,6 +79,27 @@ def seed_everything(seed: int, runtime: Runtime | None = None) -> torch.Generato
     return torch.Generator().manual_seed(seed)
 
 
+def source_names(value: str) -> tuple[str, ...]:
+    """The source names of a ``train_sources`` / ``test_sources`` option (comma-separated)."""
+    return tuple(s.strip() for s in value.split(",") if s.strip())
+
+
+def scored_split(frames: pd.DataFrame, cfg: TrainConfig) -> np.ndarray:
+    """The split of every staged row as this run uses it: ``train``/``val`` rows outside
+    ``cfg.train_sources`` and ``test`` rows outside ``cfg.test_sources`` become "" (not used);
+    every row keeps its split when neither is set."""
+    split = frames["split"].to_numpy().astype(object)
+    if not (cfg.train_sources or cfg.test_sources):
+        return split
+    src = frames["source"].astype(str).to_numpy()
+    split = split.copy()
+    for names, splits in ((cfg.train_sources, ("train", "val")), (cfg.test_sources, ("test",))):
+        if names:
+            drop = np.isin(split, splits) & ~np.isin(src, source_names(names))
+            split[drop] = ""
+    return split
+
+
 def split_classes(frames: pd.DataFrame, split: str) -> list[int]:
     """Classes with positives in ``split``.
 
@@ -85,10 +110,10 @@ def split_classes(frames: pd.DataFrame, split: str) -> list[int]:
     return sorted(set(frames.loc[frames["split"] == split, "class_index"].tolist()))
 
 
-def class_weights(labels: np.ndarray) -> torch.Tensor:
-    counts = np.bincount(labels, minlength=NUM_CLASSES).astype(np.float64)
+def class_weights(labels: np.ndarray, n_classes: int = NUM_CLASSES) -> torch.Tensor:
+    counts = np.bincount(labels, minlength=n_classes).astype(np.float64)
     present = counts > 0
-    w = np.zeros(NUM_CLASSES)
+    w = np.zeros(len(counts))
     w[present] = counts.sum() / (present.sum() * counts[present])
     return torch.tensor(w, dtype=torch.float32)
 
@@ -203,25 +228,72 @@ def predict_probs(model, images, inputs: FrameInputs, *, device, batch_size: int
         if deploy is not None:
             model.deploy_mode = deploy
     if not out:
-        return np.zeros((0, NUM_CLASSES), np.float32)
+        return np.zeros((0, len(inputs.cfg.class_set)), np.float32)
     return torch.cat(out).cpu().numpy()
 
 
-def split_metrics(df: pd.DataFrame, classes: list[int], prefix: str) -> dict[str, float]:
+def split_metrics(df: pd.DataFrame, classes: list[int], prefix: str, *,
+                  names: Sequence[str] = CLASSES, cv2024: bool = False) -> dict[str, float]:
+    """``<prefix>/*`` metrics of a predictions table: macro-AUC over ``classes`` (those with
+    positives in the split), per-class AUC named by ``names`` (the class set in index order),
+    accuracy, macro-F1; per source (a ``source`` column) ``<prefix>/source/<SRC>/macro_auc``
+    over the classes with positives and negatives there; with ``cv2024`` the Capsule Vision
+    2024 challenge's metrics (:func:`pipi.stats.cv2024.cv2024_metrics`)."""
     y = df["label"].to_numpy()
-    probs = df[list(PROB_COLUMNS)].to_numpy(np.float64)
+    probs = df[list(prob_columns_of(df))].to_numpy(np.float64)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a class absent from a smoke-sized split is NaN
         per_class = per_class_auc(y, probs, classes=classes)
         out = {f"{prefix}/macro_auc": macro_auc(y, probs, classes=classes)}
     for k, auc in zip(classes, per_class):
         if np.isfinite(auc):
-            out[f"{prefix}/auc/{CLASSES[k]}"] = float(auc)
+            out[f"{prefix}/auc/{names[k]}"] = float(auc)
     out[f"{prefix}/accuracy"] = float((probs.argmax(1) == y).mean())
     # macro-F1 of the argmax over the same classes (the published code's selection metric)
     out[f"{prefix}/macro_f1"] = float(f1_score(y, probs.argmax(1), labels=classes,
                                                average="macro", zero_division=0))
+    if "source" in df and len(df):
+        out.update(source_metrics(df, y, probs, prefix))
+    if cv2024 and len(df):
+        out.update(cv2024_metrics(y, probs, names).metrics(prefix))
     return out
+
+
+def source_metrics(df: pd.DataFrame, y: np.ndarray, probs: np.ndarray,
+                   prefix: str) -> dict[str, float]:
+    """Per source: ``<prefix>/source/<SRC>/macro_auc`` (over the classes with positives and
+    negatives among that source's frames; NaN left out) and ``.../n_frames``."""
+    out = {}
+    src = df["source"].astype(str).to_numpy()
+    for name in sorted(set(src)):
+        rows = src == name
+        present = [int(k) for k in np.unique(y[rows]) if 0 < int((y[rows] == k).sum()) < rows.sum()]
+        key = f"{prefix}/source/{metric_safe(name)}"
+        out[f"{key}/n_frames"] = float(rows.sum())
+        if present:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                out[f"{key}/macro_auc"] = macro_auc(y[rows], probs[rows], classes=present)
+    return out
+
+
+def metric_safe(name: str) -> str:
+    """A name MLflow accepts inside a metric key (letters, digits, ``_-. /:`` kept)."""
+    return re.sub(r"[^\w\-. /:]", "_", name)
+
+
+def final_metrics(df: pd.DataFrame, classes: list[int], prefix: str, cfg: TrainConfig,
+                  manifest: dict | None) -> dict[str, float]:
+    """A run's reported ``<prefix>/*`` metrics: :func:`split_metrics` with the class names of
+    ``cfg`` and, on data staged from the Capsule Vision layout, the challenge's metrics."""
+    return split_metrics(df, classes, prefix, names=cfg.class_set.names,
+                         cv2024=is_capsule_vision(manifest))
+
+
+def is_capsule_vision(manifest: dict | None) -> bool:
+    """Whether a staged manifest says the data was staged from the Capsule Vision layout
+    (its runs then also log the challenge's metrics)."""
+    return (manifest or {}).get("layout") == "capsule-vision"
 
 
 # --------------------------------------------------------------------------- the run
@@ -319,20 +391,23 @@ def run_frame_cell(cfg: TrainConfig, *, data: Path, resume_state: dict | None = 
     digest = manifest["data_digest"]
     cache = build_cache(data, frames, size=cfg.image_size, digest=digest,
                         cache_dir=cache_dir or pipi_home() / "cache", progress=progress)
-    split_idx = {s: np.flatnonzero(frames["split"].to_numpy() == s) for s in ("train", "val", "test")}
+    used = scored_split(frames, cfg)  # train_sources / test_sources: rows not used are ""
+    split_idx = {s: np.flatnonzero(used == s) for s in ("train", "val", "test")}
+    scored = frames.assign(split=used)  # what the split classes are counted on
     # views of the memmap (or rows read a batch at a time), never copies: memory stays flat
     # in the number of frames
     images = {s: split_rows(cache, i) for s, i in split_idx.items()}
     labels = {s: frames["class_index"].to_numpy(np.int64)[i] for s, i in split_idx.items()}
-    classes = split_classes(frames, "test")
-    val_classes = split_classes(frames, "val")
+    classes = split_classes(scored, "test")
+    val_classes = split_classes(scored, "val")
 
     gen = seed_everything(cfg.seed, rt)
     model, fwd = prepare_model(build_frame_model(cfg), rt)
     inputs = FrameInputs(cfg, check=False)
-    weights = class_weights(labels["train"]).to(dev) if cfg.class_weights else None
+    weights = (class_weights(labels["train"], len(cfg.class_set)).to(dev) if cfg.class_weights
+               else None)
     if cfg.cell_config.frozen and cfg.probe_recipe == "cached":
-        return _run_cached_probe(cfg, model, inputs, cache, frames, manifest, split_idx,
+        return _run_cached_probe(cfg, model, inputs, cache, scored, manifest, split_idx,
                                  labels, weights, gen=gen, rt=rt, tracker=tracker,
                                  resume_state=resume_state, cache_dir=cache_dir)
     scaler = rt.scaler()
@@ -361,8 +436,8 @@ def run_frame_cell(cfg: TrainConfig, *, data: Path, resume_state: dict | None = 
                                   fit["val_probs"] if s == "val" and fit["val_probs"] is not None
                                   else predict(s))
              for s in ("val", "test")}
-    metrics = {**split_metrics(preds["val"], val_classes, "val"),
-               **split_metrics(preds["test"], classes, "test"),
+    metrics = {**final_metrics(preds["val"], val_classes, "val", cfg, manifest),
+               **final_metrics(preds["test"], classes, "test", cfg, manifest),
                "best_epoch": best["epoch"]}
     return FitResult(model.cpu().to(memory_format=torch.contiguous_format), preds, metrics,
                      classes, val_classes, history, runtime=rt.params(), frames=frames,
@@ -442,8 +517,8 @@ def _run_cached_probe(cfg, model, inputs, cache, frames, manifest, split_idx, la
                      val_frames=frames.iloc[split_idx["val"]], classes=val_classes,
                      tracker=tracker, resume_state=resume_state)
     preds = {s: predictions_frame(frames.iloc[split_idx[s]], predict(s)) for s in ("val", "test")}
-    metrics = {**split_metrics(preds["val"], val_classes, "val"),
-               **split_metrics(preds["test"], classes, "test"),
+    metrics = {**final_metrics(preds["val"], val_classes, "val", cfg, manifest),
+               **final_metrics(preds["test"], classes, "test", cfg, manifest),
                "best_epoch": fit["best"]["epoch"]}
     return FitResult(model.cpu().to(memory_format=torch.contiguous_format), preds, metrics,
                      classes, val_classes, fit["history"], runtime=rt.params(), frames=frames,

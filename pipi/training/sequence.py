@@ -55,7 +55,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pipi.classes import NUM_CLASSES
 from pipi.config import TrainConfig, make_config
 from pipi.data.cache import batches, to_float
 from pipi.errors import ConfigError, DataError
@@ -86,7 +85,7 @@ log = logging.getLogger(__name__)
 SPLITS = ("train", "val", "test")
 #: TrainConfig fields a sequence run shares with the per-frame run it builds on.
 SHARED_WITH_BASE = ("weights", "image_size", "hflip", "rotation_deg", "jitter", "prior",
-                    "prior_init", "distill_lambda", "distill_target")
+                    "prior_init", "distill_lambda", "distill_target", "classes")
 #: Fields of the base run that must match for its embeddings to be reused (params, as logged).
 BASE_MATCH_PARAMS = ("weights", "image_size", "alpha", "lambda_eff", "hb_index",
                      "second_channel", "prior_mask", "prior_init", "distill_lambda")
@@ -259,7 +258,7 @@ def build_model(cfg: TrainConfig, streams: Streams) -> SequenceModel:
     return SequenceModel(
         emb_dim=streams.embeddings.shape[1], window=cfg.window, temporal=cfg.cell_config.temporal,
         c1_dim=0 if streams.c1 is None else streams.c1.shape[1],
-        c3_dim=0 if streams.c3 is None else streams.c3.shape[1])
+        c3_dim=0 if streams.c3 is None else streams.c3.shape[1], num_classes=len(cfg.class_set))
 
 
 @torch.no_grad()
@@ -269,7 +268,7 @@ def predict_sequence(model: SequenceModel, streams: Streams, rows: np.ndarray, *
     model.eval()
     out = [torch.softmax(model(**streams.batch(rows[b], device)).float(), 1).cpu().numpy()
            for b in batches(len(rows), batch_size)]
-    return np.concatenate(out) if out else np.zeros((0, NUM_CLASSES), np.float32)
+    return np.concatenate(out) if out else np.zeros((0, model.spec["num_classes"]), np.float32)
 
 
 def fit_sequence(cfg: TrainConfig, frames: pd.DataFrame, streams: Streams, *, tracker=None,
@@ -284,7 +283,7 @@ def fit_sequence(cfg: TrainConfig, frames: pd.DataFrame, streams: Streams, *, tr
     val_classes = split_classes(frames, "val")
     gen = seed_everything(cfg.seed)
     model = build_model(cfg, streams).to(dev)
-    weights = class_weights(labels[rows["train"]]).to(dev)
+    weights = class_weights(labels[rows["train"]], len(cfg.class_set)).to(dev)
 
     def train_epoch(epoch, optimizer):
         model.train()
@@ -308,6 +307,8 @@ def fit_sequence(cfg: TrainConfig, frames: pd.DataFrame, streams: Streams, *, tr
                                   fit["val_probs"] if s == "val" and fit["val_probs"] is not None
                                   else predict_sequence(model, streams, rows[s], device=dev))
              for s in ("val", "test")}
-    metrics = {**split_metrics(preds["val"], val_classes, "val"),
-               **split_metrics(preds["test"], classes, "test"), "best_epoch": best["epoch"]}
+    names = cfg.class_set.names
+    metrics = {**split_metrics(preds["val"], val_classes, "val", names=names),
+               **split_metrics(preds["test"], classes, "test", names=names),
+               "best_epoch": best["epoch"]}
     return FitResult(model.cpu(), preds, metrics, classes, val_classes, history)

@@ -13,7 +13,7 @@ import json
 import logging
 import math
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -22,6 +22,7 @@ import pandas as pd
 import torch
 
 from pipi import tracking
+from pipi.classes import class_set_of
 from pipi.config import (
     TrainConfig,
     make_config,
@@ -52,7 +53,13 @@ from pipi.tracking.logged_model import (
     registered_name,
 )
 from pipi.training.checkpoint import read_checkpoint
-from pipi.training.frames import run_frame_cell, tmpdir, write_predictions
+from pipi.training.frames import (
+    run_frame_cell,
+    scored_split,
+    source_names,
+    tmpdir,
+    write_predictions,
+)
 from pipi.training.result import FitResult
 from pipi.training.sequence import C3_DIR, base_config, fit_sequence
 
@@ -101,7 +108,9 @@ def request(cfg: TrainConfig | None, *, data: str | None = None, resume: str | N
         cfg = prior.apply(cfg)
     staged = load_data(data, preset=synthetic_preset(cfg.profile))
     check_trainable(staged, data)
-    return TrainRequest(cfg, staged, runtime_of(cfg), data=data,
+    check_sources(cfg, staged)
+    return TrainRequest(cfg.with_classes(class_set_of(staged.manifest)), staged,
+                        runtime_of(cfg), data=data,
                         tags=dict(prior.tags) if prior is not None else {})
 
 
@@ -149,8 +158,30 @@ def request_from_options(*, cell: str, backbone: str, seed: int, profile: str,
     if staged is None:
         staged = load_data(data, preset=synthetic_preset(profile))
         check_trainable(staged, data)
+    cfg = cfg.with_classes(class_set_of(staged.manifest))  # the head predicts the data's classes
+    check_sources(cfg, staged)
     return TrainRequest(cfg, staged, runtime, data=data,
                         tags=dict(prior.tags) if prior is not None else {})
+
+
+def check_sources(cfg: TrainConfig, staged: StagedData) -> None:
+    """``train_sources`` / ``test_sources`` name sources the staged frames have, and leave
+    frames to train, select and score on (ConfigError in one line otherwise)."""
+    if not (cfg.train_sources or cfg.test_sources):
+        return
+    frames = staged.frames
+    have = sorted(set(frames["source"].astype(str)) - {""}) if "source" in frames else []
+    for name in ("train_sources", "test_sources"):
+        unknown = [s for s in source_names(getattr(cfg, name)) if s not in have]
+        if unknown:
+            raise ConfigError(f"{name}={getattr(cfg, name)}: {staged.root} has no frames of "
+                              f"source(s) {unknown}; its sources: {have or 'none (no source column)'}")
+    used = scored_split(frames, cfg)
+    for split in ("train", "val", "test"):
+        if not (used == split).any():
+            raise ConfigError(f"train_sources={cfg.train_sources or '(all)'}, test_sources="
+                              f"{cfg.test_sources or '(all)'}: no {split} frame of {staged.root} "
+                              "is left")
 
 
 def check_trainable(staged: StagedData, data: str | None) -> None:
@@ -233,7 +264,8 @@ class TrainSummary:
 _MODEL_FIELDS = ("model_uri", "model_id", "registered", "registered_name", "registered_version")
 
 
-def log_results(out: FitResult, work: Path) -> tuple[TrainSummary, dict[str, float]]:
+def log_results(out: FitResult, work: Path, classes: Sequence[str]
+                ) -> tuple[TrainSummary, dict[str, float]]:
     """Log a fitted cell's final metrics (all but the test split's, which are logged with the
     model: the second value returned), predictions and history; return the summary."""
     m = {k: v for k, v in out.metrics.items() if isinstance(v, float) and math.isfinite(v)}
@@ -241,9 +273,10 @@ def log_results(out: FitResult, work: Path) -> tuple[TrainSummary, dict[str, flo
     m["val/best_macro_auc"] = m.pop("val/macro_auc", float("nan"))
     test = {k: v for k, v in m.items() if k.startswith("test/")}
     tracking.log_metrics({k: v for k, v in m.items() if k not in test})
-    tracking.set_tags({**tracking.class_tags(test=out.classes, val=out.val_classes),
+    tracking.set_tags({**tracking.class_tags(test=out.classes, val=out.val_classes,
+                                             names=classes),
                        tracking.TAG_BEST_EPOCH: out.best_epoch})
-    tracking.log_artifacts(write_predictions(out.predictions, work / "predictions"),
+    tracking.log_artifacts(write_predictions(out.predictions, work / "predictions", classes),
                            "predictions")
     tracking.log_dict(out.history, "history.json")
     return TrainSummary(run_id=tracking.active_run_id(),
@@ -346,7 +379,7 @@ def run(req: TrainRequest, *, experiment: str | None = None, register: bool = Tr
                 out = run_frame_cell(cfg, data=root, resume_state=resume_state, tracker=tracker,
                                      progress=progress, runtime=runtime,
                                      staged=(frames, manifest))
-                summary, test_metrics = log_results(out, work)
+                summary, test_metrics = log_results(out, work, cfg.class_set.names)
                 test = out.test_predictions
                 summary = _with_model(summary, log_frame_model(
                     cfg, out.model, work, test_auc=summary.test_macro_auc, register=register,
@@ -365,7 +398,8 @@ def _show_in_ui(cfg: TrainConfig, summary: TrainSummary, test: pd.DataFrame, *, 
     """Figures (``figures/``, from the ``test`` predictions), the run's description, the
     model card and the version's evidence (docs/mlflow-ui.md)."""
     label = f"{cfg.cell} {cfg.backbone} s{cfg.seed}"
-    figs = prediction_figures(test, summary.test_classes, label=label)
+    figs = prediction_figures(test, summary.test_classes, label=label,
+                              names=cfg.class_set.names)
     cell = cfg.cell_config
     if not cell.is_sequence and (cell.input_channels == 5 or cell.distill):
         figs["prior_examples"] = _prior_figure(cfg, root=root, frames=frames, manifest=manifest,
@@ -379,7 +413,7 @@ def _show_in_ui(cfg: TrainConfig, summary: TrainSummary, test: pd.DataFrame, *, 
         test_macro_auc=summary.test_macro_auc, test_classes=summary.test_classes,
         data_digest=digest, base_run_id=base,
         base_run_url=tracking.run_url(base) if base else None,
-        registered=summary.registered))
+        registered=summary.registered, class_names=cfg.class_set.names))
     if summary.registered:  # the version's own description came with its creation
         name = summary.registered_name
         # the serve command names an alias that exists: champion once promoted, else candidate
@@ -393,7 +427,8 @@ def _version_text(cfg: TrainConfig, summary: TrainSummary, manifest: dict, tags:
     return version_description(
         run_id=summary.run_id, test_macro_auc=summary.test_macro_auc,
         test_classes=summary.test_classes, data_digest=manifest.get("data_digest", ""),
-        recipe=tags.get(tracking.TAG_RECIPE, recipe_command(cfg)), seed=cfg.seed)
+        recipe=tags.get(tracking.TAG_RECIPE, recipe_command(cfg)), seed=cfg.seed,
+        class_names=cfg.class_set.names)
 
 
 def _prior_figure(cfg: TrainConfig, *, root: Path, frames: pd.DataFrame, manifest: dict,
@@ -415,7 +450,8 @@ def train_base_run(cfg: TrainConfig, *, staged: StagedData, register: bool,
     bcfg = base_config(cfg)
     log.info("no FINISHED %s run for backbone %s, seed %d: training it first",
              bcfg.cell, bcfg.backbone, bcfg.seed)
-    req = TrainRequest(bcfg, staged, runtime_of(bcfg), data=str(staged.root))
+    req = TrainRequest(bcfg.with_classes(class_set_of(staged.manifest)), staged,
+                       runtime_of(bcfg), data=str(staged.root))
     summary = run(req, register=register, progress=progress,
                   nested=tracking.active_experiment_id() is not None)
     return summary.run_id
@@ -444,7 +480,7 @@ def _fit_sequence(cfg: TrainConfig, *, root: Path, frames: pd.DataFrame, manifes
     tracking.set_tags(sources)
     out = fit_sequence(cfg, frames, streams, tracker=tracker, resume_state=resume_state,
                        device=dev, progress=progress)
-    summary, test_metrics = log_results(out, work)
+    summary, test_metrics = log_results(out, work, cfg.class_set.names)
     torch.save({"model": out.model.state_dict(), "spec": out.model.spec,
                 "config": cfg.to_dict(), **sources}, work / "best_state.pt")
     tracking.log_artifact(work / "best_state.pt", "checkpoints")
