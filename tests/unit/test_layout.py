@@ -11,9 +11,11 @@ import pytest
 
 PKG = Path(__file__).resolve().parents[2] / "pipi"
 #: The layers of DESIGN.md ("Layout"), from the top down; a module may import its own layer or
-#: any layer below it. A layer is a list of module prefixes under ``pipi``; ``*`` is every module
-#: no layer names (the library: data/, models/, training/, serving/, probes/, calibration/,
-#: prior, cells, config, runtime, predictions, galkva/).
+#: any layer below it. A layer is a list of module prefixes under ``pipi``. The library is split
+#: into its ranks (issue 32): galkva > tracking > probes, calibration > training > serving (what
+#: a registered model runs: training builds it) > config > models > data > prior, cells,
+#: runtime, predictions > stats > classes, errors, paths. Every module must have a rank
+#: (:func:`test_every_module_has_a_rank`): a new package is placed here on purpose.
 ORDER: tuple[tuple[str, ...], ...] = (
     ("cli",),
     ("workflows",),
@@ -21,8 +23,15 @@ ORDER: tuple[tuple[str, ...], ...] = (
     ("runs",),
     ("report",),
     ("analysis",),
+    ("galkva",),
     ("tracking",),
-    ("*",),
+    ("probes", "calibration"),
+    ("training",),
+    ("serving",),
+    ("config",),
+    ("models",),
+    ("data",),
+    ("prior", "cells", "runtime", "predictions"),
     ("stats",),
     ("classes", "errors", "paths"),
 )
@@ -67,18 +76,17 @@ def _imports(path: Path, modules: dict[str, Path]) -> tuple[set[str], list[str]]
     return top, inner
 
 
-def _layer(module: str) -> int:
-    """Rank of ``module`` in :data:`ORDER` (0 = top); the longest matching prefix wins."""
+def _layer(module: str, order=None) -> int | None:
+    """Rank of ``module`` in ``order`` (:data:`ORDER`; 0 = top); the longest matching prefix
+    wins; None for a module no layer names."""
     rel = module.removeprefix("pipi").removeprefix(".")
-    best, star = None, None
-    for rank, layer in enumerate(ORDER):
+    best = None
+    for rank, layer in enumerate(order or ORDER):
         for prefix in layer:
-            if prefix == "*":
-                star = rank
-            elif (rel == prefix or rel.startswith(prefix + ".")) and (
+            if (rel == prefix or rel.startswith(prefix + ".")) and (
                     best is None or len(prefix) > best[1]):
                 best = (rank, len(prefix))
-    return best[0] if best else star
+    return best[0] if best else None
 
 
 def upward_imports(modules: dict[str, Path]) -> list[str]:
@@ -86,7 +94,7 @@ def upward_imports(modules: dict[str, Path]) -> list[str]:
     out = []
     for m, p in sorted(modules.items()):
         for d in sorted(_imports(p, modules)[0]):
-            if d != "pipi" and _layer(d) < _layer(m):
+            if d != "pipi" and m != "pipi" and _layer(d) < _layer(m):
                 out.append(f"{m} imports {d}, a layer above it")
     return out
 
@@ -110,17 +118,44 @@ def test_layer_order_matches_design():
     assert _layer("pipi.cli.train") < _layer("pipi.workflows.train") < _layer("pipi.sweeps.plan")
     assert _layer("pipi.sweeps.plan") < _layer("pipi.runs.evaluate") < _layer("pipi.report.tables")
     assert _layer("pipi.report.tables") < _layer("pipi.analysis.compare") < _layer("pipi.tracking.runs")
-    assert _layer("pipi.tracking.runs") < _layer("pipi.training.frames") == _layer("pipi.prior")
+    assert _layer("pipi.galkva.score") < _layer("pipi.tracking.runs") < _layer("pipi.probes.tta")
+    assert _layer("pipi.probes.tta") == _layer("pipi.calibration.study") < _layer("pipi.training.frames")
+    assert _layer("pipi.training.frames") < _layer("pipi.serving.frame_model") < _layer("pipi.config")
+    assert _layer("pipi.config") < _layer("pipi.models.heads") < _layer("pipi.data.cache")
+    assert _layer("pipi.data.staging.kvasir") < _layer("pipi.prior") == _layer("pipi.cells")
     assert _layer("pipi.prior") < _layer("pipi.stats.auc") < _layer("pipi.classes")
+
+
+def test_every_module_has_a_rank():
+    """The strict order names every module (the package's own ``__init__`` aside)."""
+    unranked = [m for m in _modules() if m != "pipi" and _layer(m) is None]
+    assert not unranked, f"give these a layer in ORDER: {unranked}"
+
+
+def test_the_library_ranks_are_strict(tmp_path):
+    """Planted imports across the library's ranks are caught: the data room reaching up into
+    models, serving into training; the reverse directions are allowed."""
+    up = tmp_path / "up.py"
+    up.write_text("from pipi.models.heads import make_head\n")
+    down = tmp_path / "down.py"
+    down.write_text("from pipi.data.cache import build_cache\n")
+    srv = tmp_path / "srv.py"
+    srv.write_text("from pipi.training.frames import run_frame_cell\n")
+    modules = {**_modules(), "pipi.data.staging.up": up, "pipi.models.down": down,
+               "pipi.serving.srv": srv}
+    found = [x for x in upward_imports(modules)
+             if x.startswith(("pipi.data.staging.up", "pipi.models.down", "pipi.serving.srv"))]
+    assert found == ["pipi.data.staging.up imports pipi.models.heads, a layer above it",
+                     "pipi.serving.srv imports pipi.training.frames, a layer above it"]
 
 
 def test_an_upward_import_is_caught(tmp_path):
     """A planted upward import (the library importing a workflow) fails the check."""
     planted = tmp_path / "planted.py"
     planted.write_text("from pipi.workflows.train import train\n")
-    modules = {**_modules(), "pipi.prior_planted": planted}
+    modules = {**_modules(), "pipi.data.planted": planted}
     assert upward_imports(modules) == [
-        "pipi.prior_planted imports pipi.workflows.train, a layer above it"]
+        "pipi.data.planted imports pipi.workflows.train, a layer above it"]
     sideways = tmp_path / "sideways.py"
     sideways.write_text("from pipi.workflows.aggregate import run_aggregate\n")
     modules = {**_modules(), "pipi.workflows.planted": sideways}
