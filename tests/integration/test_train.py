@@ -61,38 +61,16 @@ def _test_predictions(run_id: str, dst: Path) -> pd.DataFrame:
     return pd.read_parquet(Path(p) / "test.parquet")
 
 
-#: One request, launched once by `mlflow run` and once by `pipi train` (module fixture below):
-#: the run contract, bit-for-bit reproducibility and the launchers' params are read from the
-#: same two trainings (each launch pays a process start with torch and mlflow: tens of seconds).
-REQUEST = {"cell": "pi", "seed": "42", "profile": "smoke", "weights": "none"}
-
-
-@pytest.fixture(scope="module")
-def launched(mlflow_server, tiny_staged):
-    """`mlflow run . -e train` and then `pipi train` with the same request, into experiment
-    ``contract`` of the session's server: (their completed processes, run ids oldest first)."""
-    request = {**REQUEST, "data": str(tiny_staged)}
-    r1 = _run_train(mlflow_server.uri, *[x for k, v in request.items() for x in ("-P", f"{k}={v}")],
-                    "--experiment-name", "contract")
-    r2 = subprocess.run(
-        [str(Path(sys.executable).parent / "pipi"), "train", "--experiment", "contract",
-         *[x for k, v in request.items() for x in (f"--{k}", v)]],
-        check=False, capture_output=True, text=True, cwd=ROOT, timeout=600,
-        env={**os.environ, "MLFLOW_TRACKING_URI": mlflow_server.uri})
-    mlflow.set_tracking_uri(mlflow_server.uri)
-    runs = mlflow.search_runs(experiment_names=["contract"], order_by=["start_time ASC"])
-    return r1, r2, list(runs["run_id"])
-
-
-def test_mlflow_run_train_contract_registry_and_reproducibility(launched, tracking, tiny_staged,
-                                                                tmp_path):
-    r1, r2, run_ids = launched
+def test_mlflow_run_train_contract_registry_and_reproducibility(tracking, tiny_staged, tmp_path):
+    args = ["-P", "cell=pi", "-P", "seed=42", "-P", f"data={tiny_staged}", "-P", "profile=smoke",
+            "-P", "weights=none", "--experiment-name", "contract"]
+    r1 = _run_train(tracking, *args)
     assert r1.returncode == 0, r1.stderr[-3000:]
     assert "test macro-AUC" in r1.stdout and "models:/pipi-efficientnet_b0-pi@candidate" in r1.stdout
+    r2 = _run_train(tracking, *args)
     assert r2.returncode == 0, r2.stderr[-3000:]
     runs = mlflow.search_runs(experiment_names=["contract"], order_by=["start_time ASC"])
     assert len(runs) == 2 and set(runs["status"]) == {"FINISHED"}
-    assert list(runs["run_id"]) == run_ids
     run = mlflow.get_run(runs["run_id"][0])
     # params, tags, metrics of the run contract
     for p in ("seed", "cell", "backbone", "lr", "alpha", "lambda_eff", "image_size", "profile"):
@@ -112,7 +90,7 @@ def test_mlflow_run_train_contract_registry_and_reproducibility(launched, tracki
     assert set(k.removeprefix("test/auc/") for k in run.data.metrics if k.startswith("test/auc/")) <= set(evaluable)
     arts = {a.path for a in mlflow.tracking.MlflowClient().list_artifacts(run.info.run_id)}
     assert {"predictions", "checkpoints", "config.json"} <= arts
-    # identical seed -> identical test predictions, bit for bit (whichever launcher ran it)
+    # identical seed -> identical test predictions, bit for bit
     p1 = _test_predictions(runs["run_id"][0], tmp_path / "a")
     p2 = _test_predictions(runs["run_id"][1], tmp_path / "b")
     assert len(p1) == (pd.read_parquet(tiny_staged / "frames.parquet")["split"] == "test").sum()
@@ -141,17 +119,23 @@ def test_mlflow_run_train_contract_registry_and_reproducibility(launched, tracki
     assert "['Ampulla of Vater', 'Angiectasia']" in r.stdout
 
 
-def test_pipi_train_and_mlflow_run_log_the_same_params(launched, tracking):
+def test_pipi_train_and_mlflow_run_log_the_same_params(tracking, tiny_staged):
     """Issue 30: one form per option whichever launcher ran it, so that the UI's "show diff
     only" shows nothing for the same request (booleans lower-case, `auto` as requested with
     the resolved value beside it)."""
-    r1, r2, run_ids = launched
+    request = {"cell": "a", "seed": "43", "data": str(tiny_staged), "profile": "smoke",
+               "weights": "none"}
+    r1 = _run_train(tracking, *[x for k, v in request.items() for x in ("-P", f"{k}={v}")],
+                    "--experiment-name", "launchers")
     assert r1.returncode == 0, r1.stderr[-3000:]
+    r2 = subprocess.run(
+        [str(Path(sys.executable).parent / "pipi"), "train", "--experiment", "launchers",
+         *[x for k, v in request.items() for x in (f"--{k}", v)]],
+        check=False, capture_output=True, text=True, cwd=ROOT, timeout=600,
+        env={**os.environ, "MLFLOW_TRACKING_URI": tracking})
     assert r2.returncode == 0, r2.stderr[-3000:]
-    assert len(run_ids) == 2
-    a, b = (mlflow.get_run(r).data.params for r in run_ids)
-    assert mlflow.get_run(run_ids[0]).data.tags["mlflow.project.entryPoint"] == "train"
-    assert "mlflow.project.entryPoint" not in mlflow.get_run(run_ids[1]).data.tags
+    runs = mlflow.search_runs(experiment_names=["launchers"], order_by=["start_time ASC"])
+    a, b = (mlflow.get_run(r).data.params for r in runs["run_id"])
     assert a == b
     assert a["compile"] == "false" and a["deterministic"] == "true"
     assert a["batch_size"] == "auto" and int(a["batch_size.resolved"]) > 0
