@@ -209,8 +209,9 @@ class TrainConfig:
 PROFILES: dict[str, dict] = {
     # the paper's recipe (224 px, 30 epochs; cross-backbone 15 epochs at lr 1e-4)
     "paper": {},
-    # a few minutes per cell on 2 CPU cores with the synthetic demo release
-    "demo": {"image_size": 64, "epochs": 4, "patience": 2, "ae_epochs": 2},
+    # a few minutes per cell on 2 CPU cores with the synthetic demo release (`make demo`, the
+    # quick start): two epochs already rank the demo classes well (docs/benchmarks.md)
+    "demo": {"image_size": 64, "epochs": 2, "patience": 2, "ae_epochs": 2},
     # seconds, for tests: tiny images, one epoch, two batches
     "smoke": {"image_size": 32, "epochs": 1, "batch_size": 16, "max_batches": 2,
               "patience": 1, "ae_epochs": 1, "window": 4},
