@@ -66,7 +66,7 @@ def test_galar_children_aggregate_retention_and_submission(tracking, tiny_staged
     staged = tmp_path / "home" / "data" / "galar-synthetic-tiny-s0"
     for row in res.table.to_dict("records"):
         run = tr.get_run(row["galar_run_id"])
-        t = run.data.tags
+        t = run.tags
         assert t["pipi.source_run_id"] == row["source_run_id"] == src[(row["cell"], int(row["seed"]))]
         assert (t["pipi.dataset"], t["pipi.study"], t["pipi.galar_fold"]) == ("galar", "galar", "all")
         assert t["pipi.data_digest"] == json.loads((staged / "manifest.json").read_text())["data_digest"]
@@ -83,9 +83,9 @@ def test_galar_children_aggregate_retention_and_submission(tracking, tiny_staged
         assert set(pred["capsule_system"]) >= {"PillCam SB3", "Olympus"} or pred["capsule_system"].nunique() >= 2
         y, p = pred["label"].to_numpy(), pred[[f"prob_{i:02d}" for i in range(14)]].to_numpy()
         g = np.isin(y, GALKVA)
-        assert run.data.metrics["test/galkva_macro_auc"] == pytest.approx(
+        assert run.metrics["test/galkva_macro_auc"] == pytest.approx(
             sk_macro(y[g], p[g], GALKVA), abs=1e-6)
-        assert run.data.metrics["test/mapped_macro_auc"] == pytest.approx(
+        assert run.metrics["test/mapped_macro_auc"] == pytest.approx(
             sk_macro(y, p, sorted(set(y))), abs=1e-6)
     opts = analysis.AggregateOptions(n_resamples=50, figures=False)
     rep = aggregate.run_aggregate(experiment=exp, cache_dir=tmp_path / "cache", log_run=False,

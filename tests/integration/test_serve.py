@@ -81,7 +81,7 @@ def test_b_plus_is_registered_and_reproduces_its_run_in_a_fresh_process(b_plus, 
     np.save(tmp_path / "clip.npy", clip)
     out = _fresh(
         "import mlflow, numpy as np\n"
-        f"m = mlflow.pyfunc.load_model('{b_plus['registered']}')\n"
+        f"m = mlflow.pyfunc.load_model('{b_plus.registered}')\n"
         f"clip = np.load('{tmp_path / 'clip.npy'}')\n"
         "df = m.predict(clip)\n"
         "short = m.predict([clip[:2], clip])\n"
