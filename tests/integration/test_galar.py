@@ -121,7 +121,7 @@ def test_galar_children_aggregate_retention_and_submission(tracking, tiny_staged
     cal = workflow.run_galar(runs=",".join(src[("pi", s)] for s in (41, 42)),
                              data="synthetic-tiny", fold="all", experiment=exp,
                              progress=False, prior_params=str(fitted))
-    assert {tr.get_run(x).data.tags["pipi.variant"] for x in cal.table["galar_run_id"]} == \
+    assert {tr.get_run(x).tags["pipi.variant"] for x in cal.table["galar_run_id"]} == \
         {"calibrated"}
     rep2 = aggregate.run_aggregate(experiment=exp, cache_dir=tmp_path / "cache", log_run=False,
                                    options=opts).report
