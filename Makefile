@@ -47,7 +47,7 @@ test-envs: $(STAMP) system-deps
 
 test-fast: $(STAMP)
 	@start=$$(date +%s); \
-	PATH=$(CURDIR)/$(BIN):$$PATH MLFLOW_DISABLE_TELEMETRY=true $(BIN)/python -m pytest tests/unit $(PYTEST_ARGS); \
+	PATH=$(CURDIR)/$(BIN):$$PATH MLFLOW_DISABLE_TELEMETRY=true $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup tests/unit $(PYTEST_ARGS); \
 	rc=$$?; echo "make test-fast: $$(( $$(date +%s) - start )) s (the README's budget: under 180 s on 2 cores)"; exit $$rc
 
 ui: $(STAMP)
