@@ -27,7 +27,26 @@ from pipi.stats import (
     per_class_auc,
 )
 
-__all__ = ["calibration_table", "operating_points_table", "per_patient_table"]
+__all__ = ["calibration_table", "group_macro_aucs", "operating_points_table", "per_patient_table"]
+
+
+def group_macro_aucs(ev, ra, na, seeds, groups: np.ndarray):
+    """Per group of frames (sorted; a video, a source): (group, its frame mask, the classes
+    scored there (positives and negatives), the reference and new arms' macro-AUC per seed
+    (NaN where no class is scorable))."""
+    for g in sorted(set(groups.tolist())):
+        m = groups == g
+        y = ev.labels[m]
+        cls = [k for k in ev.classes if 0 < (y == k).sum() < y.size]
+        r = n = np.full(len(seeds), np.nan)
+        if cls:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                r = np.array([np.mean(per_class_auc(y, ra.probs[ra.index(s)][m], classes=cls))
+                              for s in seeds])
+                n = np.array([np.mean(per_class_auc(y, na.probs[na.index(s)][m], classes=cls))
+                              for s in seeds])
+        yield g, m, cls, r, n
 
 
 def per_patient_table(an: Analysis) -> Table:
@@ -42,19 +61,7 @@ def per_patient_table(an: Analysis) -> Table:
     for ref, new in pairs:
         ra, na = ev.arm(b, ref), ev.arm(b, new)
         seeds = sorted(set(ra.seeds) & set(na.seeds))
-        for vid in sorted(set(ev.videos)):
-            m = ev.videos == vid
-            y = ev.labels[m]
-            cls = [k for k in ev.classes if 0 < (y == k).sum() < y.size]
-            if cls:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    r = np.array([np.mean(per_class_auc(y, ra.probs[ra.index(s)][m], classes=cls))
-                                  for s in seeds])
-                    n = np.array([np.mean(per_class_auc(y, na.probs[na.index(s)][m], classes=cls))
-                                  for s in seeds])
-            else:
-                r = n = np.full(len(seeds), np.nan)
+        for vid, m, cls, r, n in group_macro_aucs(ev, ra, na, seeds, ev.videos):
             rows.append({"reference": ref, "new": new, "video_id": vid, "n_frames": int(m.sum()),
                          "classes_scored": len(cls), "n_seeds": len(seeds),
                          "ref_macro_auc": float(np.mean(r)), "new_macro_auc": float(np.mean(n)),

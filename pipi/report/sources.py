@@ -4,23 +4,15 @@ the macro-AUC of each arm within each source and the lift of each breakdown pair
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import pandas as pd
 
 from pipi.analysis import BREAKDOWN_PAIRS, Analysis
+from pipi.report.breakdown import group_macro_aucs
 from pipi.report.rows import no_runs, present_pairs
 from pipi.report.tables import Table, fmt_delta, fmt_mean_sd
-from pipi.stats import per_class_auc
 
 __all__ = ["per_source_table"]
-
-
-def _macro(y: np.ndarray, probs: np.ndarray, cls: list[int]) -> float:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return float(np.mean(per_class_auc(y, probs, classes=cls)))
 
 
 def per_source_table(an: Analysis) -> Table | None:
@@ -39,14 +31,7 @@ def per_source_table(an: Analysis) -> Table | None:
     for ref, new in pairs:
         ra, na = ev.arm(b, ref), ev.arm(b, new)
         seeds = sorted(set(ra.seeds) & set(na.seeds))
-        for src in sorted(set(ev.sources.tolist())):
-            m = ev.sources == src
-            y = ev.labels[m]
-            cls = [k for k in ev.classes if 0 < (y == k).sum() < y.size]
-            r = np.array([_macro(y, ra.probs[ra.index(s)][m], cls) if cls else np.nan
-                          for s in seeds])
-            n = np.array([_macro(y, na.probs[na.index(s)][m], cls) if cls else np.nan
-                          for s in seeds])
+        for src, m, cls, r, n in group_macro_aucs(ev, ra, na, seeds, ev.sources):
             d = n - r
             rows.append({"reference": ref, "new": new, "source": src, "n_frames": int(m.sum()),
                          "classes_scored": len(cls), "n_seeds": len(seeds),
