@@ -38,8 +38,8 @@ test: $(STAMP) system-deps
 
 # make test-envs: the tests that let MLflow build environments as a user's mlflow does
 # (`mlflow models serve --env-manager virtualenv`, `mlflow run --env-manager virtualenv`): each
-# installs torch into a fresh virtualenv (about 5.5 GB), so they are a tier of their own, run
-# by hand for now (docs/benchmarks.md has their cost).
+# installs torch into a fresh virtualenv (about 5.5 GB), so they are a tier of their own;
+# .ci/run runs it after `make test` (docs/benchmarks.md has their cost).
 test-envs: $(STAMP) system-deps
 	@start=$$(date +%s); \
 	PATH=$(CURDIR)/$(BIN):$$PATH MLFLOW_DISABLE_TELEMETRY=true $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=5 -rP -m envbuild tests/integration $(PYTEST_ARGS); \

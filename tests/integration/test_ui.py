@@ -130,6 +130,12 @@ def test_the_ui_shows_runs_table_description_figure_and_model_card(smoke_run, ml
     assert "@champion " not in model
     assert "Training evidence" in model
 
+    # the version page shows the input schema (issue 30): the base64 `image` column and the
+    # `pixels` array form, both optional (the UI lists the names once the section is opened)
+    version = _text(open_page(f"{root}/#/models/{summary.registered_name}/versions/"
+                              f"{summary.registered_version}", tmp_path, "version"))
+    assert re.search(r"Schema .*Inputs \(2\)", version), version[-3000:]
+
 
 def test_the_aggregate_run_previews_its_dashboard(smoke_run, mlflow_server, tmp_path):
     import mlflow
