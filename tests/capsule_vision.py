@@ -61,8 +61,10 @@ def _image(path: Path, k: int, rng: np.random.Generator, size: int) -> None:
 def write_cv_release(top: Path, *, size: int = 32, seed: int = 0,
                      per_class: tuple[int, int] = (8, 4)) -> Path:
     """``top/Dataset/{training,validation}/<Class>/<Source>/<file>.jpg`` with the challenge's
-    sheets (``<folder>_data.xlsx``: ``image_path`` with Windows separators, one one-hot column
-    per class) inside the split folders; ``per_class`` images per class in each folder."""
+    sheets (``<folder>_data.xlsx``: ``image_path`` with Windows separators from ``Dataset/``,
+    the ``Dataset`` column naming the source, one one-hot column per class in the
+    challenge's order) inside the split folders; ``per_class`` images per class in each
+    folder."""
     rng = np.random.default_rng(seed)
     root = Path(top) / "Dataset"
     n = 0
@@ -74,7 +76,7 @@ def write_cv_release(top: Path, *, size: int = 32, seed: int = 0,
                 name = file_name(src, cls, n)
                 n += 1
                 _image(root / folder / cls / src / name, k, rng, size)
-                rows.append({"image_path": f"{folder}\\{cls}\\{src}\\{name}",
+                rows.append({"image_path": f"{folder}\\{cls}\\{src}\\{name}", "Dataset": src,
                              **{c: int(c == cls) for c in CLASSES}})
         pd.DataFrame(rows).to_excel(root / folder / f"{folder}_data.xlsx", index=False)
     return Path(top)
