@@ -61,8 +61,10 @@ def _image(path: Path, k: int, rng: np.random.Generator, size: int) -> None:
 def write_cv_release(top: Path, *, size: int = 32, seed: int = 0,
                      per_class: tuple[int, int] = (8, 4)) -> Path:
     """``top/Dataset/{training,validation}/<Class>/<Source>/<file>.jpg`` with the challenge's
-    sheets (``<folder>_data.xlsx``: ``image_path`` with Windows separators, one one-hot column
-    per class) inside the split folders; ``per_class`` images per class in each folder."""
+    sheets (``<folder>_data.xlsx``: ``image_path`` with Windows separators from ``Dataset/``,
+    the ``Dataset`` column naming the source, one one-hot column per class in the
+    challenge's order) inside the split folders; ``per_class`` images per class in each
+    folder."""
     rng = np.random.default_rng(seed)
     root = Path(top) / "Dataset"
     n = 0
@@ -74,7 +76,7 @@ def write_cv_release(top: Path, *, size: int = 32, seed: int = 0,
                 name = file_name(src, cls, n)
                 n += 1
                 _image(root / folder / cls / src / name, k, rng, size)
-                rows.append({"image_path": f"{folder}\\{cls}\\{src}\\{name}",
+                rows.append({"image_path": f"{folder}\\{cls}\\{src}\\{name}", "Dataset": src,
                              **{c: int(c == cls) for c in CLASSES}})
         pd.DataFrame(rows).to_excel(root / folder / f"{folder}_data.xlsx", index=False)
     return Path(top)
@@ -140,3 +142,53 @@ def challenge_report(y_true, y_pred, names):
             "sensitivity": {c: rep[c]["recall"] for c in names},
             "f1": {c: rep[c]["f1-score"] for c in names},
             "mean_auc": mean_auc, "balanced_accuracy": bacc, "combined": (mean_auc + bacc) / 2}
+
+
+def organisers_report(truth: pd.DataFrame, sheet: pd.DataFrame, names, *, key="image_path"):
+    """How the challenge's organisers scored a submitted sheet (their ``Results/`` scripts),
+    from their definitions: the sheet must list exactly the truth's images (by ``image_path``
+    for the training and validation sheets, by the ``.jpg`` file name for the test sheet:
+    ``key="file"``), once each, with every class column, a ``predicted_class`` naming a
+    class and no empty cell; it is aligned to the truth's rows; the truth is its one-hot
+    class columns (or, for a test sheet, its ``class_label`` one-hot encoded in sorted
+    label order). Returns the metrics: mean AUC (0.0 where a class cannot be scored),
+    balanced accuracy of the arg-max, and per class the one-vs-rest counts of the arg-max
+    (specificity TN/(TN+FP), recall, F1)."""
+    import re as _re
+
+    def file_of(p):
+        m = _re.search(r"([^/\\]+\.jpg)$", p)
+        return m.group(1) if m else None
+
+    names = list(names)
+    tkeys = truth["image_path"].map(file_of) if key == "file" else truth["image_path"]
+    pkeys = sheet["image_path"].map(file_of) if key == "file" else sheet["image_path"]
+    assert set(tkeys) == set(pkeys), "the sheet does not list exactly the truth's images"
+    assert not sheet["image_path"].duplicated().any(), "an image_path twice"
+    assert all(c in sheet.columns for c in names) and "predicted_class" in sheet.columns
+    assert not sheet.isnull().to_numpy().any(), "an empty cell"
+    assert sheet["predicted_class"].isin(names).all()
+    aligned = sheet.set_index(pkeys.to_numpy()).loc[tkeys.to_numpy()].reset_index(drop=True)
+    if "class_label" in truth:
+        y_true = pd.get_dummies(truth["class_label"]).to_numpy().astype(int)
+    else:
+        y_true = truth[names].to_numpy().astype(int)
+    y_pred = aligned[names].to_numpy(np.float64)
+    yt, yp = y_true.argmax(1), y_pred.argmax(1)
+    aucs = []
+    for i in range(len(names)):
+        pos = int(y_true[:, i].sum())
+        aucs.append(roc_auc_score(y_true[:, i], y_pred[:, i]) if 0 < pos < len(y_true) else 0.0)
+    spec, sens, f1 = {}, {}, {}
+    for i, c in enumerate(names):
+        t, p = yt == i, yp == i
+        tp, fp, fn, tn = (t & p).sum(), (~t & p).sum(), (t & ~p).sum(), (~t & ~p).sum()
+        spec[c] = tn / (tn + fp) if tn + fp else 0.0
+        sens[c] = tp / (tp + fn) if tp + fn else 0.0
+        f1[c] = 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0
+    present = sorted(set(yt))
+    bacc = float(np.mean([(yp[yt == k] == k).mean() for k in present]))
+    mean_auc = float(np.mean(aucs))
+    return {"mean_auc": mean_auc, "balanced_accuracy": bacc, "combined": (mean_auc + bacc) / 2,
+            "auc": dict(zip(names, aucs)), "specificity": spec, "sensitivity": sens, "f1": f1,
+            "y_pred": y_pred, "y_true": y_true}

@@ -27,16 +27,26 @@ SHEET_FORMATS = ("xlsx", "csv")
 def challenge_sheet(preds: pd.DataFrame, classes: Sequence[str], *, where: str = "") -> pd.DataFrame:
     """The sheet of a predictions table (docs/run-contract.md) whose classes are ``classes``:
     ``image_path`` (the staged ``image_path`` column, the path as the dataset wrote it; the
-    staged ``path`` where the data has none), a column per class, ``predicted_class``."""
+    staged ``path`` where the data has none), a column per class, ``predicted_class``; one
+    row per image (a multilabel frame's rows are one)."""
     cols = list(prob_columns(len(classes)))
     missing = [c for c in cols if c not in preds]
     if missing or f"prob_{len(classes):02d}" in preds:
         raise DataError(f"{where or 'predictions'}: its probability columns do not match its "
                         f"{len(classes)} classes {list(classes)} (missing {missing})")
-    paths = preds["image_path"] if "image_path" in preds else preds["path"]
+    paths = (preds["image_path"] if "image_path" in preds else preds["path"]).astype(str)
     probs = preds[cols].to_numpy(np.float64)
+    # one row per image: the challenge's scorer refuses a sheet with an image_path twice (a
+    # multilabel frame has a row per label, all with the frame's one prediction)
+    first = ~paths.duplicated().to_numpy()
+    keep = pd.Series(np.flatnonzero(first), index=paths[first].to_numpy())
+    if not np.array_equal(probs, probs[keep.loc[paths.to_numpy()].to_numpy()]):
+        bad = paths[paths.duplicated(keep=False)].iloc[0]
+        raise DataError(f"{where or 'predictions'}: image {bad!r} has rows with different "
+                        "probabilities; one row per image is needed for the sheet")
+    paths, probs = paths[first], probs[first]
     sheet = pd.DataFrame(probs, columns=list(classes))
-    sheet.insert(0, "image_path", paths.astype(str).to_numpy())
+    sheet.insert(0, "image_path", paths.to_numpy())
     sheet["predicted_class"] = [classes[i] for i in probs.argmax(1)] if len(probs) else []
     return sheet
 

@@ -290,6 +290,16 @@ def final_metrics(df: pd.DataFrame, classes: list[int], prefix: str, cfg: TrainC
                          cv2024=is_capsule_vision(manifest))
 
 
+def fit_metrics(preds: dict[str, pd.DataFrame], classes: list[int], val_classes: list[int],
+                cfg: TrainConfig, manifest: dict | None, best_epoch: int) -> dict[str, float]:
+    """Every metric a trained cell reports (per-frame and sequence cells alike): the ``val``
+    and ``test`` :func:`final_metrics` (per-source and, on Capsule Vision data, the
+    challenge's) and ``best_epoch``."""
+    return {**final_metrics(preds["val"], val_classes, "val", cfg, manifest),
+            **final_metrics(preds["test"], classes, "test", cfg, manifest),
+            "best_epoch": best_epoch}
+
+
 def is_capsule_vision(manifest: dict | None) -> bool:
     """Whether a staged manifest says the data was staged from the Capsule Vision layout
     (its runs then also log the challenge's metrics)."""
@@ -436,9 +446,7 @@ def run_frame_cell(cfg: TrainConfig, *, data: Path, resume_state: dict | None = 
                                   fit["val_probs"] if s == "val" and fit["val_probs"] is not None
                                   else predict(s))
              for s in ("val", "test")}
-    metrics = {**final_metrics(preds["val"], val_classes, "val", cfg, manifest),
-               **final_metrics(preds["test"], classes, "test", cfg, manifest),
-               "best_epoch": best["epoch"]}
+    metrics = fit_metrics(preds, classes, val_classes, cfg, manifest, best["epoch"])
     return FitResult(model.cpu().to(memory_format=torch.contiguous_format), preds, metrics,
                      classes, val_classes, history, runtime=rt.params(), frames=frames,
                      manifest=manifest)
@@ -517,9 +525,7 @@ def _run_cached_probe(cfg, model, inputs, cache, frames, manifest, split_idx, la
                      val_frames=frames.iloc[split_idx["val"]], classes=val_classes,
                      tracker=tracker, resume_state=resume_state)
     preds = {s: predictions_frame(frames.iloc[split_idx[s]], predict(s)) for s in ("val", "test")}
-    metrics = {**final_metrics(preds["val"], val_classes, "val", cfg, manifest),
-               **final_metrics(preds["test"], classes, "test", cfg, manifest),
-               "best_epoch": fit["best"]["epoch"]}
+    metrics = fit_metrics(preds, classes, val_classes, cfg, manifest, fit["best"]["epoch"])
     return FitResult(model.cpu().to(memory_format=torch.contiguous_format), preds, metrics,
                      classes, val_classes, fit["history"], runtime=rt.params(), frames=frames,
                      manifest=manifest, features=str(path))

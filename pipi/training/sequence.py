@@ -72,11 +72,11 @@ from pipi.training.frames import (
     FrameInputs,
     class_weights,
     fit_epochs,
+    fit_metrics,
     optimizer_step,
     predictions_frame,
     seed_everything,
     split_classes,
-    split_metrics,
 )
 from pipi.training.result import FitResult
 
@@ -273,8 +273,10 @@ def predict_sequence(model: SequenceModel, streams: Streams, rows: np.ndarray, *
 
 def fit_sequence(cfg: TrainConfig, frames: pd.DataFrame, streams: Streams, *, tracker=None,
                  resume_state: dict | None = None, device: torch.device | None = None,
-                 progress: bool = False) -> FitResult:
-    """Train and evaluate a sequence head (the recipe of the module docstring)."""
+                 progress: bool = False, manifest: dict | None = None) -> FitResult:
+    """Train and evaluate a sequence head (the recipe of the module docstring). ``manifest``:
+    the staged folder's; its metrics are those of a per-frame cell
+    (:func:`pipi.training.frames.fit_metrics`: per source, the Capsule Vision challenge's)."""
     dev = device or _device(None)
     split = frames["split"].to_numpy()
     rows = {s: np.flatnonzero(split == s) for s in SPLITS}
@@ -307,8 +309,5 @@ def fit_sequence(cfg: TrainConfig, frames: pd.DataFrame, streams: Streams, *, tr
                                   fit["val_probs"] if s == "val" and fit["val_probs"] is not None
                                   else predict_sequence(model, streams, rows[s], device=dev))
              for s in ("val", "test")}
-    names = cfg.class_set.names
-    metrics = {**split_metrics(preds["val"], val_classes, "val", names=names),
-               **split_metrics(preds["test"], classes, "test", names=names),
-               "best_epoch": best["epoch"]}
+    metrics = fit_metrics(preds, classes, val_classes, cfg, manifest, best["epoch"])
     return FitResult(model.cpu(), preds, metrics, classes, val_classes, history)

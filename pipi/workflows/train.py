@@ -479,7 +479,7 @@ def _fit_sequence(cfg: TrainConfig, *, root: Path, frames: pd.DataFrame, manifes
                                      progress=progress)
     tracking.set_tags(sources)
     out = fit_sequence(cfg, frames, streams, tracker=tracker, resume_state=resume_state,
-                       device=dev, progress=progress)
+                       device=dev, progress=progress, manifest=manifest)
     summary, test_metrics = log_results(out, work, cfg.class_set.names)
     torch.save({"model": out.model.state_dict(), "spec": out.model.spec,
                 "config": cfg.to_dict(), **sources}, work / "best_state.pt")

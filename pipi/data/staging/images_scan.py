@@ -14,8 +14,9 @@ challenge wrote it, and their labels are checked against the folders.
 
 Table layout (``labels``): CSV, Parquet or Excel with an image path column
 (:data:`PATH_COLUMNS`, ``\\`` separators accepted; relative to ROOT, else to the table's
-folder), a class column (:data:`CLASS_COLUMNS`) or one-hot class columns, and optional
-``split``, ``video_id|patient_id``, ``source|dataset`` and ``frame_number`` columns.
+folder or the folder above it, see :func:`locate`), a class column (:data:`CLASS_COLUMNS`) or one-hot class columns, and optional
+``split``, ``video_id|patient_id``, ``source|dataset`` and ``frame_number`` columns; an
+unnamed index column (``Unnamed: 0``) is never a class.
 
 Every refusal is one line naming the folder, file or table line.
 """
@@ -25,6 +26,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path, PureWindowsPath
 
@@ -201,6 +203,25 @@ def _tail_from(rel: str, folder: str) -> str | None:
     return "/".join(parts[parts.index(folder):]) if folder in parts else None
 
 
+def locate(rel: str, bases: tuple[Path, ...]) -> Path:
+    """The file a table's path names: itself where absolute and present, else under the first
+    of ``bases`` that has it (the root, the table's folder, the folder above it: the
+    challenge's sheets sit in their split folder and name paths from ``Dataset/``); a path
+    from another machine (``E:/...``, ``/home/...``) by its tail under one of them. The
+    first candidate where none exists."""
+    p = Path(rel)
+    if p.is_absolute() and p.is_file():
+        return p
+    parts = [x for x in rel.split("/") if x]
+    foreign = p.is_absolute() or bool(re.match(r"^[A-Za-z]:", rel))
+    tails = [parts[i:] for i in range(1, len(parts))] if foreign else []
+    for cand in ([p] if not foreign else []) + [Path(*t) for t in tails]:
+        for base in bases:
+            if (base / cand).is_file():
+                return base / cand
+    return p if p.is_absolute() else bases[0] / rel
+
+
 def normalise_path(raw: str) -> str:
     """A table's image path with ``/`` separators and no leading ``./``."""
     p = PureWindowsPath(str(raw).strip()).as_posix() if "\\" in str(raw) else str(raw).strip()
@@ -263,8 +284,13 @@ def _onehot_columns(df: pd.DataFrame, taken: set[str], classes: tuple[str, ...] 
     if classes:
         by = {slug(c): c for c in df.columns}
         return [by[slug(c)] for c in classes if slug(c) in by]
-    return [c for c in df.columns if c not in taken and len(df)
+    return [c for c in df.columns if c not in taken and len(df) and not is_index_column(c)
             and all(_binary(v) is not None for v in df[c])]
+
+
+def is_index_column(name: str) -> bool:
+    """A table's unnamed index column (``Unnamed: 0`` from a sheet saved with its index)."""
+    return bool(re.fullmatch(r"Unnamed: \d+", str(name)))
 
 
 def _table_rows(path: Path, df: pd.DataFrame, root: Path, *,
@@ -306,12 +332,10 @@ def _table_rows(path: Path, df: pd.DataFrame, root: Path, *,
                                 f"{', '.join(SPLIT_ALIASES)}")
             split = SPLIT_ALIASES[given]
         rel = normalise_path(raw)
-        src = Path(rel) if Path(rel).is_absolute() else root / rel
-        if not src.is_file() and (path.parent / rel).is_file():
-            src = path.parent / rel
+        src = locate(rel, (root, path.parent, path.parent.parent))
         if must_exist and not src.is_file():
-            raise DataError(f"{where}: image {raw!r} not found (looked under {root} and "
-                            f"{path.parent})")
+            raise DataError(f"{where}: image {raw!r} not found (looked under {root}, "
+                            f"{path.parent} and {path.parent.parent})")
         frame = _cell(cells[fcol]) if fcol else ""
         for name in names:
             records.append((str(src), raw, name, split, _cell(cells[srccol]) if srccol else "",

@@ -136,3 +136,44 @@ def test_c1_streams_follow_the_cell(tiny_staged, tmp_path):
 
 
 # --------------------------------------------------------------------------- end to end
+
+
+# --------------------------------------------------------------------------- Capsule Vision
+def test_a_sequence_cell_logs_the_challenge_and_per_source_metrics_of_a_frame_cell(tmp_path):
+    """On data staged from the Capsule Vision layout a sequence cell reports what a per-frame
+    cell does (the same function makes both): ``<split>/cv2024_*`` as the challenge defines
+    them, and ``<split>/source/<SRC>/*``; checked here against the challenge's definitions
+    re-implemented in tests/capsule_vision.py and a per-source sklearn computation."""
+    from capsule_vision import CLASSES as CV
+    from capsule_vision import SOURCES, challenge_report, write_cv_staged
+    from sklearn.metrics import roc_auc_score
+
+    from pipi.classes import class_set_of
+
+    root = write_cv_staged(tmp_path / "cv")
+    frames, man = load_staged(root)
+    cfg = make_config(cell="b", profile="smoke", weights="none").with_classes(class_set_of(man))
+    rng = np.random.default_rng(0)
+    # embeddings that carry the class, so the head learns something in two steps
+    emb = (np.eye(len(CV))[frames["class_index"]] + rng.normal(0, 0.5, (len(frames), len(CV))))
+    streams = sequence.Streams(embeddings=emb.astype(np.float32),
+                               windows=sequence.build_windows(frames, window=cfg.window))
+    out = sequence.fit_sequence(cfg, frames, streams, device=torch.device("cpu"), manifest=man)
+    m = out.metrics
+    for split in ("val", "test"):
+        preds = out.predictions[split]
+        y = preds["label"].to_numpy()
+        probs = preds[[f"prob_{k:02d}" for k in range(len(CV))]].to_numpy(np.float64)
+        want = challenge_report(np.eye(len(CV), dtype=int)[y], probs, CV)
+        for key in ("mean_auc", "balanced_accuracy", "combined"):
+            assert abs(m[f"{split}/cv2024_{key}"] - want[key]) < 1e-9, (split, key)
+        for metric in ("auc", "specificity", "sensitivity", "f1", "pr_auc"):
+            for c in CV:
+                assert abs(m[f"{split}/cv2024/{metric}/{c}"] - want[metric][c]) < 1e-9
+        src = preds["source"].to_numpy()
+        for s in SOURCES:
+            sel = src == s
+            ks = [k for k in range(len(CV)) if 0 < (y[sel] == k).sum() < sel.sum()]
+            ref = np.mean([roc_auc_score(y[sel] == k, probs[sel, k]) for k in ks])
+            assert abs(m[f"{split}/source/{s}/macro_auc"] - ref) < 1e-9
+            assert m[f"{split}/source/{s}/n_frames"] == sel.sum()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from pathlib import Path
 
 import mlflow
 import numpy as np
@@ -24,6 +25,7 @@ from capsule_vision import (
     KVASIR_RE,
     SOURCES,
     challenge_report,
+    organisers_report,
     write_cv_release,
     write_cv_staged,
 )
@@ -174,6 +176,48 @@ def test_the_exported_sheet_gives_the_logged_challenge_metrics(runs, store, cv_s
     for metric in ("auc", "specificity", "sensitivity", "f1", "pr_auc"):
         for c in CLASSES:
             assert abs(m[f"{split}/cv2024/{metric}/{c}"] - want[metric][c]) < TOL, (metric, c)
+
+
+def test_the_organisers_scoring_of_the_exported_sheet_gives_the_logged_metrics(
+        runs, store, cv_staged, tmp_path):
+    """The exported test sheet scored as the challenge's organisers scored a validation
+    submission (tests/capsule_vision.py ``organisers_report``), against the release's own
+    ``validation_data.xlsx``: it lists exactly the sheet's images, and the scores are the
+    run's logged ``test/cv2024_*`` metrics."""
+    s, run = runs["a"]
+    out = export_cv2024(s.run_id, tmp_path / "submission.xlsx").out
+    sheets = json.loads((cv_staged / "manifest.json").read_text())["tables"]
+    truth = pd.read_excel(next(Path(t) for t in sheets if t.endswith("validation_data.xlsx")))
+    got = organisers_report(truth.dropna(subset=["image_path"]), pd.read_excel(out), CLASSES)
+    m = run.data.metrics
+    for key in ("mean_auc", "balanced_accuracy", "combined"):
+        assert abs(m[f"test/cv2024_{key}"] - got[key]) < TOL, key
+    for metric in ("auc", "specificity", "sensitivity", "f1"):
+        for c in CLASSES:
+            assert abs(m[f"test/cv2024/{metric}/{c}"] - got[metric][c]) < TOL, (metric, c)
+
+
+def test_a_sequence_cell_logs_the_challenge_and_per_source_metrics(runs, store, cv_staged,
+                                                                   tmp_path):
+    """Cell b (C2 over the embeddings of cell a's run, found and reused) on the stand-in: its
+    run logs ``test/cv2024_*`` and ``val/cv2024_*`` and the per-source metrics as the
+    per-frame cells do, equal to the organisers' scoring of its exported sheet."""
+    cfg = make_config(cell="b", backbone="resnet18", profile="smoke", weights="none",
+                      image_size=32)
+    s = train(cfg, data=str(cv_staged), register=False, progress=False)
+    run = MlflowClient().get_run(s.run_id)
+    out = export_cv2024(s.run_id, tmp_path / "b.xlsx").out
+    MlflowClient().delete_run(s.run_id)  # the module's aggregate tests pair cells a and pi only
+    assert run.data.tags["pipi.base_run_id"] == runs["a"][0].run_id
+    m = run.data.metrics
+    assert {f"{p}/cv2024_combined" for p in ("val", "test")} <= set(m)
+    for src in SOURCES:
+        assert f"test/source/{src}/macro_auc" in m and f"val/source/{src}/n_frames" in m
+    sheets = json.loads((cv_staged / "manifest.json").read_text())["tables"]
+    truth = pd.read_excel(next(Path(t) for t in sheets if t.endswith("validation_data.xlsx")))
+    got = organisers_report(truth.dropna(subset=["image_path"]), pd.read_excel(out), CLASSES)
+    for key in ("mean_auc", "balanced_accuracy", "combined"):
+        assert abs(m[f"test/cv2024_{key}"] - got[key]) < TOL, key
 
 
 def test_export_refuses_a_run_without_predictions_in_one_line(store, tmp_path):

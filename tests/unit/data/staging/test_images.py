@@ -477,3 +477,109 @@ def test_table_layout_parquet_and_csv_class_map(tmp_path):
     assert "val carved out of training" in res.manifest["split_rule"]
     assert res.manifest["class_map"]["map"] == {"Normal": "Normal", "Polyp": "Lesion",
                                                 "Ulcer": "Lesion"}
+
+
+# --------------------------------------------------------------------------- the published sheets
+def _xlsx(path: Path, header: list[str], rows: list[list]) -> None:
+    """A sheet written cell by cell with openpyxl (not pandas, not pipi): one sheet, named as
+    Excel and pandas name a new one, the header in row 1."""
+    from openpyxl import Workbook
+
+    wb = Workbook()
+    ws = wb.active
+    ws.title = "Sheet1"
+    ws.append(header)
+    for r in rows:
+        ws.append(r)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    wb.save(path)
+
+
+def _release(top: Path, forms: dict[str, str]) -> tuple[Path, dict[str, list[tuple]]]:
+    """A small Capsule Vision release whose two sheets take the published forms of the
+    challenge's repository: ``image_path`` (from ``Dataset/``, Windows separators), a
+    ``Dataset`` column naming the source (read and dropped by its SVM sample, skipped by its
+    ResNet50 sample's ``columns[2:]``, so second), the ten one-hot class columns in the
+    challenge's order, and rows with no ``image_path`` (its loaders drop them). ``forms``:
+    per split folder, how ``image_path`` is written: ``"\\"`` (the sheets' own form),
+    ``"/"`` (the form its Windows branch and its benchmarking loader convert to) or
+    ``"abs"`` (a full Windows path, as its SVM sample opens the cell directly)."""
+    root = top / "Dataset"
+    listed: dict[str, list[tuple]] = {}
+    seed = 500
+    for folder, form in forms.items():
+        rows = []
+        for k, cls in enumerate(CAPSULE_VISION_CLASSES):
+            for j, source in enumerate(SOURCES):
+                if (k + j) % 4 == 3:
+                    continue
+                for name in _names(cls, source, 2, start=100 * (folder == "validation")):
+                    seed += 1
+                    _jpg(root / folder / cls / source / name, seed)
+                    rel = f"{folder}\\{cls}\\{source}\\{name}"
+                    cell = {"\\": rel, "/": rel.replace("\\", "/"),
+                            "abs": f"E:\\ML codes\\Dataset\\{rel}"}[form]
+                    rows.append([cell, source, *[int(c == cls) for c in CAPSULE_VISION_CLASSES]])
+                    listed.setdefault(folder, []).append((cell, cls, source))
+        rows.insert(len(rows) // 2, [None, None, *[None] * len(CAPSULE_VISION_CLASSES)])
+        _xlsx(root / folder / f"{folder}_data.xlsx",
+              ["image_path", "Dataset", *CAPSULE_VISION_CLASSES], rows)
+    return top, listed
+
+
+@pytest.mark.parametrize("forms", [{"training": "\\", "validation": "\\"},
+                                   {"training": "/", "validation": "abs"}])
+def test_the_challenges_sheets_in_their_published_form_are_read(tmp_path, forms):
+    top, listed = _release(tmp_path / "cv", forms)
+    out = tmp_path / "staged"
+    stage_images(_req(top, out, group_patterns=(KVASIR_RE, KID_RE)), progress=False)
+    frames, man = load_staged(out)
+    assert man["layout"] == "capsule-vision" and man["classes"] == list(CAPSULE_VISION_CLASSES)
+    got = {r.image_path: (r.cls, r.source)
+           for r in frames.rename(columns={"class": "cls"}).itertuples()}
+    want = {cell: (cls, src) for rows in listed.values() for cell, cls, src in rows}
+    assert got == want  # every sheet string kept exactly, with its class and its source
+    test = frames[frames["split"] == "test"]
+    assert sorted(test["image_path"]) == sorted(c for c, _, _ in listed["validation"])
+
+
+def test_a_published_sheet_read_as_a_label_table(tmp_path):
+    """``--labels training_data.xlsx``: the challenge's own sheet (image_path from
+    ``Dataset/``, a ``Dataset`` source column, one-hot classes), with ``--root`` the
+    ``Dataset`` folder or the folder above it; and a ``test_data.xlsx`` of the challenge's
+    benchmarking readme (``image_path`` and the class name in ``class_label``)."""
+    top, listed = _release(tmp_path / "cv", {"training": "\\"})
+    sheet = top / "Dataset/training/training_data.xlsx"
+    for root in (top / "Dataset", top):
+        out = tmp_path / f"t-{root.name}"
+        stage_images(_req(root, out, labels=sheet), progress=False)
+        frames, man = load_staged(out)
+        assert man["classes"] == sorted({c for _, c, _ in listed["training"]})
+        assert sorted(zip(frames["image_path"], frames["class"], frames["source"])) == \
+            sorted(listed["training"])
+    far, far_listed = _release(tmp_path / "far", {"training": "abs"})  # E:\...\Dataset\...
+    stage_images(_req(far, tmp_path / "t-far", labels=far / "Dataset/training/training_data.xlsx"),
+                 progress=False)
+    frames, _ = load_staged(tmp_path / "t-far")
+    assert sorted(zip(frames["image_path"], frames["class"], frames["source"])) == \
+        sorted(far_listed["training"])
+    rows = [[cell, cls] for cell, cls, _ in listed["training"]]
+    test_sheet = tmp_path / "test_data.xlsx"
+    _xlsx(test_sheet, ["image_path", "class_label"], rows)
+    stage_images(_req(top / "Dataset", tmp_path / "t3", labels=test_sheet), progress=False)
+    frames, _ = load_staged(tmp_path / "t3")
+    assert sorted(zip(frames["image_path"], frames["class"])) == sorted(map(tuple, rows))
+
+
+def test_an_index_column_of_a_resaved_sheet_is_not_a_class(tmp_path):
+    """A sheet saved back by pandas with its index (``Unnamed: 0``: 0, 1): not a one-hot
+    class column even where its values look binary."""
+    root = tmp_path / "d"
+    _jpg(root / "a.jpg", 1)
+    _jpg(root / "b.jpg", 2)
+    _xlsx(tmp_path / "labels.xlsx", ["Unnamed: 0", "image_path", "Ulcer", "Normal"],
+          [[0, "a.jpg", 1, 0], [1, "b.jpg", 0, 1]])
+    stage_images(_req(root, tmp_path / "o", labels=tmp_path / "labels.xlsx"), progress=False)
+    frames, man = load_staged(tmp_path / "o")
+    assert man["classes"] == ["Normal", "Ulcer"]
+    assert dict(zip(frames["image_path"], frames["class"])) == {"a.jpg": "Ulcer", "b.jpg": "Normal"}
