@@ -64,7 +64,7 @@ def _probs(frames: pd.DataFrame, quality: float, seed: int) -> np.ndarray:
 QUALITY = {("a", False): 1.0, ("pi", False): 1.6, ("a", True): 0.8, ("pi", True): 1.1}
 
 
-def _run(tmp, cell, seed, held: bool, *, start: int = 0) -> tuple[dict, str]:
+def _run(tmp, cell, seed, held: bool, *, start: int = 0, sources=None) -> tuple[dict, str]:
     rid = f"{cell}{seed}{'h' if held else 'e'}{start}".ljust(32, "0")
     test = TEST[TEST["source"] == "Z"] if held else TEST
     val = VAL[VAL["source"].isin(["X", "Y"])] if held else VAL
@@ -73,7 +73,8 @@ def _run(tmp, cell, seed, held: bool, *, start: int = 0) -> tuple[dict, str]:
     folder = write_predictions({"test": predictions_frame(test, _probs(test, q, off)),
                                 "val": predictions_frame(val, _probs(val, q, off + 5))},
                                tmp / rid / "predictions", classes=NAMES)
-    opts = {"cell": cell, "seed": str(seed), "profile": "smoke", **(HELD if held else {})}
+    opts = {"cell": cell, "seed": str(seed), "profile": "smoke",
+            **((sources or HELD) if held else {})}
     row = {"run_id": rid, "experiment_id": "1", "run_name": rid, "status": "FINISHED",
            "start_time": start + seed, "entry_point": "train", "cell": cell, "backbone": B0,
            "seed": seed, "data_digest": "d" * 64, "dataset": "images", "study": "",
@@ -85,12 +86,14 @@ def _run(tmp, cell, seed, held: bool, *, start: int = 0) -> tuple[dict, str]:
     return row, folder
 
 
-def _evidence(tmp, arms: dict):
-    """As ``runs.evidence.load_evidence`` reads a store: arms (cell, held) -> seeds."""
+def _evidence(tmp, arms: dict, sources=None):
+    """As ``runs.evidence.load_evidence`` reads a store: arms (cell, held) -> seeds;
+    ``sources``: (cell, held) -> the held-out runs' train/test sources (default HELD)."""
     rows, dirs = [], {}
-    for (cell, held), seeds in arms.items():
+    for i, ((cell, held), seeds) in enumerate(arms.items()):
         for s in seeds:
-            row, folder = _run(tmp, cell, s, held)
+            row, folder = _run(tmp, cell, s, held, start=100 * i,
+                               sources=(sources or {}).get((cell, held)))
             rows.append(row)
             dirs[row["run_id"]] = folder
     runs = pd.DataFrame(rows)
@@ -225,3 +228,60 @@ def test_without_held_out_runs_the_table_says_how_to_make_them(tmp_path):
     t = build_report(ev, OPTS).table("leave_one_source_out")  # wired into aggregate
     assert t.status == "no runs" and "train_sources" in t.notes[0]
     assert _loso(replace(ev, sources=None)) is None  # Kvasir-like data: no table
+
+
+def test_the_table_lands_in_aggregates_files(full, tmp_path):
+    from pipi.workflows.aggregate import write_report
+
+    ev, _ = full
+    folder = write_report(build_report(ev, OPTS), tmp_path / "out")
+    csv = pd.read_csv(folder / "tables" / "leave_one_source_out.csv")
+    assert list(csv["held_out_source"]) == ["Z"] and np.isfinite(csv["retention"]).all()
+    doc = json.loads((folder / "aggregate.json").read_text())
+    assert doc["tables"]["leave_one_source_out"]["rows"][0]["condition"] == "train X,Y -> test Z"
+    assert "# " in (folder / "report.md").read_text() and "Leave one source out" in (
+        folder / "report.md").read_text()
+
+
+def test_a_store_of_held_out_runs_only_aggregates_them_with_a_note(tmp_path, sqlite_tracking):
+    """No run trained on every source: the held-out runs are the arms (as before the table
+    existed) and the table's row says the in-source condition has no runs."""
+    from mlflow.tracking import MlflowClient
+
+    from pipi import tracking
+    from pipi.runs.evidence import load_evidence
+
+    c = MlflowClient()
+    eid = c.create_experiment("held-out-only")
+    for cell in ("a", "pi"):
+        for s in SEEDS:
+            row, folder = _run(tmp_path, cell, s, True)
+            rid = c.create_run(eid, tags={
+                tracking.TAG_ENTRY_POINT: "train", tracking.TAG_DATA_DIGEST: "d" * 64,
+                tracking.TAG_CELL: cell, tracking.TAG_BACKBONE: B0, tracking.TAG_SEED: str(s),
+                "pipi.test_classes": row["test_classes"]}).info.run_id
+            for k, v in json.loads(row["params"]).items():
+                c.log_param(rid, k, v)
+            c.log_artifacts(rid, str(folder), "predictions")
+            c.set_terminated(rid, "FINISHED")
+    ev, kept = load_evidence("held-out-only", "", tmp_path / "cache")
+    assert sorted(ev.cells(B0)) == ["a", "pi"] and len(kept) == 6
+    assert set(ev.sources) == {"Z"} and not ev.held_out.in_source
+    row = _loso(ev).data.iloc[0]
+    assert row["note"].startswith("in source: no run trained on every source")
+    assert np.isfinite(row["held_out_delta"]) and np.isnan(row["retention"])
+
+
+def test_a_condition_that_holds_nothing_out_is_left_out_with_its_reason(tmp_path):
+    """Runs trained on every source but scored on Z only (test_sources alone) are in-source
+    runs of another recipe: not a held-out condition, excluded with the reason."""
+    only_test = {"test_sources": "Z"}
+    ev = _evidence(tmp_path, {("a", False): SEEDS, ("pi", False): SEEDS, ("a", True): SEEDS,
+                              ("pi", True): SEEDS},
+                   sources={("a", True): only_test, ("pi", True): only_test})
+    assert ev.held_out.conditions == ()
+    (why,) = ev.held_out.errors.values()
+    assert why.startswith("trained on every source: nothing held out")
+    assert (ev.held_out.excluded["reason"].str.contains("nothing held out")).sum() == 6
+    t = _loso(ev)
+    assert t.status == "no runs" and any("nothing held out" in n for n in t.notes)
