@@ -126,7 +126,7 @@ def _display(an: Analysis, r: LosoRow) -> dict:
             "Δ held-out (k/n+)": _delta_text(r.held_out),
             f"Δ held-out {ci_header(an)}": held[0],
             f"Δ held-out {seed_ci_header(an)}": held[1],
-            "retention [95% CI]": _ret_text(r),
+            f"retention [{round(100 * an.options.confidence_level)}% CI]": _ret_text(r),
             "band": r.retention.label if r.retention is not None else "n/a",
             "note": r.note}
 
