@@ -160,7 +160,9 @@ def loso_table(an: Analysis) -> Table | None:
         (f"Δ = new - ref per seed, mean (k/n seeds with Δ > 0). {ci_header(an)}: one "
         f"bootstrap of that source's test {an.bootstrap_unit} ({an.options.n_resamples} "
         "resamples) shared by the four arms of a row; "
-        f"{seed_ci_header(an)}: seeds resampled, frames fixed."),
+        f"{seed_ci_header(an)}: seeds resampled, frames fixed ('(unstable)': with few "
+        "seeds the BCa endpoint sits at an extreme per-seed delta or rests on fewer than 10 "
+        "resamples beyond it)."),
         (f"Retention = Δ_held-out / Δ_in-source; {level}% CI: percentile interval of "
         "Δ_held-out* / Δ_in-source* under the same resamples (the frames are shared), draws "
         "with Δ_in-source* <= 0 left out (column n_ratio_draws). Bands as for Galar: Strong "
