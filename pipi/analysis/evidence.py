@@ -84,6 +84,9 @@ class Evidence:
     names: tuple[str, ...] = CLASSES
     #: (N,) source of every test row (a staged image dataset's ``source`` column) or None
     sources: np.ndarray | None = None
+    #: analysis.loso.HeldOutEvidence: the runs trained with train_sources / test_sources
+    #: (they never join ``arms``), or None when there are none
+    held_out: object = None
 
     def arm(self, backbone: str, cell: str) -> ArmEvidence | None:
         return self.arms.get((backbone, cell))

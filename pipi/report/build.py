@@ -28,6 +28,7 @@ from pipi.report import (
 )
 from pipi.report import robustness, transplant
 from pipi.report.curves import curve_data
+from pipi.report.loso import loso_table
 from pipi.report.retention import retention_tables
 from pipi.report.sources import per_source_table
 from pipi.report.tables import Table, fmt_mean_sd
@@ -65,7 +66,8 @@ def build_report(evidence: Evidence, options: AggregateOptions | None = None) ->
                            *headline.imported_per_frame_tables(an),
                            headline.eight_cell_table(an), *headline.paired_tests_tables(an),
                            *per_class.per_class_tables(an), breakdown.per_patient_table(an),
-                           *[t for t in (per_source_table(an),) if t is not None],
+                           *[t for t in (per_source_table(an), loso_table(an))
+                             if t is not None],
                            breakdown.operating_points_table(an), breakdown.calibration_table(an),
                            calibration.calibration_per_class_table(an),
                            headline.cross_backbone_table(an), *channels.channel_tables(an),

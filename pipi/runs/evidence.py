@@ -14,6 +14,7 @@ import pandas as pd
 
 from pipi import tracking
 from pipi.analysis import build_evidence, check_single_dataset, mark_imported, select_runs
+from pipi.analysis.loso import build_heldout, select_heldout_runs, split_heldout_runs
 from pipi.analysis.retention import (
     CALIBRATED,
     ZERO_SHOT,
@@ -84,6 +85,8 @@ def load_evidence(experiment: str, filter_string: str = "", cache_dir: Path | No
     Imported runs (``import`` entry point) form arms of their own unless ``pair_imported``
     (:func:`pipi.analysis.mark_imported`). Galar zero-shot children (study ``galar``) never join the Kvasir arms: they are selected
     on their own and paired with the Kvasir runs they scored (``evidence.cross_vendor``).
+    Runs trained with ``train_sources`` / ``test_sources`` never join them either: they are
+    read per condition into ``evidence.held_out`` (:mod:`pipi.analysis.loso`).
     """
     all_runs = tracking.load_runs(experiment, filter_string)
     # under `mlflow run -e aggregate` this aggregate's own run (RUNNING) is in the experiment
@@ -91,7 +94,13 @@ def load_evidence(experiment: str, filter_string: str = "", cache_dir: Path | No
     if own and len(all_runs):
         all_runs = all_runs[all_runs["run_id"] != own].reset_index(drop=True)
     runs, galar = split_galar_runs(mark_imported(all_runs, pair=pair_imported))
-    kept, excluded = select_runs(runs)
+    everywhere, heldout = split_heldout_runs(runs)  # train_sources / test_sources
+    kept, excluded = select_runs(everywhere)
+    # no run trained on every source: the held-out runs are the arms, as they always were
+    # (one condition; several are refused as several recipes), and have no in-source side
+    in_source = not kept.empty or heldout.empty
+    if not in_source:
+        kept, excluded = select_runs(heldout)
     if kept.empty:
         raise DataError(f"no FINISHED model runs in experiment {experiment!r}"
                         + (f" matching {filter_string!r}" if filter_string else "")
@@ -122,5 +131,13 @@ def load_evidence(experiment: str, filter_string: str = "", cache_dir: Path | No
                 ev = replace(ev, cross_vendor_calibrated=cal)
             except DataError as exc:
                 ev = replace(ev, cross_vendor_calibrated_error=str(exc))
+    if not heldout.empty:
+        hkept, hexcluded = select_heldout_runs(heldout)  # per (train, test sources)
+        hdirs, hmissing = fetch_predictions(hkept, cache)
+        ho = build_heldout(hkept[hkept["run_id"].isin(hdirs)].reset_index(drop=True), hdirs,
+                           ev, excluded=pd.concat([hexcluded, hmissing], ignore_index=True),
+                           in_source=in_source)
+        ev = replace(ev, held_out=ho, excluded=pd.concat(
+            [ev.excluded, ho.excluded if in_source else None], ignore_index=True))
     images = fetch_example_images(all_runs, cache, ev.data_digest)
     return (replace(ev, images=images) if images else ev), kept

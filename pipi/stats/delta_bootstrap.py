@@ -259,23 +259,27 @@ class PairedAUCBootstrap:
             n_redrawn=redrawn, classes=cls, n_seeds=n_seeds)
 
     def ratio(self, reference: Sequence[Hashable], numerator: Sequence[Hashable],
-              denominator: Sequence[Hashable], *, classes: Sequence[int] | None = None
+              denominator: Sequence[Hashable], *, classes: Sequence[int] | None = None,
+              denominator_reference: Sequence[Hashable] | None = None
               ) -> DeltaBootstrapResult:
         """Bootstrap of a retention: mean(AUC(numerator) - AUC(reference)) divided by
-        mean(AUC(denominator) - AUC(reference)), means over pairs and classes, both deltas
-        under the same draws (e.g. strip-and-serve: (zero_both - a) / (pi - a)).
+        mean(AUC(denominator) - AUC(denominator_reference)) (default: ``reference``), means
+        over pairs and classes, both deltas under the same draws (e.g. strip-and-serve:
+        (zero_both - a) / (pi - a); leave-one-source-out: (pi - a held out) / (pi - a
+        trained on every source), scored on the same frames).
 
         NaN intervals when the denominator is <= 0 on the data (no lift to retain); draws
         whose denominator is <= 0 make the BCa interval NaN (percentile kept). No p-value.
         """
         cls = tuple(classes) if classes is not None else self.classes
         unit, scheme, take, redrawn, hat_a, star_a, jack_a = self._draws(cls)
-        ri, nu, de = ([self.keys.index(key) for key in keys]
-                      for keys in (reference, numerator, denominator))
+        dref = reference if denominator_reference is None else denominator_reference
+        ri, nu, de, dr = ([self.keys.index(key) for key in keys]
+                          for keys in (reference, numerator, denominator, dref))
 
         def stat(a: np.ndarray, mean=np.mean) -> np.ndarray:
             num = a[:, nu] - a[:, ri]
-            den = a[:, de] - a[:, ri]
+            den = a[:, de] - a[:, dr]
             num = mean(num.reshape(num.shape[0], -1), axis=1)
             den = mean(den.reshape(den.shape[0], -1), axis=1)
             with np.errstate(divide="ignore", invalid="ignore"):

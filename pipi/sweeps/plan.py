@@ -19,6 +19,7 @@ import pandas as pd
 from pipi import tracking
 from pipi.calibration.objective import PriorParams
 from pipi.cells import Arm, get_cell
+from pipi.classes import ClassSet
 from pipi.config import TrainConfig, make_config
 from pipi.errors import ConfigError
 from pipi.models.backbones import PAPER_ARCHS
@@ -138,12 +139,16 @@ def child_config(cell: str, *, backbone: str, seed: int, profile: str, weights: 
 
 def plan(study: Study, *, seeds: Sequence[int], backbones: Sequence[str],
          cells: Sequence[str] = (), profile: str, weights: str, digest: str,
-         overrides: dict | None = None, prior: PriorParams | None = None) -> list[Child]:
+         overrides: dict | None = None, prior: PriorParams | None = None,
+         class_set: ClassSet | None = None) -> list[Child]:
     """Children of a sweep: per-frame (and implied base) runs first, then sequence runs.
 
     ``prior`` (a calibrated prior, ``ablate -P prior_params=``) is applied to the children
     whose cell takes one (``CellConfig.takes_prior_params``), lambda_eff at each child's
-    image size; the RGB-only per-frame children keep their configuration."""
+    image size; the RGB-only per-frame children keep their configuration. ``class_set``:
+    the staged data's classes (``classes.class_set_of`` its manifest), as ``train`` sets
+    them, so that a child's key is the one its run is tagged with (a finished child is
+    found again on another class set than Kvasir's)."""
     chosen = tuple(cells) or study.cells
     for c in chosen:
         get_cell(c)
@@ -164,6 +169,8 @@ def plan(study: Study, *, seeds: Sequence[int], backbones: Sequence[str],
                                        weights=weights, overrides=overrides)
                     if prior is not None and cfg.cell_config.takes_prior_params:
                         cfg = prior.apply(cfg)
+                    if class_set is not None:
+                        cfg = cfg.with_classes(class_set)
                     key = tracking.config_hash(tracking.config_key(cfg, digest))
                     out.append(Child(cfg, key, role))
     return out

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from pipi import tracking
+from pipi.classes import class_set_of
 from pipi.config import PAPER_SEEDS, make_config, resolve_profile, synthetic_preset
 from pipi.errors import ConfigError
 from pipi.models.backbones import ARCHS
@@ -69,7 +70,7 @@ from pipi.sweeps.plan import (
     summary_frames,
 )
 from pipi.sweeps.slurm import run_slurm
-from pipi.workflows.train import train
+from pipi.workflows.train import check_sources, train
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +187,10 @@ def run_ablation(*, study: str = "eight_cell", seeds: Sequence[int] | str = PAPE
     prior = resolve_prior(prior_params) if prior_params else None
     children = plan(st, seeds=seeds, backbones=backbones, cells=cells, profile=profile,
                     weights=weights, digest=digest, overrides=overrides,
-                    prior=prior.params if prior is not None else None)
+                    prior=prior.params if prior is not None else None,
+                    class_set=class_set_of(manifest))
+    if children:  # train_sources / test_sources name the data's sources: once, not per child
+        check_sources(children[0].cfg, staged)
     if prior is not None and not any(c.cfg.cell_config.takes_prior_params for c in children):
         raise ConfigError(f"prior_params={prior_params}: no cell of this sweep uses the optical "
                           f"prior ({sorted({c.cfg.cell for c in children})}); it applies to "

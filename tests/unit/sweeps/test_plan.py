@@ -92,3 +92,26 @@ def test_ablate_refuses_prior_params_beside_alpha_in_one_line():
     with pytest.raises(ConfigError, match="either prior_params or alpha"):
         run_ablation(study="per_frame", seeds="41", prior_params="x.json",
                      overrides={"alpha": 6.0})
+
+
+def test_a_childs_key_on_another_class_set_is_the_one_train_tags_its_run_with():
+    """`train` gives the config the staged data's classes before it tags the run; the plan
+    must too, or a finished child on a 10-class dataset is never found again."""
+    from pipi import tracking
+    from pipi.classes import ClassSet, class_set_of
+    from pipi.config import make_config
+
+    names = ("Angioectasia", "Bleeding", "Erosion", "Normal")
+    cs = class_set_of({"classes": list(names)})
+    assert cs == ClassSet(names)
+    kw = {"seeds": (1,), "backbones": ("resnet18",), "cells": ("a",), "profile": "smoke",
+          "weights": "none", "digest": "d" * 64,
+          "overrides": {"train_sources": "KID", "test_sources": "SEE-AI"}}
+    (kid,) = plan(ablate.get_study("per_frame"), class_set=cs, **kw)
+    trained = make_config(cell="a", backbone="resnet18", seed=1, profile="smoke",
+                          weights="none", train_sources="KID",
+                          test_sources="SEE-AI").with_classes(cs)
+    assert kid.cfg == trained
+    assert kid.config_hash == tracking.config_hash(tracking.config_key(trained, "d" * 64))
+    (plain,) = plan(ablate.get_study("per_frame"), **kw)
+    assert plain.config_hash != kid.config_hash  # what the plan keyed before

@@ -319,3 +319,74 @@ def test_pipi_train_prints_the_headline_classes_by_name(cv_staged, tmp_path, mon
                                     "--model-prefix", "cvtest"])
     assert res.exit_code == 0, res.output
     assert f"over 10 classes with test positives: {', '.join(CLASSES)}" in res.output
+
+
+HELD_OUT = {"train_sources": "KVASIR,KID,AIIMS", "test_sources": "SEE-AI"}
+
+
+def test_ablate_holds_a_source_out_and_aggregate_builds_the_leave_one_source_out_table(
+        runs, store, cv_staged, tmp_path, monkeypatch):
+    """`ablate` with train_sources/test_sources end to end: its children train on three
+    sources and score SEE-AI only, a second sweep finds them again, and `aggregate` keeps
+    them out of the arms of the runs on every source (the module's a and pi, same seed)
+    and sets them against those on SEE-AI's frames (sklearn recomputes both sides)."""
+    from pipi.analysis import AggregateOptions, Analysis
+    from pipi.report.loso import loso_table
+    from pipi.workflows.ablate import run_ablation
+
+    monkeypatch.setenv("PIPI_HOME", str(tmp_path / "home"))
+    seed = int(runs["a"][1].data.params["seed"])
+    sweep = {"study": "per_frame", "cells": "a,pi", "seeds": str(seed),
+             "backbones": "resnet18", "profile": "smoke", "data": str(cv_staged),
+             "weights": "none", "overrides": {"image_size": 32, **HELD_OUT}, "progress": False}
+    first = run_ablation(**sweep)
+    assert [c.status for c in first.children] == ["trained", "trained"]
+    ids = {c.cell: c.run_id for c in first.children}
+    for cell, rid in ids.items():
+        test, _ = _predictions(rid, tmp_path / cell)
+        assert set(test["source"]) == {"SEE-AI"}
+        assert MlflowClient().get_run(rid).data.params["test_sources"] == "SEE-AI"
+    again = run_ablation(**sweep)  # the same children on a 10-class dataset: found again
+    assert [(c.status, c.run_id) for c in again.children] == [("reused", ids["a"]),
+                                                              ("reused", ids["pi"])]
+
+    ev, _ = load_evidence("Default", "", tmp_path / "cache")
+    assert {ev.arm("resnet18", c).runs()[seed] for c in ("a", "pi")} == {
+        runs["a"][0].run_id, runs["pi"][0].run_id}
+    (cond,) = ev.held_out.conditions
+    assert cond.train_sources == ("AIIMS", "KID", "KVASIR") and cond.held_out() == ["SEE-AI"]
+    table = loso_table(Analysis(ev, AggregateOptions(n_resamples=50, figures=False)))
+    (row,) = table.data.itertuples()
+    assert (row.held_out_source, row.reference, row.new, row.note) == ("SEE-AI", "a", "pi", "")
+    m = ev.sources == "SEE-AI"
+    y = ev.labels[m]
+    ks = [k for k in range(10) if 0 < (y == k).sum() < y.size]
+
+    def macro(probs):
+        return np.mean([roc_auc_score(y == k, probs[:, k]) for k in ks])
+
+    ins = {c: macro(ev.arm("resnet18", c).probs[0][m].astype(float)) for c in ("a", "pi")}
+    held = {}
+    for cell, rid in ids.items():
+        test, _ = _predictions(rid, tmp_path / f"h{cell}")
+        test = test.set_index("path").loc[ev.paths[m]]  # the same frames, in evidence order
+        assert (test["label"].to_numpy() == y).all()
+        held[cell] = macro(test[[f"prob_{k:02d}" for k in range(10)]].to_numpy(float))
+    assert abs(row.in_source_ref_macro_auc - ins["a"]) < 1e-6
+    assert abs(row.held_out_new_macro_auc - held["pi"]) < 1e-6
+    d_in, d_out = ins["pi"] - ins["a"], held["pi"] - held["a"]
+    assert abs(row.in_source_delta - d_in) < 1e-6 and abs(row.held_out_delta - d_out) < 1e-6
+    assert abs(row.retention - d_out / d_in) < 1e-6 * max(1, abs(d_out / d_in))
+
+
+def test_ablate_refuses_an_unknown_source_before_any_child(cv_staged, store, tmp_path,
+                                                          monkeypatch):
+    from pipi.workflows.ablate import run_ablation
+
+    monkeypatch.setenv("PIPI_HOME", str(tmp_path / "home"))
+    before = len(mlflow.search_runs(search_all_experiments=True))
+    with pytest.raises(ConfigError, match=r"^test_sources=OLYMPUS: .* \['OLYMPUS'\]"):
+        run_ablation(study="per_frame", cells="a", seeds="1", backbones="resnet18",
+                     profile="smoke", data=str(cv_staged), weights="none",
+                     overrides={"test_sources": "OLYMPUS"}, progress=False)
+    assert len(mlflow.search_runs(search_all_experiments=True)) == before
