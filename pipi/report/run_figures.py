@@ -14,7 +14,6 @@ prior channels the model was given. Pure: arrays in, PNG bytes out.
 
 from __future__ import annotations
 
-import io
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
@@ -23,7 +22,6 @@ import numpy as np
 import pandas as pd
 import torch
 from matplotlib.figure import Figure
-from PIL import Image
 
 from pipi.classes import CLASSES
 from pipi.config import TrainConfig
@@ -42,15 +40,7 @@ DPI = 80
 
 
 def _small_png(fig: Figure) -> bytes:
-    return _rgb(figure_png(fig, DPI))
-
-
-def _rgb(png: bytes) -> bytes:
-    """An RGB PNG of an RGBA one (Agg writes RGBA: a quarter more bytes, no transparency)."""
-    im = Image.open(io.BytesIO(png)).convert("RGB")
-    out = io.BytesIO()
-    im.save(out, format="PNG", optimize=True)
-    return out.getvalue()
+    return figure_png(fig, DPI)
 
 
 def _arrays(test: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -59,7 +49,7 @@ def _arrays(test: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
 def _class_curves(labels: np.ndarray, probs: np.ndarray, classes: Sequence[int], *, kind: str,
                   title: str, names: Sequence[str] = CLASSES) -> bytes:
-    fig = Figure(figsize=(6.4, 4.6))
+    fig = Figure(figsize=(6.4, 4.6), layout="constrained")  # room for the legend on the right
     ax = fig.add_subplot(1, 1, 1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -105,9 +95,9 @@ def prediction_figures(test: pd.DataFrame, classes: Sequence[int], *, label: str
     conf = {"classes": [names[k] for k in present],
             "arms": {label: {"label": label, "normalised": row_normalise(counts),
                              "title": f"{label}: argmax of each test frame"}}}
-    figs["confusion"] = _rgb(confusion(conf, title=f"{label}: test confusion matrix, "
-                                                   f"row-normalised ({len(labels)} frames)",
-                                       dpi=DPI))
+    figs["confusion"] = confusion(conf, title=f"{label}: test confusion matrix, "
+                                              f"row-normalised ({len(labels)} frames)",
+                                  dpi=DPI)
     return figs
 
 
@@ -118,7 +108,7 @@ def roc_per_capsule(test: pd.DataFrame, classes: Sequence[int], *, label: str) -
         return None
     labels, probs = _arrays(test)
     systems = test["capsule_system"].astype(str).to_numpy()
-    fig = Figure(figsize=(5.6, 4.4))
+    fig = Figure(figsize=(5.6, 4.4), layout="constrained")
     ax = fig.add_subplot(1, 1, 1)
     drawn = 0
     for i, sysname in enumerate(sorted(set(systems))):
@@ -174,7 +164,7 @@ def prior_examples(rgb: np.ndarray, prior: np.ndarray, class_names: Sequence[str
                          f"got {rgb.shape} and {prior.shape}")
     n = len(rgb)
     height = 1.0 * n + 0.9                       # inches: a row per frame, a header band
-    fig = Figure(figsize=(4.2, height))
+    fig = Figure(figsize=(4.2, height))         # a fixed layout (subplots_adjust below)
     heads = ["RGB", f"P_blood\n{given.get('P_blood', '')}", f"Phi\n{given.get('Phi', '')}"]
     for r in range(n):
         panels = [rgb[r].transpose(1, 2, 0), prior[r, 0], prior[r, 1]]
