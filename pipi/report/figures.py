@@ -47,17 +47,20 @@ def curve_axes(ax, kind: str, *, pr_ylabel: str = "precision") -> None:
     ax.set_ylim(0, 1.02)
 
 def figure_png(fig: Figure, dpi: int = 110) -> bytes:
-    """An RGB PNG of ``fig``, drawn once at ``dpi``.
+    FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    return buf.getvalue()
 
-    Each figure lays itself out (``layout="constrained"``, or a fixed ``subplots_adjust``):
-    ``bbox_inches="tight"`` would draw it twice, once to measure and once to write, and Agg
-    drawing is most of a figure's cost. Default zlib level: ``optimize`` costs more CPU than the
-    1-2% of bytes it saves."""
+
+def fixed_png(fig: Figure, dpi: int) -> bytes:
+    """An RGB PNG of a figure whose layout is fixed (margins set to hold every label): one
+    Agg draw and one encoding, where ``bbox_inches="tight"`` measures the figure before
+    drawing it and Agg's PNG is RGBA (a quarter more bytes on an opaque figure)."""
     fig.set_dpi(dpi)
     canvas = FigureCanvasAgg(fig)
     canvas.draw()
     buf = io.BytesIO()
-    # the canvas is RGBA on an opaque facecolor: RGB is a quarter fewer bytes, the same picture
     Image.fromarray(np.asarray(canvas.buffer_rgba())[..., :3]).save(buf, format="PNG")
     return buf.getvalue()
 
@@ -65,7 +68,7 @@ def figure_png(fig: Figure, dpi: int = 110) -> bytes:
 def cell_bars(cells: Sequence[str], labels: Sequence[str], per_seed: Sequence[np.ndarray],
               seeds: Sequence[Sequence[int]], *, title: str, reference: str | None = "a") -> bytes:
     """Bars of the mean with sd error bars and black dots for individual seeds."""
-    fig = Figure(figsize=(max(6.0, 0.85 * len(cells) + 2), 4.6), layout="constrained")
+    fig = Figure(figsize=(max(6.0, 0.85 * len(cells) + 2), 4.6))
     ax = fig.add_subplot(1, 1, 1)
     x = np.arange(len(cells))
     means = np.array([v.mean() if len(v) else np.nan for v in per_seed])
@@ -94,7 +97,7 @@ def cell_bars(cells: Sequence[str], labels: Sequence[str], per_seed: Sequence[np
 
 def curves(grid: np.ndarray, arms: dict, *, kind: str, title: str) -> bytes:
     """Mean ROC (kind 'roc') or precision-recall (kind 'pr') curve per arm, ±sd band."""
-    fig = Figure(figsize=(6.0, 5.0), layout="constrained")
+    fig = Figure(figsize=(6.0, 5.0))
     ax = fig.add_subplot(1, 1, 1)
     for i, (cell, a) in enumerate(arms.items()):
         col = COLORS[i % len(COLORS)]
@@ -116,7 +119,7 @@ def curves(grid: np.ndarray, arms: dict, *, kind: str, title: str) -> bytes:
 def per_class_lift(table: Table) -> bytes:
     """Sorted per-class delta with its BCa interval and Bonferroni markers."""
     d = table.data
-    fig = Figure(figsize=(7.0, 0.38 * len(d) + 1.6), layout="constrained")
+    fig = Figure(figsize=(7.0, 0.38 * len(d) + 1.6))
     ax = fig.add_subplot(1, 1, 1)
     y = np.arange(len(d))[::-1]
     delta = d["delta"].to_numpy(float)
@@ -143,7 +146,7 @@ def per_patient_lift(table: Table) -> bytes:
     """Per-video lift bars, sorted, one panel per comparison."""
     d = table.data[table.data["classes_scored"] > 0]
     groups = list(d.groupby(["reference", "new"], sort=False))
-    fig = Figure(figsize=(5.0 * max(1, len(groups)), 3.8), layout="constrained")
+    fig = Figure(figsize=(5.0 * max(1, len(groups)), 3.8))
     for i, ((ref, new), g) in enumerate(groups):
         ax = fig.add_subplot(1, max(1, len(groups)), i + 1)
         g = g.sort_values("lift")
@@ -163,7 +166,7 @@ def focal_pr(grid: np.ndarray, focal: dict, *, title: str) -> bytes:
     n = len(focal)
     cols = min(n, 2)
     rows = (n + cols - 1) // cols
-    fig = Figure(figsize=(5.0 * cols, 4.2 * rows), layout="constrained")
+    fig = Figure(figsize=(5.0 * cols, 4.2 * rows))
     for i, (name, f) in enumerate(focal.items()):
         ax = fig.add_subplot(rows, cols, i + 1)
         for j, (cell, a) in enumerate(f["arms"].items()):
@@ -177,6 +180,7 @@ def focal_pr(grid: np.ndarray, focal: dict, *, title: str) -> bytes:
         ax.set_title(name, fontsize=9)
         ax.legend(fontsize=7, loc="upper right")
         ax.grid(alpha=0.3)
+    fig.subplots_adjust(hspace=0.35)
     fig.suptitle(title, fontsize=10)
     return figure_png(fig)
 
@@ -186,9 +190,7 @@ def confusion(conf: dict, *, title: str, dpi: int = 110) -> bytes:
     arms = conf["arms"]
     names = conf["classes"]
     k = len(names)
-    fig = Figure(figsize=(max(5.0, 0.55 * k + 2.5) * len(arms), max(4.5, 0.5 * k + 2)),
-                 layout="constrained")
-    fig.get_layout_engine().set(wspace=0.08)
+    fig = Figure(figsize=(max(5.0, 0.55 * k + 2.5) * len(arms), max(4.5, 0.5 * k + 2)))
     for i, (cell, a) in enumerate(arms.items()):
         ax = fig.add_subplot(1, len(arms), i + 1)
         m = np.asarray(a["normalised"])
@@ -204,6 +206,7 @@ def confusion(conf: dict, *, title: str, dpi: int = 110) -> bytes:
         if i == 0:
             ax.set_ylabel("true class")
         ax.set_title(a.get("title") or f"{a['label']} (n={len(a['seeds'])} seeds)", fontsize=9)
+    fig.subplots_adjust(wspace=0.35)
     fig.suptitle(title, fontsize=10)
     return figure_png(fig, dpi)
 

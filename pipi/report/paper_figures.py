@@ -13,11 +13,13 @@
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from pipi.analysis import Analysis
-from pipi.report.figures import figure_png
 from pipi.report.tables import Table
 from pipi.report.transplant import study_runs
 
@@ -27,8 +29,15 @@ __all__ = ["example_figures", "mechanism_figures"]
 EXAMPLES = {"prior_examples": "gradcam/prior.png", "gradcam_examples": "gradcam/overlay.png"}
 
 
+def _png(fig: Figure) -> bytes:
+    FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    return buf.getvalue()
+
+
 def _panels(n: int, width: float = 5.2):
-    fig = Figure(figsize=(width * n, 4.2), layout="constrained")
+    fig = Figure(figsize=(width * n, 4.2))
     return fig, [fig.add_subplot(1, n, i + 1) for i in range(n)]
 
 
@@ -55,7 +64,7 @@ def mechanism_figures(table: Table) -> tuple[dict, dict, dict]:
         ax.set_xlabel("transplanted subset (+PI -> RGB run)")
         ax.set_ylabel("Δ test macro-AUC vs the RGB run")
         ax.set_title(b)
-    figs["mechanism_localization"] = figure_png(fig)
+    figs["mechanism_localization"] = _png(fig)
     caps["mechanism_localization"] = (
         "Network localisation of the training-time effect: for each subset, the parameters of "
         "each +PI run are transplanted into the RGB run of the same seed and the test set is "
@@ -76,7 +85,7 @@ def mechanism_figures(table: Table) -> tuple[dict, dict, dict]:
         ax.set_xticks(x, list(d["transplant"]))
         ax.set_ylabel("reconstruction of the headline lift (%)")
         ax.set_title(b)
-    figs["transplant_reconstruction"] = figure_png(fig)
+    figs["transplant_reconstruction"] = _png(fig)
     caps["transplant_reconstruction"] = (
         "Transplant bar chart: reconstruction = mean Δ / headline lift (pi - a) over the same "
         "seeds, per transplanted subset (n/a where there is no lift to reconstruct); dashed "
