@@ -45,6 +45,9 @@ from pipi.serving.model_input import encode_png
 from pipi.workflows.export import export_cv2024
 from pipi.workflows.train import train
 
+#: one xdist worker runs the whole module: its module fixtures are built once, not on both
+pytestmark = pytest.mark.xdist_group("test_capsule_vision")
+
 TOL = 1e-9
 
 
