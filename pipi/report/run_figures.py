@@ -29,7 +29,7 @@ from pipi.classes import CLASSES
 from pipi.config import TrainConfig
 from pipi.predictions import prob_columns_of
 from pipi.prior import prior_channels
-from pipi.report.figures import COLORS, confusion, curve_axes, figure_png
+from pipi.report.figures import COLORS, confusion, curve_axes, fixed_png
 from pipi.stats import confusion_matrix, per_class_auc, row_normalise
 from pipi.stats.curves import pr_points
 from pipi.stats.operating import average_precision, roc_points
@@ -42,14 +42,13 @@ DPI = 80
 
 
 def _small_png(fig: Figure) -> bytes:
-    return _rgb(figure_png(fig, DPI))
+    return fixed_png(fig, DPI)
 
 
 def _rgb(png: bytes) -> bytes:
     """An RGB PNG of an RGBA one (Agg writes RGBA: a quarter more bytes, no transparency)."""
-    im = Image.open(io.BytesIO(png)).convert("RGB")
     out = io.BytesIO()
-    im.save(out, format="PNG", optimize=True)
+    Image.open(io.BytesIO(png)).convert("RGB").save(out, format="PNG")
     return out.getvalue()
 
 
@@ -60,6 +59,7 @@ def _arrays(test: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 def _class_curves(labels: np.ndarray, probs: np.ndarray, classes: Sequence[int], *, kind: str,
                   title: str, names: Sequence[str] = CLASSES) -> bytes:
     fig = Figure(figsize=(6.4, 4.6))
+    fig.subplots_adjust(left=0.09, right=0.6, bottom=0.1, top=0.91)  # the legend on the right
     ax = fig.add_subplot(1, 1, 1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -77,7 +77,7 @@ def _class_curves(labels: np.ndarray, probs: np.ndarray, classes: Sequence[int],
                     label=f"{names[k]} (AP {average_precision(y, s):.3f}, n={int(y.sum())})")
     curve_axes(ax, kind)
     ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
-    ax.set_title(title, fontsize=9)
+    fig.suptitle(title, fontsize=9, y=0.98)       # over the figure: wider than the axes
     ax.grid(alpha=0.3)
     return _small_png(fig)
 
@@ -118,7 +118,7 @@ def roc_per_capsule(test: pd.DataFrame, classes: Sequence[int], *, label: str) -
         return None
     labels, probs = _arrays(test)
     systems = test["capsule_system"].astype(str).to_numpy()
-    fig = Figure(figsize=(5.6, 4.4))
+    fig = Figure(figsize=(5.6, 4.4))                # matplotlib's default margins hold it
     ax = fig.add_subplot(1, 1, 1)
     drawn = 0
     for i, sysname in enumerate(sorted(set(systems))):
@@ -174,7 +174,7 @@ def prior_examples(rgb: np.ndarray, prior: np.ndarray, class_names: Sequence[str
                          f"got {rgb.shape} and {prior.shape}")
     n = len(rgb)
     height = 1.0 * n + 0.9                       # inches: a row per frame, a header band
-    fig = Figure(figsize=(4.2, height))
+    fig = Figure(figsize=(4.2, height))         # a fixed layout (subplots_adjust below)
     heads = ["RGB", f"P_blood\n{given.get('P_blood', '')}", f"Phi\n{given.get('Phi', '')}"]
     for r in range(n):
         panels = [rgb[r].transpose(1, 2, 0), prior[r, 0], prior[r, 1]]

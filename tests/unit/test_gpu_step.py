@@ -107,9 +107,9 @@ def test_resident_batches_equal_streamed_batches():
 
 def _train(data_path: str, *, epochs=2, cell="pi"):
     cfg = make_config(cell=cell, backbone="resnet18", profile="smoke", weights="none",
-                      device="cpu", data_path=data_path, batch_size=16, max_batches=0)
+                      device="cpu", data_path=data_path, batch_size=8, max_batches=0)
     rt = runtime_of(cfg)
-    images, labels = _images(n=40, size=cfg.image_size)
+    images, labels = _images(n=20, size=cfg.image_size)  # 3 batches an epoch, the last short
     gen = seed_everything(5, rt)
     model = build_frame_model(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)

@@ -5,6 +5,7 @@ modules."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -54,26 +55,53 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def _imports(path: Path, modules: dict[str, Path]) -> tuple[set[str], list[str]]:
-    """(pipi modules imported at module level, pipi imports inside functions)."""
-    tree = ast.parse(path.read_text())
-    top, inner = set(), []
+@functools.cache
+def _parsed(path: Path, mtime_ns: int, size: int) -> ast.Module:
+    return ast.parse(path.read_text())
 
-    def targets(node) -> list[str]:
+
+def _tree(path: Path) -> ast.Module:
+    """``path``'s syntax tree, parsed once per content (the checks below walk every module of
+    pipi several times; parsing them each time was most of this file's run time)."""
+    st = path.stat()
+    return _parsed(path, st.st_mtime_ns, st.st_size)
+
+
+@functools.cache
+def _import_statements(path: Path, mtime_ns: int, size: int) -> tuple[tuple, tuple]:
+    """(module-level, inside-function) pipi imports of ``path`` as (module, names) pairs:
+    names are the ``from`` names (``module`` None for ``import a.b``), one walk of the tree."""
+    top, inner = [], []
+
+    def pairs(node) -> list[tuple]:
         if isinstance(node, ast.Import):
-            return [a.name for a in node.names if a.name.startswith("pipi")]
+            return [(None, (a.name,)) for a in node.names if a.name.startswith("pipi")]
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pipi"):
-            names = [f"{node.module}.{a.name}" for a in node.names]
-            return [n if n in modules else node.module for n in names]
+            return [(node.module, tuple(a.name for a in node.names))]
         return []
 
-    for node in tree.body:
-        top.update(targets(node))
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for sub in ast.walk(node):
-                inner += targets(sub)
-    return top, inner
+    def visit(node, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            (inner if in_function else top if node is tree else []).extend(pairs(child))
+            visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+    tree = _tree(path)
+    visit(tree, False)
+    return tuple(top), tuple(inner)
+
+
+def _imports(path: Path, modules: dict[str, Path]) -> tuple[set[str], list[str]]:
+    """(pipi modules imported at module level, pipi imports inside functions)."""
+    st = path.stat()
+    top, inner = _import_statements(path, st.st_mtime_ns, st.st_size)
+
+    def targets(module, names) -> list[str]:
+        if module is None:
+            return list(names)
+        return [n if n in modules else module for n in (f"{module}.{a}" for a in names)]
+
+    return ({t for m, n in top for t in targets(m, n)},
+            [t for m, n in inner for t in targets(m, n)])
 
 
 def _layer(module: str, order=None) -> int | None:
@@ -228,7 +256,7 @@ def private_imports(modules: dict[str, Path]) -> list[str]:
     """Every ``from pipi.x import _y`` in a module other than ``pipi.x`` (dunders excepted)."""
     out = []
     for m, p in sorted(modules.items()):
-        for node in ast.walk(ast.parse(p.read_text())):
+        for node in ast.walk(_tree(p)):
             if not isinstance(node, ast.ImportFrom):
                 continue
             src = _source_module(node, m, p)

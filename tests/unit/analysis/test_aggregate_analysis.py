@@ -24,6 +24,9 @@ from pipi.report import build_report
 from pipi.stats import delong_macro_test
 from pipi.workflows import aggregate as workflow
 
+#: one xdist worker runs the whole module: its module fixtures are built once, not on both
+pytestmark = pytest.mark.xdist_group("test_aggregate_analysis")
+
 
 @pytest.fixture(scope="module")
 def evidence(tmp_path_factory):

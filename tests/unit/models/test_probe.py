@@ -36,11 +36,19 @@ def test_probe_trains_only_the_head(backbone, dim):
     assert changed == {"head.weight", "head.bias"}
 
 
+def _random_state_dict(timm_name: str) -> dict[str, torch.Tensor]:
+    """Random tensors in the layout of timm's ``timm_name`` (built on the meta device: no
+    weight init, which is most of the cost of building a ViT-B on a CPU)."""
+    with torch.device("meta"):
+        ref = timm.create_model(timm_name, pretrained=False, num_classes=0)
+    g = torch.Generator().manual_seed(0)
+    return {k: torch.randn(v.shape, generator=g) * 0.02 for k, v in ref.state_dict().items()}
+
+
 def _published_dinov2(tmp_path):
     """A state dict in DINOv2's released layout: timm's ViT-B/14 keys plus mask_token, at
     the released 518 px position grid (37 x 37 + CLS)."""
-    ref = timm.create_model("vit_base_patch14_dinov2", pretrained=False, num_classes=0)
-    sd = dict(ref.state_dict())
+    sd = _random_state_dict("vit_base_patch14_dinov2")
     sd["mask_token"] = torch.zeros(1, 768)
     assert sd["pos_embed"].shape == (1, 37 * 37 + 1, 768)
     path = tmp_path / "dinov2_vitb14_pretrain.pth"
@@ -58,8 +66,13 @@ def test_dinov2_published_weights_load_through_timms_filter(tmp_path):
 
 
 def test_biomedclip_open_clip_checkpoint_maps_visual_keys(tmp_path):
-    tower = timm.create_model("vit_base_patch16_224", pretrained=False, num_classes=0)
-    sd = {f"visual.trunk.{k}": v for k, v in tower.state_dict().items()}
+    trunk = _random_state_dict("vit_base_patch16_224")
+    with torch.device("meta"):
+        tower = timm.create_model("vit_base_patch16_224", pretrained=False, num_classes=0)
+    tower = tower.to_empty(device="cpu")
+    tower.load_state_dict(trunk)                  # the reference tower: the file's own weights
+    tower.eval()
+    sd = {f"visual.trunk.{k}": v for k, v in trunk.items()}
     proj = torch.randn(512, 768)
     sd["visual.head.proj.weight"] = proj
     sd["text.transformer.encoder.layer.0.attention.self.query.weight"] = torch.zeros(4, 4)

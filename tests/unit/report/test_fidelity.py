@@ -17,6 +17,9 @@ from pipi.classes import CLASSES
 from pipi.errors import ConfigError, DataError
 from pipi.report import build_report
 
+#: one xdist worker runs the whole module: its module fixtures are built once, not on both
+pytestmark = pytest.mark.xdist_group("test_fidelity")
+
 TEST_CLASSES = list(range(1, 12))
 NO_VAL = CLASSES.index("Blood - fresh")     # paper: 0 val frames, 424 test frames
 

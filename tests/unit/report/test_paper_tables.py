@@ -11,6 +11,9 @@ from scipy import stats
 from pipi import analysis
 from pipi.report import build_report
 
+#: one xdist worker runs the whole module: its module fixtures are built once, not on both
+pytestmark = pytest.mark.xdist_group("test_paper_tables")
+
 SEEDS = [41, 42, 43, 44, 45, 47]
 
 

@@ -13,8 +13,8 @@ from pipi.tracking import liveness, tags
 
 
 @pytest.fixture()
-def store(tmp_path):
-    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/m.db")
+def store(tmp_path, store_uri):
+    mlflow.set_tracking_uri(store_uri)
     yield mlflow.create_experiment("hb", artifact_location=str(tmp_path / "a"))
     mlflow.set_tracking_uri(None)
 

@@ -46,8 +46,8 @@ def test_both_launchers_give_the_same_option_params(request_):
     assert _pipi_train_params(request_) == _mlflow_run_params(request_)
 
 
-def test_booleans_are_lower_case_and_resolved_values_go_beside_the_request(tmp_path):
-    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/m.db")
+def test_booleans_are_lower_case_and_resolved_values_go_beside_the_request(tmp_path, store_uri):
+    mlflow.set_tracking_uri(store_uri)
     try:
         exp = mlflow.create_experiment("p", artifact_location=str(tmp_path / "a"))
         # the same request, as each launcher logs it, then the same resolved values

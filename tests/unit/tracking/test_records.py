@@ -22,9 +22,9 @@ TRACKING = Path(tracking.__file__).parent
 
 
 @pytest.fixture()
-def store(tmp_path, monkeypatch):
+def store(tmp_path, monkeypatch, store_uri):
     monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
-    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/m.db")
+    mlflow.set_tracking_uri(store_uri)
     yield mlflow.create_experiment("records", artifact_location=str(tmp_path / "a"))
     mlflow.set_tracking_uri(None)
 

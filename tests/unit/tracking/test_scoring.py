@@ -26,7 +26,9 @@ class _Count(mlflow.pyfunc.PythonModel):
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("scoring") / "model"
-    mlflow.pyfunc.save_model(str(path), python_model=_Count())
+    # requirements given: MLflow would otherwise infer them by loading the model in a
+    # subprocess (about 20 s here), and these tests read none
+    mlflow.pyfunc.save_model(str(path), python_model=_Count(), pip_requirements=["mlflow"])
     return path
 
 

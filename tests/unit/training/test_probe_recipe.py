@@ -49,16 +49,21 @@ def test_cached_probe_features_once_and_the_model_agrees(tiny_staged, tmp_path, 
     imgs = build_cache(tiny_staged, frames, size=cfg.image_size,
                        digest=load_staged(tiny_staged)[1]["data_digest"], cache_dir=tmp_path,
                        progress=False)
-    x = torch.from_numpy(np.array(imgs)).float() / 255
+    # a ViT-B forward of every frame is most of this test's time on a CPU: the test frames and
+    # the first train and val frames are recomputed (every row of the cache is a frame's)
+    split = frames["split"].to_numpy()
+    test = np.flatnonzero(split == "test")
+    rows = np.r_[test, np.flatnonzero(split == "train")[:6], np.flatnonzero(split == "val")[:4]]
+    assert feats.shape[0] == len(frames) and len(rows) > len(test) > 0
+    x = torch.from_numpy(np.array(imgs)[rows]).float() / 255
     x = (x - torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)) / torch.tensor(IMAGENET_STD).view(
         1, 3, 1, 1)
     with torch.no_grad():
         emb = model.backbone(x).numpy()
-        probs = torch.softmax(model(x), 1).numpy()
-    np.testing.assert_allclose(feats, emb, atol=1e-4)
-    test = np.flatnonzero(frames["split"].to_numpy() == "test")
+        probs = torch.softmax(model(x[:len(test)]), 1).numpy()
+    np.testing.assert_allclose(feats[rows], emb, atol=1e-4)
     got = res.predictions["test"].filter(like="prob_").to_numpy()
-    np.testing.assert_allclose(got, probs[test], atol=1e-5)
+    np.testing.assert_allclose(got, probs, atol=1e-5)
     # a second seed reads the cache: the backbone is never run again
     from pipi.models.heads import FrameClassifier
 

@@ -47,6 +47,9 @@ from pipi.serving.model_input import encode_png
 from pipi.workflows.export import export_cv2024
 from pipi.workflows.train import train
 
+#: one xdist worker runs the whole module: its module fixtures are built once, not on both
+pytestmark = pytest.mark.xdist_group("test_capsule_vision")
+
 TOL = 1e-9
 
 
@@ -62,10 +65,10 @@ def cv_staged(tmp_path_factory):
     return out
 
 
-def test_a_directly_written_staged_folder_trains_too(tmp_path, monkeypatch):
+def test_a_directly_written_staged_folder_trains_too(tmp_path, monkeypatch, store_uri):
     """The staged format as documented (no stager): a 10-class folder trains cell a (in a
     store of its own: the module's experiment holds the stager's runs only)."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = store_uri
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     mlflow.set_tracking_uri(uri)
     monkeypatch.setenv("PIPI_HOME", str(tmp_path / "home"))
@@ -275,8 +278,8 @@ def test_aggregate_has_a_per_source_table_computed_within_each_source(runs, stor
 
 
 def test_leave_one_source_out_trains_on_the_named_sources_and_scores_the_held_out_one(
-        cv_staged, tmp_path, monkeypatch):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+        cv_staged, tmp_path, monkeypatch, store_uri):
+    uri = store_uri
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     mlflow.set_tracking_uri(uri)
     monkeypatch.setenv("PIPI_HOME", str(tmp_path / "home"))
@@ -308,8 +311,9 @@ def test_an_unknown_source_is_refused_in_one_line(cv_staged, tmp_path, monkeypat
         train(cfg, data=str(cv_staged), register=False, progress=False)
 
 
-def test_pipi_train_prints_the_headline_classes_by_name(cv_staged, tmp_path, monkeypatch):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_pipi_train_prints_the_headline_classes_by_name(cv_staged, tmp_path, monkeypatch,
+                                                       store_uri):
+    uri = store_uri
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     mlflow.set_tracking_uri(uri)
     monkeypatch.setenv("PIPI_HOME", str(tmp_path / "home"))

@@ -20,6 +20,9 @@ from pipi.data.staging.galar_labelfile import SECTION_COLUMNS, read_label_file
 from pipi.data.staging.galar_mapping import SECTION_BY_COLUMN, SECTION_BY_NAME, load_mapping
 from pipi.errors import DataError
 
+#: one xdist worker runs the whole module: its module fixtures are built once, not on both
+pytestmark = pytest.mark.xdist_group("test_galar_release_forms")
+
 PATHOLOGY = ["ulcer", "polyp", "active bleeding", "blood", "erythema", "erosion", "angiectasia",
              "IBD", "foreign body", "esophagitis", "varices", "hematin", "celiac", "cancer",
              "lymphangioectasis"]

@@ -33,6 +33,9 @@ from pipi.data.staging.galar_mapping import assign_classes, column_roles, load_m
 from pipi.data.staging.galar_release import parse_video_spec, vendor_folds
 from pipi.errors import DataError
 
+#: one xdist worker runs the whole module: its module fixtures are built once, not on both
+pytestmark = pytest.mark.xdist_group("test_galar_stage")
+
 
 @pytest.fixture(scope="module")
 def release(tmp_path_factory) -> Path:
