@@ -183,7 +183,7 @@ def pytest_terminal_summary(terminalreporter):
 
 #: session fixtures too costly to build on both workers -> the xdist group of their tests (a
 #: test using both goes with the first)
-SHARED_GROUPS = {"smoke_study": "smoke-study", "auth_lab": "auth-lab"}
+SHARED_GROUPS = {"smoke_study": "smoke-study", "auth_lab": "auth-lab", "team_lab": "team-lab"}
 
 #: integration groups by measured duration, longest first (``make test`` prints the slowest)
 LONG_GROUPS = ("smoke-study", "test_readme", "test_mechanisms", "test_faults",
