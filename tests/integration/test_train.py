@@ -56,6 +56,17 @@ def _launch_env(uri: str, env=None) -> dict:
             "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", **(env or {})}
 
 
+def test_a_launch_does_not_inherit_a_leaked_experiment(monkeypatch):
+    """With MLFLOW_EXPERIMENT_ID left in os.environ by an earlier fixture, `mlflow run
+    --experiment-name` stopped at "Specify only one of 'experiment-name' or 'experiment-id'"
+    (seen when the module's launches moved into a fixture)."""
+    for k in _RUN_ENV:
+        monkeypatch.setenv(k, "leaked")
+    env = _launch_env("http://127.0.0.1:9", {"X": "1"})
+    assert not set(_RUN_ENV) & set(env)
+    assert env["MLFLOW_TRACKING_URI"] == "http://127.0.0.1:9" and env["X"] == "1"
+
+
 def _run_train(uri: str, *args: str, env=None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [str(Path(sys.executable).parent / "mlflow"), "run", str(ROOT), "-e", "train",
