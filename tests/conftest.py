@@ -6,6 +6,7 @@ import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: see pipi/__init__.py
 import signal  # noqa: E402
+import time
 
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     # started as a background job of a non-interactive shell: SIGINT is ignored and every
@@ -110,15 +111,17 @@ def tiny_staged(tiny_release, tmp_path_factory, pipi_home) -> Path:
 def pytest_collection_modifyitems(config, items):
     """``make test`` runs the tiers on two pytest-xdist workers (``--dist loadgroup``). Each
     integration module stays on one worker (its module fixtures train once), and every test of
-    the session's smoke study shares one worker, so the study is trained once per run."""
+    an expensive session fixture (:data:`SHARED_GROUPS`) shares one worker, so that fixture is
+    built once per run (the smoke study trains eight runs; the auth lab starts PostgreSQL and
+    an auth server)."""
     groups = {}
     for item in items:
         path = Path(str(item.fspath))
         if "integration" not in path.parts:
             continue
         mark = item.get_closest_marker("xdist_group")
-        group = (mark.args[0] if mark else
-                 "smoke-study" if "smoke_study" in item.fixturenames else path.stem)
+        shared = [g for f, g in SHARED_GROUPS.items() if f in item.fixturenames]
+        group = mark.args[0] if mark else shared[0] if shared else path.stem
         if not mark:
             item.add_marker(pytest.mark.xdist_group(group))
         groups[item.nodeid] = group
@@ -153,7 +156,36 @@ def pytest_configure(config):
             "(make test does)")
 
 
+_WORKERS_DOWN: dict[str, float] = {}
+
+
+def pytest_sessionstart(session):
+    session.config._pipi_started = time.monotonic()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist: when each worker ran out of work (seconds since the session started)."""
+    started = getattr(node.config, "_pipi_started", None)
+    if started is not None:
+        _WORKERS_DOWN[node.gateway.id] = time.monotonic() - started
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Under pytest-xdist, say when each worker finished: a worker that ends long after the
+    other ran a group alone at the end (rebalance ``LONG_GROUPS``)."""
+    if len(_WORKERS_DOWN) > 1:
+        ends = sorted(_WORKERS_DOWN.items(), key=lambda kv: kv[1])
+        terminalreporter.write_line(
+            "xdist workers finished at: " + ", ".join(f"{w} {t:.0f} s" for w, t in ends)
+            + f" (the last {ends[-1][1] - ends[0][1]:.0f} s on one worker)")
+
+
+#: session fixtures too costly to build on both workers -> the xdist group of their tests (a
+#: test using both goes with the first)
+SHARED_GROUPS = {"smoke_study": "smoke-study", "auth_lab": "auth-lab", "team_lab": "team-lab"}
+
 #: integration groups by measured duration, longest first (``make test`` prints the slowest)
 LONG_GROUPS = ("smoke-study", "test_readme", "test_mechanisms", "test_faults",
-               "test_calibrate_train", "test_galar", "test_signals", "test_lab_members",
+               "test_calibrate_train", "test_galar", "test_signals", "auth-lab",
                "test_sequence_cells", "test_ablate", "test_runtime_runs", "test_train")

@@ -113,6 +113,51 @@ def auth_lab():
         shutil.rmtree(root, ignore_errors=True)
 
 
+@dataclass(frozen=True)
+class TeamLab:
+    """`pipi server`'s full lab (PostgreSQL, a SeaweedFS S3 store with mutual TLS, MLflow's
+    basic-auth app) and the secrets it was started with, which no client holds."""
+
+    server: object  # pipi.tracking.server.LabServer
+    secrets: dict[str, str]
+
+
+@pytest.fixture(scope="session")
+def team_lab():
+    """One full lab for the modules that check it from outside (test_team_server: a client's
+    train/aggregate/load and no secret anywhere; test_lab_store_auth: no other OS user in),
+    started once: a start and stop cost ~40 s."""
+    import secrets as tokens
+    import tempfile
+
+    from pipi.tracking.server import LabServer, pg_bin
+
+    if pg_bin() is None:
+        pytest.skip("PostgreSQL is not installed (make test installs it: scripts/system-deps.sh)")
+    secrets = {
+        "MLFLOW_TRACKING_USERNAME": f"lab-admin-{tokens.token_hex(4)}",
+        "MLFLOW_TRACKING_PASSWORD": f"pw-{tokens.token_hex(12)}",
+        "AWS_ACCESS_KEY_ID": f"ak{tokens.token_hex(8)}",
+        "AWS_SECRET_ACCESS_KEY": f"sk-{tokens.token_hex(16)}",
+    }
+    saved = {k: os.environ.get(k) for k in secrets}
+    os.environ.update(secrets)
+    # outside pytest's 0700 tmp tree: the postgres user must reach its data folder
+    root = Path(tempfile.mkdtemp(prefix="pipi-lab-"))
+    os.chmod(root, 0o755)
+    try:
+        server = LabServer(root, backend="postgres", artifacts="s3", auth=True)
+    finally:  # the server holds them now; clients get only what they need
+        for k, v in saved.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    try:
+        server.start()
+        yield TeamLab(server, secrets)
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
 @pytest.fixture(scope="module")
 def other_user():
     """A second local OS user (made with useradd, removed after)."""

@@ -8,20 +8,23 @@ import pytest
 from click.testing import CliRunner
 
 from pipi.cli import ENTRY_POINTS
-from pipi.config import make_config
 
-SMOKE_PI = {"cell": "pi", "backbone": "resnet18", "profile": "smoke", "weights": "none"}
 pytestmark = pytest.mark.slow
+EXPERIMENT = "calibrate-guards"
 
 
 @pytest.fixture(scope="module")
-def pi_runs(mlflow_server, tiny_staged) -> list[str]:
-    from pipi.workflows import train as runner
-
-    mlflow.set_tracking_uri(mlflow_server.uri)
-    return [runner.train(make_config(seed=s, **SMOKE_PI), data=str(tiny_staged),
-                         experiment="calibrate-guards", progress=False,
-                         register=False).run_id for s in (7, 8)]
+def pi_runs(smoke_study) -> list[str]:
+    """The session smoke study's two `pi` runs (ResNet-18, seeds 41 and 42): finished runs of
+    the same cell to calibrate, trained once per session instead of again here. The
+    calibrations and the test's own runs go into their own experiment, never the study's."""
+    client = mlflow.MlflowClient(smoke_study.uri)
+    if client.get_experiment_by_name(EXPERIMENT) is None:
+        client.create_experiment(EXPERIMENT)
+    runs = [smoke_study.run("pi", seed) for seed in sorted(s for c, s in smoke_study.runs
+                                                            if c == "pi")]
+    assert len(runs) == 2
+    return runs
 
 
 def _calibrate(*args: str):
@@ -37,7 +40,7 @@ def _one_error(res) -> str:
 def test_a_study_is_bound_to_its_source_run(tracking, pi_runs, tiny_staged, tmp_path):
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     common = ["--study", "shared", "--storage", storage, "--data", str(tiny_staged),
-              "--experiment", "calibrate-guards"]
+              "--experiment", EXPERIMENT]
     res = _calibrate("--run", pi_runs[0], *common)
     assert res.exit_code == 0, res.output
     err = _one_error(_calibrate("--run", pi_runs[1], *common))
@@ -47,7 +50,7 @@ def test_a_study_is_bound_to_its_source_run(tracking, pi_runs, tiny_staged, tmp_
 
 def test_a_run_that_has_not_finished_says_its_status(tracking, pi_runs, tmp_path):
     c = mlflow.MlflowClient()
-    exp = c.get_experiment_by_name("calibrate-guards").experiment_id
+    exp = c.get_experiment_by_name(EXPERIMENT).experiment_id
     running = c.create_run(exp).info.run_id
     err = _one_error(_calibrate("--run", running, "--storage", f"sqlite:///{tmp_path}/o.db"))
     assert f"run {running} is RUNNING, not FINISHED" in err

@@ -12,46 +12,23 @@ tree, not from a list) is tried as a second OS user made with `useradd`.
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import stat
 import subprocess
-import tempfile
-from pathlib import Path
 
 import psutil
 import pytest
 
-from pipi.tracking.server import LabServer, pg_bin
-
 pytestmark = pytest.mark.slow
-KEYS = {"MLFLOW_AUTH_ADMIN_USERNAME": f"admin-{secrets.token_hex(3)}",
-        "MLFLOW_AUTH_ADMIN_PASSWORD": f"pw-{secrets.token_hex(12)}",
-        "AWS_ACCESS_KEY_ID": f"ak{secrets.token_hex(8)}",
-        "AWS_SECRET_ACCESS_KEY": f"sk-{secrets.token_hex(16)}"}
 
 
 @pytest.fixture(scope="module")
-def lab():
-    if pg_bin() is None:
-        pytest.skip("PostgreSQL is not installed (make test installs it: scripts/system-deps.sh)")
+def lab(team_lab):
+    """The session's full lab (tests/integration/conftest.py), shared with
+    test_team_server."""
     if shutil.which("curl") is None:
         pytest.skip("curl is not installed")
-    saved = {k: os.environ.get(k) for k in KEYS}
-    os.environ.update(KEYS)
-    root = Path(tempfile.mkdtemp(prefix="pipi-storeauth-"))  # the postgres user must reach it
-    os.chmod(root, 0o755)
-    try:
-        server = LabServer(root, backend="postgres", artifacts="s3", auth=True)
-    finally:
-        for k, v in saved.items():
-            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
-    try:
-        server.start()
-        yield server
-    finally:
-        server.stop()
-        shutil.rmtree(root, ignore_errors=True)
+    return team_lab.server
 
 
 def _as(user: str, *cmd: str) -> subprocess.CompletedProcess:

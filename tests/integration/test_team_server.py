@@ -12,50 +12,23 @@ from __future__ import annotations
 import base64
 import os
 import re
-import secrets
-import shutil
 import subprocess
 import sys
-import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from pipi.tracking.server import LabServer, pg_bin
-
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
-SECRETS = {
-    "MLFLOW_TRACKING_USERNAME": f"lab-admin-{secrets.token_hex(4)}",
-    "MLFLOW_TRACKING_PASSWORD": f"pw-{secrets.token_hex(12)}",
-    "AWS_ACCESS_KEY_ID": f"ak{secrets.token_hex(8)}",
-    "AWS_SECRET_ACCESS_KEY": f"sk-{secrets.token_hex(16)}",
-}
 
 
 @pytest.fixture(scope="module")
-def lab():
-    if pg_bin() is None:
-        pytest.skip("PostgreSQL is not installed (make test installs it: scripts/system-deps.sh)")
-    saved = {k: os.environ.get(k) for k in SECRETS}
-    os.environ.update(SECRETS)
-    # outside pytest's 0700 tmp tree: the postgres user must reach its data folder
-    root = Path(tempfile.mkdtemp(prefix="pipi-lab-"))
-    os.chmod(root, 0o755)
-    server = LabServer(root, backend="postgres", artifacts="s3", auth=True)
-    for k in SECRETS:  # the server holds them now; clients get only what they need
-        os.environ.pop(k)
-    try:
-        server.start()
-        yield server
-    finally:
-        server.stop()
-        shutil.rmtree(root, ignore_errors=True)
-        for k, v in saved.items():
-            if v is not None:
-                os.environ[k] = v
+def lab(team_lab):
+    """The session's full lab (tests/integration/conftest.py), shared with
+    test_lab_store_auth."""
+    return team_lab.server
 
 
 def _get(url: str, user: str | None = None, password: str | None = None) -> int:
@@ -75,9 +48,10 @@ def _entry(name: str, *args: str, env: dict) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=1800)
 
 
-def test_lab_server_with_auth_postgres_and_s3(lab, tiny_staged, tmp_path):
+def test_lab_server_with_auth_postgres_and_s3(lab, team_lab, tiny_staged, tmp_path):
+    secrets = team_lab.secrets
     api = lab.uri + "/api/2.0/mlflow/experiments/search?max_results=5"
-    user, password = SECRETS["MLFLOW_TRACKING_USERNAME"], SECRETS["MLFLOW_TRACKING_PASSWORD"]
+    user, password = secrets["MLFLOW_TRACKING_USERNAME"], secrets["MLFLOW_TRACKING_PASSWORD"]
     assert _get(api) == 401
     assert _get(api, user, "wrong-password") == 401
     assert _get(api, user, password) == 200
@@ -146,6 +120,6 @@ def test_lab_server_with_auth_postgres_and_s3(lab, tiny_staged, tmp_path):
     # the username is an identity, not a credential: MLflow's auth app records it as the
     # owner of the runs a user creates (and the server's access log names it), by design
     for secret_name in ("MLFLOW_TRACKING_PASSWORD", "AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID"):
-        value = SECRETS[secret_name].encode()
+        value = secrets[secret_name].encode()
         leaks = [n for n, b in blobs.items() if value in b]
         assert not leaks, f"{secret_name} appears in {leaks}"

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import mlflow
@@ -43,15 +44,64 @@ def test_every_per_frame_cell_trains_on_every_backbone(cell, backbone, tiny_stag
     assert set(tr.metrics[0][1]) == {"train/loss", "val/macro_auc", "val/macro_f1", "train/lr"}
 
 
+#: MLflow's fluent API exports these into os.environ (``mlflow.set_experiment``), so a session
+#: or module fixture that runs before the per-test isolation (tests/conftest.py) may still see
+#: another store's experiment there: a launched process must not inherit them
+_RUN_ENV = ("MLFLOW_EXPERIMENT_ID", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_RUN_ID")
+
+
+def _launch_env(uri: str, env=None) -> dict:
+    return {**{k: v for k, v in os.environ.items() if k not in _RUN_ENV},
+            "MLFLOW_TRACKING_URI": uri,
+            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", **(env or {})}
+
+
+def test_a_launch_does_not_inherit_a_leaked_experiment(monkeypatch):
+    """With MLFLOW_EXPERIMENT_ID left in os.environ by an earlier fixture, `mlflow run
+    --experiment-name` stopped at "Specify only one of 'experiment-name' or 'experiment-id'"
+    (seen when the module's launches moved into a fixture)."""
+    for k in _RUN_ENV:
+        monkeypatch.setenv(k, "leaked")
+    env = _launch_env("http://127.0.0.1:9", {"X": "1"})
+    assert not set(_RUN_ENV) & set(env)
+    assert env["MLFLOW_TRACKING_URI"] == "http://127.0.0.1:9" and env["X"] == "1"
+
+
 def _run_train(uri: str, *args: str, env=None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [str(Path(sys.executable).parent / "mlflow"), "run", str(ROOT), "-e", "train",
          "--env-manager", "local", *args],
-        capture_output=True, text=True, cwd=ROOT,
-        env={**os.environ, "MLFLOW_TRACKING_URI": uri,
-             "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", **(env or {})},
+        check=False, capture_output=True, text=True, cwd=ROOT, env=_launch_env(uri, env),
         timeout=600,
     )
+
+
+#: the request both launchers run: the contract's two `mlflow run`s and the one `pipi train`
+REQUEST = {"cell": "pi", "seed": "42", "profile": "smoke", "weights": "none"}
+
+
+@dataclass(frozen=True)
+class Launches:
+    """The module's launches of one request, each made once: `pipi train` into ``launchers``,
+    then `mlflow run` twice into ``contract`` (so the registry's ``candidate`` alias ends on
+    the contract's second run)."""
+
+    pipi_train: subprocess.CompletedProcess
+    mlflow_runs: tuple[subprocess.CompletedProcess, subprocess.CompletedProcess]
+
+
+@pytest.fixture(scope="module")
+def launches(mlflow_server, tiny_staged) -> Launches:
+    request = {**REQUEST, "data": str(tiny_staged)}
+    pipi_train = subprocess.run(
+        [str(Path(sys.executable).parent / "pipi"), "train", "--experiment", "launchers",
+         *[x for k, v in request.items() for x in (f"--{k}", v)]],
+        check=False, capture_output=True, text=True, cwd=ROOT, timeout=600,
+        env=_launch_env(mlflow_server.uri))
+    args = [*[x for k, v in request.items() for x in ("-P", f"{k}={v}")],
+            "--experiment-name", "contract"]
+    return Launches(pipi_train, (_run_train(mlflow_server.uri, *args),
+                                 _run_train(mlflow_server.uri, *args)))
 
 
 def _test_predictions(run_id: str, dst: Path) -> pd.DataFrame:
@@ -61,13 +111,11 @@ def _test_predictions(run_id: str, dst: Path) -> pd.DataFrame:
     return pd.read_parquet(Path(p) / "test.parquet")
 
 
-def test_mlflow_run_train_contract_registry_and_reproducibility(tracking, tiny_staged, tmp_path):
-    args = ["-P", "cell=pi", "-P", "seed=42", "-P", f"data={tiny_staged}", "-P", "profile=smoke",
-            "-P", "weights=none", "--experiment-name", "contract"]
-    r1 = _run_train(tracking, *args)
+def test_mlflow_run_train_contract_registry_and_reproducibility(tracking, tiny_staged, launches,
+                                                                tmp_path):
+    r1, r2 = launches.mlflow_runs
     assert r1.returncode == 0, r1.stderr[-3000:]
     assert "test macro-AUC" in r1.stdout and "models:/pipi-efficientnet_b0-pi@candidate" in r1.stdout
-    r2 = _run_train(tracking, *args)
     assert r2.returncode == 0, r2.stderr[-3000:]
     runs = mlflow.search_runs(experiment_names=["contract"], order_by=["start_time ASC"])
     assert len(runs) == 2 and set(runs["status"]) == {"FINISHED"}
@@ -119,23 +167,17 @@ def test_mlflow_run_train_contract_registry_and_reproducibility(tracking, tiny_s
     assert "['Ampulla of Vater', 'Angiectasia']" in r.stdout
 
 
-def test_pipi_train_and_mlflow_run_log_the_same_params(tracking, tiny_staged):
+def test_pipi_train_and_mlflow_run_log_the_same_params(tracking, launches):
     """Issue 30: one form per option whichever launcher ran it, so that the UI's "show diff
     only" shows nothing for the same request (booleans lower-case, `auto` as requested with
-    the resolved value beside it)."""
-    request = {"cell": "a", "seed": "43", "data": str(tiny_staged), "profile": "smoke",
-               "weights": "none"}
-    r1 = _run_train(tracking, *[x for k, v in request.items() for x in ("-P", f"{k}={v}")],
-                    "--experiment-name", "launchers")
+    the resolved value beside it). The `mlflow run` is the contract test's first."""
+    r1, r2 = launches.mlflow_runs[0], launches.pipi_train
     assert r1.returncode == 0, r1.stderr[-3000:]
-    r2 = subprocess.run(
-        [str(Path(sys.executable).parent / "pipi"), "train", "--experiment", "launchers",
-         *[x for k, v in request.items() for x in (f"--{k}", v)]],
-        check=False, capture_output=True, text=True, cwd=ROOT, timeout=600,
-        env={**os.environ, "MLFLOW_TRACKING_URI": tracking})
     assert r2.returncode == 0, r2.stderr[-3000:]
-    runs = mlflow.search_runs(experiment_names=["launchers"], order_by=["start_time ASC"])
-    a, b = (mlflow.get_run(r).data.params for r in runs["run_id"])
+    by_mlflow = mlflow.search_runs(experiment_names=["contract"], order_by=["start_time ASC"])
+    by_pipi = mlflow.search_runs(experiment_names=["launchers"])
+    assert len(by_pipi) == 1
+    a, b = (mlflow.get_run(r).data.params for r in (by_mlflow["run_id"][0], by_pipi["run_id"][0]))
     assert a == b
     assert a["compile"] == "false" and a["deterministic"] == "true"
     assert a["batch_size"] == "auto" and int(a["batch_size.resolved"]) > 0

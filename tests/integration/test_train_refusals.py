@@ -22,18 +22,6 @@ def _one_error(res) -> str:
     return errors[0]
 
 
-@pytest.fixture(scope="module")
-def galar_staged(tmp_path_factory, pipi_home):
-    from pipi.data import synth
-    from pipi.data.staging import stage_galar
-
-    rel = synth.synthesize_galar(tmp_path_factory.mktemp("galar") / "rel", preset="tiny",
-                                     seed=3, progress=False)
-    out = tmp_path_factory.mktemp("galar-st") / "staged"
-    stage_galar(rel, out, progress=False)
-    return out
-
-
 def test_a_staged_galar_folder_is_refused_before_the_run(galar_staged, sqlite_tracking):
     before = len(_runs())
     res = CliRunner().invoke(train_cmd, ["--cell", "pi", "--profile", "smoke", "--weights",
