@@ -4,10 +4,11 @@ A released checkpoint is the state dict of a torchvision model whose last Linear
 output per class (Kvasir-Capsule's 14, or the staged data's class set; ``efficientnet_b0``:
 ``classifier.1``, ``resnet18``: ``fc``, ``convnext_tiny``: ``classifier.2``), often saved
 from a wrapper: every key may start with ``module.`` (DataParallel / DDP), ``model.`` (a
-Lightning-style module) or ``_orig_mod.`` (``torch.compile``). The first convolution takes
-3 channels (RGB cells) or 5 (RGB + P_blood + Phi). pipi's own key names (``backbone.body.*``, ``head.*``) are accepted too.
-A ``distill`` checkpoint may carry pipi's auxiliary decoder (``aux.*``); without it the
-decoder keeps its initial weights (it is not used at deployment).
+Lightning-style module) or ``_orig_mod.`` (``torch.compile``). The first convolution takes 3
+channels (RGB cells) or 5 (RGB + P_blood + Phi). pipi's own key names (``backbone.body.*``,
+``head.*``) are accepted too. A ``distill`` checkpoint may carry pipi's auxiliary decoder
+(``aux.*``); without it the decoder keeps its initial weights (it is not used at
+deployment).
 
 The published code's own checkpoints (``train_stage2_pi.py``: ``best_model.pt`` and the
 per-epoch ``last_model.pt``) are a dict with the state dict of its ``ImageClassifierPI`` under
