@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 import torch
 import torchvision
-from capsule_vision import CLASSES as CV, challenge_report, write_cv_staged
+from capsule_vision import CLASSES as CV
+from capsule_vision import challenge_report, write_cv_staged
 from mlflow.tracking import MlflowClient
 from sklearn.metrics import roc_auc_score
 from torch import nn

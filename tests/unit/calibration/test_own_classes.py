@@ -1,6 +1,7 @@
 """calibrate on a staged image dataset with its own classes (a 10-class Capsule Vision
 stand-in): the fold names its classes, the objective scores the model's 10 outputs (checked
-against an independent computation); a Galar target refuses runs and data of another class set."""
+against an independent computation); a Galar target refuses runs and data of another class
+set."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import math
 import numpy as np
 import pytest
 import torch
-from capsule_vision import CLASSES as CV, write_cv_staged
+from capsule_vision import CLASSES as CV
+from capsule_vision import write_cv_staged
 from sklearn.metrics import roc_auc_score
 
 from pipi.calibration.objective import (
