@@ -1,6 +1,6 @@
 """aggregate's per-class tables on runs of another class set (a staged image dataset): rows
-named by the data's classes, no Kvasir focal classes claimed, the multi-class Brier note
-counting the data's columns."""
+named by the data's classes, no Kvasir focal classes claimed (table or precision-recall
+figure), the multi-class Brier note counting the data's columns."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from scipy import special
 from pipi import analysis
 from pipi.predictions import predictions_frame, write_predictions
 from pipi.report.breakdown import calibration_table, operating_points_table
+from pipi.report.curves import focal_pr_data
 
 #: names that share two of the paper's focal classes (Lymphangiectasia, Ulcer) with Kvasir's
 NAMES = ("Angioectasia", "Bleeding", "Lymphangiectasia", "Ulcer")
@@ -56,6 +57,7 @@ def test_per_class_tables_name_the_data_s_classes_and_claim_no_focal_class(tmp_p
     assert not any("(focal)" in c for c in op.display["class"])
     assert any("no focal classes" in n for n in op.notes)
     assert not any("focal class" in n and "no test positives" in n for n in op.notes)
+    assert focal_pr_data(an) == {}  # no "focal" precision-recall figure either
     cal = calibration_table(an)
     assert any("all 4 columns" in n for n in cal.notes)
     assert not any("14" in n for n in cal.notes)
