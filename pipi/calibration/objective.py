@@ -374,4 +374,5 @@ def score_on_fold(model: torch.nn.Module, cfg: TrainConfig, images: np.ndarray,
 __all__ = ["ALPHA_RANGE", "CALIBRATE_MODES", "DEFAULT_SEARCH", "LAMBDA_FRACTION_RANGE",
            "SEARCHES", "CalibrationObjective", "Fold", "PriorParams", "SearchSpace", "TrialCost",
            "calibration_fold", "check_galar_classes", "diagonal", "interleaved_order",
-           "parse_prior_params", "parse_search", "parse_target", "prior_params_document", "score_on_fold"]
+           "parse_prior_params", "parse_search", "parse_target", "prior_params_document",
+           "score_on_fold"]

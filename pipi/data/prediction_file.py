@@ -100,13 +100,14 @@ def read_prediction_file(path: Path, classes: ClassSet = KVASIR
     """
     path = Path(path)
     if path.is_dir():
-        raise _fail(path, "is a folder; pass the prediction file itself (.csv, .parquet or .npz)")
+        raise _fail(path, "is a folder; pass the prediction file itself (.csv, .parquet, .xlsx "
+                    "or .npz)")
     if not path.is_file():
         raise _fail(path, "no such file")
     kind = _SUFFIXES.get(path.suffix.lower())
     if kind is None:
-        raise _fail(path, f"unknown prediction file type {path.suffix!r}; use .csv, .parquet "
-                    "or .npz")
+        raise _fail(path, f"unknown prediction file type {path.suffix!r}; use .csv, .parquet, "
+                    ".xlsx or .npz")
     if kind == "npz":
         keys, probs = _read_npz(path, classes)
     else:
