@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from capsule_vision import CLASSES as CV
@@ -61,3 +62,16 @@ def test_a_galar_target_refuses_another_class_set_in_one_line():
     assert "not Kvasir-Capsule's 14" in msg and "--class-map" in msg
     check_galar_classes("galar:PillCam SB3", CLASSES, "run abc")  # Kvasir's 14: fine
     check_galar_classes("kvasir-val", CV, "run abc")  # the data's own val split: fine
+
+
+def test_mode_train_scores_a_predictions_table_of_the_data_s_classes():
+    """A trial's fold predictions on a 4-class set carry prob_00..prob_03 only."""
+    from pipi.calibration.trials import fold_macro_auc
+    from pipi.predictions import prob_columns
+
+    rng = np.random.default_rng(1)
+    y = rng.integers(0, 4, 120)
+    p = rng.dirichlet(np.ones(4), size=120)
+    df = pd.DataFrame({"label": y, **{c: p[:, i] for i, c in enumerate(prob_columns(4))}})
+    want = np.mean([roc_auc_score(y == c, p[:, c]) for c in range(4)])
+    assert fold_macro_auc(df, range(4)) == pytest.approx(want, abs=1e-12)
