@@ -5,6 +5,7 @@ Class index order is the alphabetical order of the metadata.csv strings, as in t
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
@@ -129,3 +130,25 @@ def class_set_of(manifest: dict | None) -> ClassSet:
         return KVASIR
     cs = ClassSet(tuple(names))
     return KVASIR if cs.is_kvasir else cs
+
+
+def class_set_of_param(value: str | None) -> ClassSet:
+    """The class set a run records in its ``classes`` param (a JSON list, written by
+    :func:`pipi.config.run_params` for data with its own classes); Kvasir's 14 when absent."""
+    names = json.loads(value) if value else None
+    if not names:
+        return KVASIR
+    cs = ClassSet(tuple(names))
+    return KVASIR if cs.is_kvasir else cs
+
+
+#: How a dataset of another class set reaches what is defined on Kvasir's 14 (Galar, GalKva).
+KVASIR_MAP_HINT = ("stage the data with `--class-map` onto `kvasir` (docs/your-own-dataset.md) "
+                   "to train runs on Kvasir-Capsule's 14 classes")
+
+
+def not_kvasir(what: str, classes: ClassSet, verb: str = "predicts") -> str:
+    """``what`` (a run, runs, a predictions folder) ``verb`` its class set, not Kvasir's 14:
+    the start of a refusal where Kvasir-Capsule's 14 classes are expected."""
+    return (f"{what} {verb} {len(classes)} classes ({', '.join(classes.names)}), not "
+            "Kvasir-Capsule's 14")

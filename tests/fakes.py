@@ -78,22 +78,28 @@ def local_runs(tmp: Path, arms: dict[str, list[int]], *, backbone="efficientnet_
 
 def log_fake_run(client, exp_id: str, folder: Path | None, *, cell: str, seed: int,
                  digest: str = "d" * 64, status: str = "FINISHED",
-                 backbone: str = "efficientnet_b0", entry_point: str = "train") -> str:
-    """A run with the run contract's tags and (optionally) a predictions artifact."""
+                 backbone: str = "efficientnet_b0", entry_point: str = "train",
+                 class_names=None) -> str:
+    """A run with the run contract's tags and (optionally) a predictions artifact.
+
+    ``class_names``: the run's class set (every class evaluable), Kvasir's 14 (11 evaluable)
+    when None."""
     from pipi import tracking
 
+    names = list(class_names) if class_names is not None else list(CLASSES)
+    evaluable = list(range(len(names))) if class_names is not None else EVALUABLE
     tags = {tracking.TAG_ENTRY_POINT: entry_point, tracking.TAG_DATA_DIGEST: digest}
     if cell:
         tags |= {tracking.TAG_CELL: cell, tracking.TAG_BACKBONE: backbone,
                  tracking.TAG_SEED: str(seed),
-                 "pipi.evaluable_classes": json.dumps([CLASSES[k] for k in EVALUABLE])}
+                 "pipi.evaluable_classes": json.dumps([names[k] for k in evaluable])}
     run = client.create_run(exp_id, tags=tags, run_name=f"{cell}-s{seed}")
     rid = run.info.run_id
     if folder is not None:
         client.log_artifacts(rid, str(folder), "predictions")
         df = pd.read_parquet(folder / "test.parquet")
-        probs = df[[f"prob_{i:02d}" for i in range(14)]].to_numpy(float)
-        auc = np.mean([roc_auc_score(df["label"] == k, probs[:, k]) for k in EVALUABLE])
+        probs = df[[f"prob_{i:02d}" for i in range(len(names))]].to_numpy(float)
+        auc = np.mean([roc_auc_score(df["label"] == k, probs[:, k]) for k in evaluable])
         client.log_metric(rid, "test/macro_auc", float(auc))
     client.set_terminated(rid, status)
     return rid

@@ -39,7 +39,7 @@ from pipi.analysis.arms import PAIRED_TESTS
 from pipi.analysis.evidence import Evidence
 from pipi.analysis.selection import check_single_dataset, select_runs
 from pipi.cells import PER_FRAME_CELLS, Arm
-from pipi.classes import CLASSES, class_index
+from pipi.classes import CLASSES, KVASIR_MAP_HINT, ClassSet, class_index, not_kvasir
 from pipi.errors import DataError
 from pipi.galkva import (
     BENCHMARK_VERSION,
@@ -451,6 +451,13 @@ def galkva_runs(ev: Evidence, cv: CrossVendorEvidence | None, *, backbone: str, 
                 method: str) -> dict[str, DatasetRuns]:
     """The GalKva input (:func:`pipi.galkva.recompute`) of one pair: the seeds with runs of
     both cells on both datasets; DataError naming what is missing."""
+    if tuple(ev.names) != CLASSES:
+        ids = [r for c in (baseline, method) if ev.arm(backbone, c)
+               for r in ev.arm(backbone, c).run_ids][:4]
+        who = f"runs {', '.join(ids)}" if ids else "the selected runs"
+        raise DataError(f"{not_kvasir(who, ClassSet(tuple(ev.names)), 'predict')}; GalKva scores "
+                        f"Kvasir-Capsule's 14 classes (Galar's labels are mapped onto them): "
+                        f"{KVASIR_MAP_HINT}")
     kb, km = ev.arm(backbone, baseline), ev.arm(backbone, method)
     gb, gm = (cv.arm(backbone, baseline), cv.arm(backbone, method)) if cv else (None, None)
     missing = [f"{d} {c}" for d, c, a in (("kvasir", baseline, kb), ("kvasir", method, km),

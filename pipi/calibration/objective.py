@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from pipi.classes import CLASSES, class_index
+from pipi.classes import CLASSES, KVASIR_MAP_HINT, ClassSet, class_set_of, not_kvasir
 from pipi.config import TrainConfig
 from pipi.data.cache import to_float
 from pipi.errors import ConfigError, DataError
@@ -199,16 +199,19 @@ class Fold:
     rows: np.ndarray            # indices into frames / the uint8 cache
     labels: np.ndarray          # class index per row
     classes: tuple[int, ...]    # classes with positives and negatives in the fold
+    #: every class of the staged data in index order (Kvasir-Capsule's 14 or its own)
+    names: tuple[str, ...] = CLASSES
 
     @property
     def class_names(self) -> list[str]:
-        return [CLASSES[k] for k in self.classes]
+        return [self.names[k] for k in self.classes]
 
 
 def calibration_fold(frames: pd.DataFrame, manifest: dict, target: str) -> Fold:
     """The rows of ``target`` in a staged folder; DataError if nothing can be scored."""
     kind, system = parse_target(target)
     dataset = manifest.get("dataset", "kvasir-capsule")
+    names = class_set_of(manifest)
     if kind == TARGET_KVASIR:
         if dataset == "galar":
             raise ConfigError(f"target={target}: the data is a staged Galar folder; pass "
@@ -231,15 +234,25 @@ def calibration_fold(frames: pd.DataFrame, manifest: dict, target: str) -> Fold:
                         "restage with `pipi stage galar --calibration-fraction 0.5`")
     labels = frames["class_index"].to_numpy()[rows].astype(np.int64)
     evaluable = manifest.get("evaluable_classes")
-    allowed = ({class_index(c) for c in evaluable} if evaluable else set(range(len(CLASSES))))
+    allowed = ({names.index(c) for c in evaluable} if evaluable else set(range(len(names))))
     present = set(labels.tolist())
     classes = tuple(sorted(c for c in present & allowed if len(present) > 1))
     if not classes:
-        found = sorted(CLASSES[c] for c in present)
+        found = sorted(names[c] for c in present)
         raise DataError(f"target={target}: the calibration fold ({len(rows)} frames) has no "
                         "positives of any evaluable class against negatives (classes "
                         f"present: {found}); a macro-AUC needs at least two classes")
-    return Fold(target, rows, labels, classes)
+    return Fold(target, rows, labels, classes, names.names)
+
+
+def check_galar_classes(target: str, names, what: str) -> None:
+    """A ``galar:<system>`` target scores Galar mapped onto Kvasir-Capsule's 14 classes:
+    ConfigError (one line) when ``what`` (a run, the training data) has another class set."""
+    cs = ClassSet(tuple(names))
+    if parse_target(target)[0] == "galar" and not cs.is_kvasir:
+        raise ConfigError(f"target={target}: {not_kvasir(what, cs)}; a Galar target scores "
+                          f"Kvasir-Capsule's 14 classes (Galar's labels are mapped onto them): "
+                          f"{KVASIR_MAP_HINT}")
 
 
 def interleaved_order(labels: np.ndarray, *, seed: int = 0) -> np.ndarray:
@@ -296,19 +309,19 @@ class CalibrationObjective:
         return PriorParams(alpha, fraction).apply(self.cfg)
 
     def predict(self, alpha: float, fraction: float, report=None) -> np.ndarray:
-        """Probabilities ``(len(fold), 14)`` in fold order under this prior."""
+        """Probabilities ``(len(fold), K)`` in fold order under this prior."""
         return self.predict_with(self.config_for(alpha, fraction), report)
 
     @torch.no_grad()
     def predict_with(self, cfg: TrainConfig, report=None) -> np.ndarray:
-        """Probabilities ``(len(fold), 14)`` in fold order under ``cfg``'s prior."""
+        """Probabilities ``(len(fold), K)`` in fold order under ``cfg``'s prior."""
         inputs = FrameInputs(cfg)
         rows = self.fold.rows[self.order]
         labels = self.fold.labels[self.order]
         n = len(rows)
         n_batches = max(1, math.ceil(n / self.batch_size))
         every = math.ceil(n_batches / REPORTS_PER_TRIAL)  # at most REPORTS_PER_TRIAL reports
-        probs = np.zeros((n, len(CLASSES)), np.float32)
+        probs = np.zeros((n, len(self.cfg.class_set)), np.float32)
         cost = TrialCost()
         sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
         for b in range(n_batches):
@@ -360,5 +373,6 @@ def score_on_fold(model: torch.nn.Module, cfg: TrainConfig, images: np.ndarray,
 
 __all__ = ["ALPHA_RANGE", "CALIBRATE_MODES", "DEFAULT_SEARCH", "LAMBDA_FRACTION_RANGE",
            "SEARCHES", "CalibrationObjective", "Fold", "PriorParams", "SearchSpace", "TrialCost",
-           "calibration_fold", "diagonal", "interleaved_order", "parse_prior_params",
-           "parse_search", "parse_target", "prior_params_document", "score_on_fold"]
+           "calibration_fold", "check_galar_classes", "diagonal", "interleaved_order",
+           "parse_prior_params", "parse_search", "parse_target", "prior_params_document",
+           "score_on_fold"]

@@ -52,7 +52,7 @@ from pipi.data.cache import build_cache
 from pipi.data.staging import load_staged
 from pipi.errors import ConfigError, DataError, PipiError
 from pipi.paths import pipi_home
-from pipi.predictions import PROB_COLUMNS
+from pipi.predictions import prob_columns_of
 from pipi.stats.auc import macro_auc
 
 MODES = CALIBRATE_MODES
@@ -181,11 +181,12 @@ def trial_config(base: TrainConfig, alpha: float, fraction: float) -> TrainConfi
 
 
 def fold_macro_auc(preds: pd.DataFrame, classes: Sequence[int]) -> float:
-    """Macro-AUC of a predictions table (``label``, ``prob_00..13``) over ``classes``."""
+    """Macro-AUC of a predictions table (``label``, ``prob_00``... one per class) over
+    ``classes``."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return float(macro_auc(preds["label"].to_numpy(np.int64),
-                               preds[list(PROB_COLUMNS)].to_numpy(np.float64),
+                               preds[list(prob_columns_of(preds))].to_numpy(np.float64),
                                classes=list(classes)))
 
 

@@ -1,19 +1,22 @@
 """Per-frame prediction files made outside pipi, read and joined to the staged frames.
 
-Accepted forms (one row per frame, 14 class probabilities that sum to 1; a frame listed once
+Accepted forms (one row per frame, one probability per class of the staged data, summing to
+1: Kvasir-Capsule's 14, or a staged image dataset's own class set; a frame listed once
 per label, as pipi's own predictions list a multilabel frame, is one frame when its rows
 agree to :data:`REPEAT_TOLERANCE`):
 
-* CSV (``.csv``, ``.csv.gz``, ``.tsv``) or Parquet (``.parquet``, ``.pq``): the frame as
-  ``filename`` (the image's file name, or its path inside the staged folder; a ``path``
-  column beside it that holds staged paths is used first) or as
-  ``video_id`` + ``frame_number``; then one probability column per class, named by class
+* CSV (``.csv``, ``.csv.gz``, ``.tsv``), Parquet (``.parquet``, ``.pq``) or Excel
+  (``.xlsx``): the frame as ``filename`` (the image's file name, or its path inside the
+  staged folder; a ``path`` column beside it that holds staged paths is used first), as
+  ``video_id`` + ``frame_number``, or as ``image_path`` (a staged image dataset's path as the
+  dataset wrote it, ``\\`` or ``/``: the Capsule Vision 2024 challenge's prediction sheet);
+  then one probability column per class, named by class
   (any casing, spacing, hyphens or underscores: ``Blood - fresh``, ``blood_fresh``,
   ``BloodFresh``). Columns that describe the frame (``label``, ``split``,
   ``predicted_class``, ...; :data:`INFO_COLUMNS`) are ignored; any other column is an
   unknown class and refused.
-* NPZ: arrays ``filenames`` (N,) and ``probs`` (N, 14) in pipi's class order
-  (:data:`pipi.classes.CLASSES`), or in the order of an optional ``classes`` array.
+* NPZ: arrays ``filenames`` (N,) and ``probs`` (N, K) in the staged data's class order
+  (Kvasir's: :data:`pipi.classes.CLASSES`), or in the order of an optional ``classes`` array.
 
 :func:`join_predictions` matches the rows to a staged release: every test frame must be
 there, no frame outside the test split (or the whole val split, which is then kept too).
@@ -28,14 +31,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipi.classes import CLASSES, NUM_CLASSES, class_index, is_known
+from pipi.classes import KVASIR, ClassSet
 from pipi.errors import DataError
 
 __all__ = ["INFO_COLUMNS", "REPEAT_TOLERANCE", "SUM_TOLERANCE", "Joined", "join_predictions",
            "read_prediction_file"]
 
 #: Largest |sum of a row's probabilities - 1| accepted (a CSV written with 4 decimals is
-#: off by at most 14 * 0.00005 = 0.0007).
+#: off by at most 14 * 0.00005 = 0.0007 with Kvasir's 14 classes).
 SUM_TOLERANCE = 1e-3
 #: Largest difference between the probabilities of two rows of one frame (a multilabel frame
 #: is listed once per label, with the same probabilities) that still reads as one prediction.
@@ -48,7 +51,9 @@ INFO_COLUMNS = frozenset({"label", "label_name", "labels", "class", "class_name"
                           "predicted", "prediction", "pred", "y_pred", "seed", "cell",
                           "backbone", "capsule_system", "patient_id", "index", "unnamed: 0"})
 _SUFFIXES = {".csv": "csv", ".tsv": "csv", ".gz": "csv", ".parquet": "parquet",
-             ".pq": "parquet", ".npz": "npz"}
+             ".pq": "parquet", ".xlsx": "excel", ".npz": "npz"}
+#: The frame key of a staged image dataset: its path exactly as the dataset wrote it.
+IMAGE_PATH = "image_path"
 _SHOWN = 5
 
 
@@ -74,32 +79,49 @@ def _shown(value) -> str:
     return "NaN (an empty or missing value)" if np.isnan(x) else f"{x:g}"
 
 
-def read_prediction_file(path: Path) -> tuple[pd.DataFrame, np.ndarray]:
-    """(frame keys, probabilities ``(N, 14)`` in pipi's class order) of a prediction file.
+def _index(classes: ClassSet, name: str) -> int | None:
+    try:
+        return classes.index(name)
+    except KeyError:
+        return None
 
-    The keys frame has a ``filename`` column or ``video_id`` and ``frame_number``.
+
+def _classes_text(classes: ClassSet) -> str:
+    which = "" if classes.is_kvasir else f"the staged data's {len(classes)} classes "
+    return f"{which}{list(classes.names)}"
+
+
+def read_prediction_file(path: Path, classes: ClassSet = KVASIR
+                         ) -> tuple[pd.DataFrame, np.ndarray]:
+    """(frame keys, probabilities ``(N, K)`` in the order of ``classes``) of a prediction file.
+
+    ``classes``: the staged data's class set (Kvasir-Capsule's 14 by default). The keys frame
+    has a ``filename`` column, ``video_id`` and ``frame_number``, or ``image_path``.
     """
     path = Path(path)
     if path.is_dir():
-        raise _fail(path, "is a folder; pass the prediction file itself (.csv, .parquet or .npz)")
+        raise _fail(path, "is a folder; pass the prediction file itself (.csv, .parquet, .xlsx "
+                    "or .npz)")
     if not path.is_file():
         raise _fail(path, "no such file")
     kind = _SUFFIXES.get(path.suffix.lower())
     if kind is None:
-        raise _fail(path, f"unknown prediction file type {path.suffix!r}; use .csv, .parquet "
-                    "or .npz")
+        raise _fail(path, f"unknown prediction file type {path.suffix!r}; use .csv, .parquet, "
+                    ".xlsx or .npz")
     if kind == "npz":
-        keys, probs = _read_npz(path)
+        keys, probs = _read_npz(path, classes)
     else:
-        keys, probs = _read_table(path, kind)
-    _check_probs(path, probs, keys)
+        keys, probs = _read_table(path, kind, classes)
+    _check_probs(path, probs, keys, classes)
     return keys.reset_index(drop=True), probs
 
 
-def _read_table(path: Path, kind: str) -> tuple[pd.DataFrame, np.ndarray]:
+def _read_table(path: Path, kind: str, classes: ClassSet) -> tuple[pd.DataFrame, np.ndarray]:
     try:
         if kind == "parquet":
             df = pd.read_parquet(path)
+        elif kind == "excel":
+            df = pd.read_excel(path)
         else:
             sep = "\t" if path.name.lower().endswith((".tsv", ".tsv.gz")) else ","
             df = pd.read_csv(path, sep=sep)
@@ -122,29 +144,36 @@ def _read_table(path: Path, kind: str) -> tuple[pd.DataFrame, np.ndarray]:
         keys = pd.DataFrame({"video_id": df[cols[lower["video_id"]]].astype(str).str.strip(),
                              "frame_number": frame.astype(np.int64)})
         used = {lower["video_id"], lower["frame_number"]}
+    elif IMAGE_PATH in lower:
+        keys = pd.DataFrame({IMAGE_PATH: df[cols[lower[IMAGE_PATH]]].astype(str).str.strip()})
+        used = {lower[IMAGE_PATH]}
     else:
-        raise _fail(path, "no frame column: name each frame in a 'filename' column or in "
-                    f"'video_id' and 'frame_number' columns (columns: {list(cols)})")
+        raise _fail(path, "no frame column: name each frame in a 'filename' column, in "
+                    "'video_id' and 'frame_number' columns or in an 'image_path' column "
+                    f"(columns: {list(cols)})")
+    if IMAGE_PATH in lower:  # beside another frame key: a description of the frame
+        used.add(lower[IMAGE_PATH])
     by_class: dict[int, str] = {}
     unknown = []
     for c in cols:
         if c in used or c.lower() in INFO_COLUMNS or c.lower() in ("video_id", "frame_number"):
             continue
-        if not is_known(c):
+        k = _index(classes, c)
+        if k is None:
             unknown.append(c)
             continue
-        k = class_index(c)
         if k in by_class:
-            raise _fail(path, f"columns {by_class[k]!r} and {c!r} are both class {CLASSES[k]!r}")
+            raise _fail(path, f"columns {by_class[k]!r} and {c!r} are both class "
+                        f"{classes[k]!r}")
         by_class[k] = c
     if unknown:
         raise _fail(path, f"unknown class columns {unknown}; probability columns are named by "
-                    f"class: {list(CLASSES)}")
-    missing = [CLASSES[k] for k in range(NUM_CLASSES) if k not in by_class]
+                    f"class: {_classes_text(classes)}")
+    missing = [classes[k] for k in range(len(classes)) if k not in by_class]
     if missing:
         raise _fail(path, f"no probability column for classes {missing}; one column per class "
-                    f"is needed: {list(CLASSES)}")
-    values = df[[cols[by_class[k]] for k in range(NUM_CLASSES)]]
+                    f"is needed: {_classes_text(classes)}")
+    values = df[[cols[by_class[k]] for k in range(len(classes))]]
     probs = values.apply(pd.to_numeric, errors="coerce").to_numpy(np.float64)
     bad = ~np.isfinite(probs)
     if bad.any():
@@ -154,7 +183,7 @@ def _read_table(path: Path, kind: str) -> tuple[pd.DataFrame, np.ndarray]:
     return keys, probs
 
 
-def _read_npz(path: Path) -> tuple[pd.DataFrame, np.ndarray]:
+def _read_npz(path: Path, classes: ClassSet) -> tuple[pd.DataFrame, np.ndarray]:
     try:
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
@@ -170,23 +199,26 @@ def _read_npz(path: Path) -> tuple[pd.DataFrame, np.ndarray]:
     lack = [k for k in ("filenames", "probs") if k not in arrays]
     if lack:
         raise _fail(path, f"lacks arrays {lack}; an NPZ prediction file holds 'filenames' (N,) "
-                    f"and 'probs' (N, 14) (arrays found: {sorted(arrays)})")
+                    f"and 'probs' (N, {len(classes)}) (arrays found: {sorted(arrays)})")
     names, probs = arrays["filenames"], arrays["probs"]
-    if names.ndim != 1 or probs.ndim != 2 or probs.shape != (len(names), NUM_CLASSES):
+    k = len(classes)
+    if names.ndim != 1 or probs.ndim != 2 or probs.shape != (len(names), k):
+        which = ("" if classes.is_kvasir or probs.ndim != 2 or probs.shape[1] == k else
+                 f"; the staged data has {k} classes ({', '.join(classes.names)})")
         raise _fail(path, f"'filenames' {names.shape} and 'probs' {probs.shape} do not fit: "
-                    f"expected (N,) and (N, {NUM_CLASSES})")
+                    f"expected (N,) and (N, {k}){which}")
     if not np.issubdtype(probs.dtype, np.number):
         raise _fail(path, f"'probs' holds {probs.dtype} values, not numbers")
     probs = probs.astype(np.float64)
     if "classes" in arrays:
         order = [str(c) for c in arrays["classes"]]
-        unknown = [c for c in order if not is_known(c)]
-        if unknown or len(order) != NUM_CLASSES:
-            raise _fail(path, f"'classes' must name the {NUM_CLASSES} classes "
-                        f"{list(CLASSES)}; unknown class names {unknown}" if unknown else
-                        f"'classes' names {len(order)} classes, not {NUM_CLASSES}")
-        idx = [class_index(c) for c in order]
-        if sorted(idx) != list(range(NUM_CLASSES)):
+        unknown = [c for c in order if _index(classes, c) is None]
+        if unknown or len(order) != k:
+            raise _fail(path, f"'classes' must name the {k} classes "
+                        f"{_classes_text(classes)}; unknown class names {unknown}" if unknown
+                        else f"'classes' names {len(order)} classes, not {k}")
+        idx = [_index(classes, c) for c in order]
+        if sorted(idx) != list(range(k)):
             raise _fail(path, f"'classes' names a class twice: {order}")
         out = np.empty_like(probs)
         out[:, idx] = probs
@@ -199,14 +231,14 @@ def _read_npz(path: Path) -> tuple[pd.DataFrame, np.ndarray]:
     return pd.DataFrame({"filename": [str(n).strip() for n in names]}), probs
 
 
-def _check_probs(path: Path, probs: np.ndarray, keys: pd.DataFrame) -> None:
+def _check_probs(path: Path, probs: np.ndarray, keys: pd.DataFrame, classes: ClassSet) -> None:
     if len(probs) == 0:
         raise _fail(path, "holds no rows")
     out = (probs < 0) | (probs > 1)
     if out.any():
         r, k = np.argwhere(out)[0]
         raise _fail(path, f"row {r + 1} ({_key_text(keys.iloc[[r]])[0]}): probability of "
-                    f"{CLASSES[k]!r} is {probs[r, k]:g}, outside [0, 1]")
+                    f"{classes[k]!r} is {probs[r, k]:g}, outside [0, 1]")
     off = np.abs(probs.sum(1) - 1.0) > SUM_TOLERANCE
     if off.any():
         r = int(np.flatnonzero(off)[0])
@@ -216,8 +248,9 @@ def _check_probs(path: Path, probs: np.ndarray, keys: pd.DataFrame) -> None:
 
 
 def _key_text(keys: pd.DataFrame) -> list[str]:
-    if "filename" in keys:
-        return keys["filename"].astype(str).tolist()
+    for col in ("filename", IMAGE_PATH):
+        if col in keys:
+            return keys[col].astype(str).tolist()
     return (keys["video_id"].astype(str) + " frame " + keys["frame_number"].astype(str)).tolist()
 
 
@@ -226,9 +259,9 @@ class Joined:
     """A prediction file matched to the staged frames."""
 
     split: np.ndarray      # (len(frames),) the split of each staged row it scores, else ""
-    probs: np.ndarray      # (len(frames), 14) probabilities by staged row (0 where unscored)
+    probs: np.ndarray      # (len(frames), K) probabilities by staged row (0 where unscored)
     splits: tuple[str, ...]  # the splits it covers: ("test",) or ("val", "test")
-    key: str               # how rows were matched: filename, path, or video_id+frame_number
+    key: str               # rows matched by: filename, path, image_path, video_id+frame_number
 
 
 def join_predictions(path: Path, keys: pd.DataFrame, probs: np.ndarray,
@@ -270,7 +303,7 @@ def join_predictions(path: Path, keys: pd.DataFrame, probs: np.ndarray,
         covered.append(s)
     use = (pos >= 0) & np.isin(splits, covered)
     split = np.where(use, splits, "").astype(object)
-    out = np.zeros((len(frames), NUM_CLASSES), np.float64)
+    out = np.zeros((len(frames), probs.shape[1]), np.float64)
     out[use] = probs[pos[use]]
     return Joined(split, out, tuple(covered), key)
 
@@ -299,6 +332,14 @@ def _merge_repeats(path: Path, theirs: np.ndarray, keys: pd.DataFrame, probs: np
 def _keys(path: Path, keys: pd.DataFrame, frames: pd.DataFrame
           ) -> tuple[np.ndarray, np.ndarray, str]:
     """(key of each file row, key of each staged row, the key used)."""
+    if IMAGE_PATH in keys:
+        if IMAGE_PATH not in frames:
+            raise _fail(path, "names frames by image_path, which only a staged image dataset "
+                        "(pipi stage images) has; name them by filename here")
+
+        def norm(col):
+            return col.astype(str).str.replace("\\", "/", regex=False).to_numpy()
+        return norm(keys[IMAGE_PATH]), norm(frames[IMAGE_PATH]), IMAGE_PATH
     if "filename" not in keys:
         def pair(video, frame):
             return (pd.Series(video).astype(str) + "\x00"

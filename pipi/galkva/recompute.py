@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipi.classes import CLASSES, class_index
+from pipi.classes import CLASSES, KVASIR_MAP_HINT, ClassSet, class_index, not_kvasir
 from pipi.errors import DataError, PipiError
 from pipi.galkva.score import (
     BENCHMARK_VERSION,
@@ -50,7 +50,7 @@ from pipi.galkva.score import (
     format_number,
 )
 from pipi.galkva.validate import check_submission, load_submission
-from pipi.predictions import PROB_COLUMNS, read_predictions
+from pipi.predictions import PROB_COLUMNS, read_predictions, read_schema
 from pipi.stats import (
     ArmComparison,
     ClassDelta,
@@ -242,6 +242,12 @@ def _seed_run(seed_dir: Path, split: str) -> SeedRun:
             run_id = json.loads(meta.read_text()).get("run_id")
         except (json.JSONDecodeError, AttributeError):
             raise DataError(f"{meta}: expected a JSON object like {{\"run_id\": \"...\"}}") from None
+    names = read_schema(folder).get("classes") or CLASSES
+    if tuple(names) != CLASSES:
+        who = f"{folder}" + (f" (run {run_id})" if run_id else "")
+        raise DataError(f"{not_kvasir(who, ClassSet(tuple(names)))}; GalKva scores "
+                        f"Kvasir-Capsule's 14 classes (Galar's labels are mapped onto them): "
+                        f"{KVASIR_MAP_HINT}")
     return SeedRun(seed=seed_dir.name, predictions=df, run_id=run_id)
 
 

@@ -1,13 +1,14 @@
 """Outside checkpoints: a torchvision classifier's state dict loaded into a pipi frame model.
 
-A released checkpoint is the state dict of a torchvision model whose last Linear has 14
-outputs (``efficientnet_b0``: ``classifier.1``, ``resnet18``: ``fc``, ``convnext_tiny``:
-``classifier.2``), often saved from a wrapper: every key may start with ``module.``
-(DataParallel / DDP), ``model.`` (a Lightning-style module) or ``_orig_mod.``
-(``torch.compile``). The first convolution takes 3 channels (RGB cells) or 5 (RGB +
-P_blood + Phi). pipi's own key names (``backbone.body.*``, ``head.*``) are accepted too.
-A ``distill`` checkpoint may carry pipi's auxiliary decoder (``aux.*``); without it the
-decoder keeps its initial weights (it is not used at deployment).
+A released checkpoint is the state dict of a torchvision model whose last Linear has one
+output per class (Kvasir-Capsule's 14, or the staged data's class set; ``efficientnet_b0``:
+``classifier.1``, ``resnet18``: ``fc``, ``convnext_tiny``: ``classifier.2``), often saved
+from a wrapper: every key may start with ``module.`` (DataParallel / DDP), ``model.`` (a
+Lightning-style module) or ``_orig_mod.`` (``torch.compile``). The first convolution takes 3
+channels (RGB cells) or 5 (RGB + P_blood + Phi). pipi's own key names (``backbone.body.*``,
+``head.*``) are accepted too. A ``distill`` checkpoint may carry pipi's auxiliary decoder
+(``aux.*``); without it the decoder keeps its initial weights (it is not used at
+deployment).
 
 The published code's own checkpoints (``train_stage2_pi.py``: ``best_model.pt`` and the
 per-epoch ``last_model.pt``) are a dict with the state dict of its ``ImageClassifierPI`` under
@@ -31,7 +32,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from pipi.classes import CLASSES, class_index, is_known
+from pipi.classes import KVASIR, ClassSet
 from pipi.errors import DataError, reason_of
 from pipi.models.backbones import ARCHS
 
@@ -250,21 +251,30 @@ def _to_pipi_names(sd: dict[str, Tensor], arch: str) -> dict[str, Tensor]:
     return out
 
 
-def _class_order(names: tuple[str, ...], source: str) -> list[int]:
-    """For each of pipi's classes, the file's output row (``class_names`` matched by slug)."""
-    unknown = [n for n in names if not is_known(n)]
+def _class_order(names: tuple[str, ...], source: str, classes: ClassSet = KVASIR) -> list[int]:
+    """For each class of ``classes`` (the staged data's, in index order), the file's output
+    row (``class_names`` matched by name, then by slug; Kvasir's set knows its aliases)."""
+    def find(n: str) -> int | None:
+        try:
+            return classes.index(n)
+        except KeyError:
+            return None
+
+    index = [find(n) for n in names]
+    unknown = [n for n, k in zip(names, index, strict=True) if k is None]
+    data = "pipi's" if classes.is_kvasir else "the staged data's"
     if unknown:
-        raise DataError(f"{source}: class_names has classes pipi does not know: {unknown}; "
-                        f"pipi's classes: {list(CLASSES)}")
-    index = [class_index(n) for n in names]
+        lacks = "pipi does not know" if classes.is_kvasir else "the staged data does not have"
+        raise DataError(f"{source}: class_names has classes {lacks}: {unknown}; {data} "
+                        f"{len(classes)} classes: {list(classes.names)}")
     twice = sorted({names[i] for i, k in enumerate(index) if index.count(k) > 1})
-    missing = [c for k, c in enumerate(CLASSES) if k not in index]
+    missing = [c for k, c in enumerate(classes.names) if k not in index]
     if twice or missing:
-        raise DataError(f"{source}: class_names must name each of the {len(CLASSES)} classes "
-                        f"once; " + "; ".join(p for p in (
+        raise DataError(f"{source}: class_names must name each of {data} {len(classes)} "
+                        f"classes once; " + "; ".join(p for p in (
                             f"named twice: {twice}" if twice else "",
                             f"missing: {missing}" if missing else "") if p))
-    return [index.index(k) for k in range(len(CLASSES))]
+    return [index.index(k) for k in range(len(classes))]
 
 
 def _named(keys: list[str]) -> str:
@@ -274,11 +284,14 @@ def _named(keys: list[str]) -> str:
 
 def load_external_state(model: nn.Module, sd: Mapping[str, Tensor], *, arch: str,
                         cell: str, source: str,
-                        class_names: tuple[str, ...] | None = None) -> dict[str, str]:
-    """Load an outside state dict into ``model`` (a pipi frame model of ``arch``).
+                        class_names: tuple[str, ...] | None = None,
+                        classes: ClassSet = KVASIR) -> dict[str, str]:
+    """Load an outside state dict into ``model`` (a pipi frame model of ``arch`` whose head
+    predicts ``classes``, the staged data's class set: Kvasir-Capsule's 14 by default).
 
-    ``class_names`` (the file's output order) reorders the head's rows into pipi's class
-    order (names matched by slug; an unknown, repeated or missing class is refused).
+    ``class_names`` (the file's output order) reorders the head's rows into the order of
+    ``classes`` (names matched by slug; an unknown, repeated or missing class is refused).
+    Without it the head's rows are taken in that order, and must be as many.
     Returns facts for the run's tags (``key_form``: the wrapper prefix and key names found,
     ``class_order``, ``aux_head`` for ``distill``). Raises one :class:`DataError` naming every
     key that does not match (missing and unexpected, with pipi's name and the file's), or the
@@ -290,7 +303,7 @@ def load_external_state(model: nn.Module, sd: Mapping[str, Tensor], *, arch: str
     prefix = next(iter(raw))[: len(next(iter(raw))) - len(next(iter(stripped)))]
     authors = _is_authors(stripped)
     theirs = _to_pipi_names(stripped, arch)
-    order = _class_order(class_names, source) if class_names is not None else None
+    order = _class_order(class_names, source, classes) if class_names is not None else None
     expected = model.state_dict()
     optional = {k for k in expected if k.startswith("aux.")}  # distill's decoder
     missing = [k for k in expected if k not in theirs and k not in optional]
@@ -304,8 +317,8 @@ def load_external_state(model: nn.Module, sd: Mapping[str, Tensor], *, arch: str
             parts.append(f"unexpected {len(unexpected)}: "
                          f"{_named([prefix + back.get(k, k) for k in unexpected])}")
         raise DataError(f"{source}: the keys do not match the {arch} model of cell {cell} "
-                        f"(torchvision names, {HEAD_KEYS[arch]} the 14-class head; prefix "
-                        f"{prefix or 'none'}): " + "; ".join(parts))
+                        f"(torchvision names, {HEAD_KEYS[arch]} the {len(classes)}-class head; "
+                        f"prefix {prefix or 'none'}): " + "; ".join(parts))
     conv = next(k for k in expected if k.endswith(".weight") and expected[k].ndim == 4)
     want, got = expected[conv].shape[1], theirs[conv].shape[1]
     if want != got:
@@ -313,11 +326,16 @@ def load_external_state(model: nn.Module, sd: Mapping[str, Tensor], *, arch: str
         raise DataError(f"{source}: its first convolution ({_tv(conv, arch)}) takes {got} input "
                         f"channels; cell {cell} needs {want} ({what}): pass the cell the "
                         "checkpoint was trained as")
+    rows = theirs["head.weight"].shape[0] if "head.weight" in theirs else len(classes)
+    if order is not None and rows != len(class_names):
+        raise DataError(f"{source}: its head has {rows} outputs but class_names names "
+                        f"{len(class_names)} classes")
+    if order is None and rows != len(classes):
+        data = "pipi's Kvasir-Capsule" if classes.is_kvasir else "the staged data's"
+        raise DataError(f"{source}: its head has {rows} outputs; {data} class set has "
+                        f"{len(classes)} ({', '.join(classes.names)}); import it against data "
+                        f"staged with its {rows} classes, or save class_names beside it")
     if order is not None:
-        rows = theirs["head.weight"].shape[0]
-        if rows != len(class_names):
-            raise DataError(f"{source}: its head has {rows} outputs but class_names names "
-                            f"{len(class_names)} classes")
         theirs = {**theirs, **{k: theirs[k][order] for k in ("head.weight", "head.bias")
                                if k in theirs}}
     shapes = [k for k in expected if k in theirs and theirs[k].shape != expected[k].shape]
@@ -325,7 +343,7 @@ def load_external_state(model: nn.Module, sd: Mapping[str, Tensor], *, arch: str
         detail = ", ".join(f"{_tv(k, arch)} file {tuple(theirs[k].shape)} model "
                            f"{tuple(expected[k].shape)}" for k in shapes[:5])
         raise DataError(f"{source}: {len(shapes)} tensors have another shape than the {arch} "
-                        f"model of cell {cell} (14 classes): {detail}")
+                        f"model of cell {cell} ({len(classes)} classes): {detail}")
     model.load_state_dict({**{k: v for k, v in expected.items() if k in optional},
                            **theirs}, strict=True)
     pipi_names = any(k.startswith("backbone.body.") for k in stripped)
@@ -333,7 +351,8 @@ def load_external_state(model: nn.Module, sd: Mapping[str, Tensor], *, arch: str
             else "torchvision")
     facts = {"key_form": (f"prefix {prefix}" if prefix else "no prefix") + f", {form} names",
              "class_order": ("the file's class_names" if order is not None
-                             else "pipi's class order")}
+                             else "pipi's class order" if classes.is_kvasir
+                             else "the staged data's class order")}
     if optional:
         have = optional & set(theirs)
         facts["aux_head"] = ("loaded" if have == optional else "partly loaded" if have

@@ -20,6 +20,7 @@ from pipi.analysis import (
     is_mechanism_arm,
     missing_notes,
 )
+from pipi.classes import CLASSES
 from pipi.report.rows import no_runs, present_pairs
 from pipi.report.tables import Table, fmt_auc, fmt_delta, fmt_mean_sd
 from pipi.stats import (
@@ -112,7 +113,9 @@ def operating_points_table(an: Analysis) -> Table:
     rows, disp, ids = [], [], []
     fpr_cols = [f"sens_at_fpr_{round(t * 100)}" for t in o.fpr_targets]
     index = {n: k for k, n in enumerate(ev.names)}
-    focal = [index[n] for n in FOCAL_CLASSES if index.get(n, -1) in ev.classes]
+    # the paper's focal classes are Kvasir-Capsule's; another class set has none
+    focal_names = FOCAL_CLASSES if tuple(ev.names) == CLASSES else ()
+    focal = [index[n] for n in focal_names if index.get(n, -1) in ev.classes]
     order = focal + [k for k in ev.classes if k not in focal]
     for k in order:
         j = ev.classes.index(k)
@@ -142,9 +145,11 @@ def operating_points_table(an: Analysis) -> Table:
               "FPR @ 90% Sens: smallest FPR reaching 90% sensitivity; AP: step-wise area under "
               "the precision-recall curve. One-vs-rest per class, per seed, then mean ± sd."),
              (f"The paper's focal classes ({', '.join(FOCAL_CLASSES)}) come first, marked "
-              "(focal); then the other headline classes."),
+              "(focal); then the other headline classes." if focal_names else
+              "The data's own classes (not Kvasir-Capsule's): no focal classes; the headline "
+              "classes in index order."),
              *[f"focal class {n}: no test positives in this data, so no row"
-               for n in FOCAL_CLASSES if index.get(n, -1) not in focal],
+               for n in focal_names if index.get(n, -1) not in focal],
              *missing_notes(ev, b, arms)]
     return Table("operating_points", title, pd.DataFrame(rows), pd.DataFrame(disp), tuple(ids),
                  tuple(notes), paper="tab:operating-point")
@@ -182,7 +187,7 @@ def calibration_table(an: Analysis) -> Table:
         ids.append({c: ev.arm(b, c).runs()})
     notes = [("ECE: one-vs-rest, 15 equal-width bins, averaged over the headline classes; Brier: "
               "one-vs-rest mean over the headline classes, and the multi-class Brier score over "
-              "all 14 columns. Δ vs (a) paired by seed; lower is better.")]
+              f"all {len(ev.names)} columns. Δ vs (a) paired by seed; lower is better.")]
     if not ev.arm(b, "a"):
         notes.append(f"a ({b}): no runs, so no deltas")
     return Table("calibration", f"Calibration on the test split ({b})", pd.DataFrame(rows),

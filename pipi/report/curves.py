@@ -15,6 +15,7 @@ from pipi.analysis import (
     Analysis,
     cell_label,
 )
+from pipi.classes import CLASSES
 from pipi.stats import ROC_GRID, confusion_matrix, mean_pr, mean_roc, pooled_pr, row_normalise
 
 __all__ = ["confusion_data", "curve_data", "focal_pr_data"]
@@ -48,9 +49,12 @@ def _figure_arms(an: Analysis) -> list:
 
 def focal_pr_data(an: Analysis) -> dict:
     """Per focal class with test positives: interpolated precision on the recall grid and AP
-    of each figure arm ((a), +PI), frames of every seed pooled."""
+    of each figure arm ((a), +PI), frames of every seed pooled. The focal classes are
+    Kvasir-Capsule's: none on another class set."""
     ev = an.evidence
     out = {}
+    if tuple(ev.names) != CLASSES:
+        return out
     for name in PR_FOCAL_CLASSES:
         k = ev.names.index(name) if name in ev.names else -1
         if k not in ev.classes:

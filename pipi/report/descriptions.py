@@ -50,12 +50,20 @@ def run_description(*, cell: str, backbone: str, seed: int, recipe: str, test_ma
     return "\n".join(lines)
 
 
+def _outputs(class_names: Sequence[str] | None) -> str:
+    if class_names is None or tuple(class_names) == CLASSES:
+        return "a probability per Kvasir-Capsule class"
+    return (f"a probability per class of the data it was trained on ({len(class_names)}: "
+            + ", ".join(class_names) + ")")
+
+
 def model_card(*, cell: str, backbone: str, name: str | None = None,
-               alias: str = "candidate") -> str:
-    """The registered model's description: what the family is, what it accepts, how to serve
-    it (as ``name``, default ``pipi-<backbone>-<cell>``, at ``alias``: ``candidate`` after
-    train, ``champion`` once promoted, so that the command names an alias that exists), and
-    the strip-and-serve switch where it applies."""
+               alias: str = "candidate", class_names: Sequence[str] | None = None) -> str:
+    """The registered model's description: what the family is, what it accepts, what it
+    outputs (``class_names``: the classes of the version at ``alias``; Kvasir-Capsule's 14 by
+    default), how to serve it (as ``name``, default ``pipi-<backbone>-<cell>``, at
+    ``alias``: ``candidate`` after train, ``champion`` once promoted, so that the command
+    names an alias that exists), and the strip-and-serve switch where it applies."""
     c = get_cell(cell)
     name = name or f"pipi-{backbone}-{cell}"
     lines = [f"pipi cell **`{cell}`** ({c.description}) on the **{backbone}** backbone, one "
@@ -65,7 +73,7 @@ def model_card(*, cell: str, backbone: str, name: str | None = None,
     if c.is_sequence:
         lines += ["A clip of consecutive RGB frames of one video (`T x H x W x 3` uint8, "
                   "1 <= T <= 16), a batch of clips, or a list of clips of different lengths. "
-                  "Output: one row per frame with a probability per class and "
+                  f"Output: one row per frame with {_outputs(class_names)} and "
                   "`predicted_class`.", ""]
     else:
         lines += ["RGB frames: a `B x H x W x 3` uint8 batch, one `H x W x 3` image, images of "
@@ -73,7 +81,7 @@ def model_card(*, cell: str, backbone: str, name: str | None = None,
                   "under an `image` column. Each is resized to the training size; "
                   + ("the analytic prior (P_blood, Phi) is computed inside the model. "
                      if c.input_channels == 5 else "")
-                  + "Output: a probability per Kvasir-Capsule class and `predicted_class`.", ""]
+                  + f"Output: {_outputs(class_names)} and `predicted_class`.", ""]
     lines += ["## Serve", "", "```", f"mlflow models serve -m models:/{name}@{alias} "
               "--env-manager local -p 5001", "```", ""]
     if c.input_channels == 5:

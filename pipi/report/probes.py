@@ -102,6 +102,6 @@ def probe_rows(an: Analysis) -> tuple[list[dict], list[dict], list[dict], list[s
     if rows:
         notes.append(f"Frozen + linear probe rows: cell probe on the timm towers (backbone "
                      f"frozen, only the {'/'.join(str(FOUNDATION[f].embed_dim) for f in FOUNDATION)}"
-                     f" -> 14 linear head trains), paired by seed with the {b} runs of (a) and "
-                     "+PI on the same test frames; Δ = probe - reference.")
+                     f" -> {len(ev.names)} linear head trains), paired by seed with the {b} runs "
+                     "of (a) and +PI on the same test frames; Δ = probe - reference.")
     return rows, disp, ids, notes

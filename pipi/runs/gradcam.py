@@ -37,12 +37,19 @@ from pipi.probes.gradcam import gradcam_maps, gradcam_prior_dice, image_grid, ov
 from pipi.runs.evaluate import device_for
 from pipi.training.frames import FrameInputs, tmpdir
 
-__all__ = ["GRADCAM_CLASSES", "GradcamResult", "gradcam_overlap", "log_gradcam", "sample_frames"]
+__all__ = ["GRADCAM_CLASSES", "GradcamResult", "gradcam_classes", "gradcam_overlap", "log_gradcam",
+           "sample_frames"]
 
 #: The paper's six focal classes of the Grad-CAM figure and overlap analysis.
 GRADCAM_CLASSES = ("Angiectasia", "Blood - fresh", "Erosion", "Lymphangiectasia", "Pylorus",
                    "Ulcer")
 QUANTILE = 0.8  # top quintile (paper)
+
+
+def gradcam_classes(names: Sequence[str] = CLASSES) -> tuple[str, ...]:
+    """The classes the overlap is computed for, given the runs' class set in index order:
+    the paper's six focal classes on Kvasir-Capsule's 14, every class of another set."""
+    return GRADCAM_CLASSES if tuple(names) == CLASSES else tuple(names)
 
 
 @dataclass(frozen=True)
@@ -54,12 +61,13 @@ class GradcamResult:
 
 
 def sample_frames(frames: pd.DataFrame, *, classes: Sequence[str], n_frames: int,
-                  seed: int) -> dict[str, np.ndarray]:
-    """Class -> up to ``n_frames`` test rows of that class, drawn with rng (seed, class index)."""
+                  seed: int, names: Sequence[str] = CLASSES) -> dict[str, np.ndarray]:
+    """Class -> up to ``n_frames`` test rows of that class, drawn with rng (seed, class index);
+    ``names``: the staged data's classes in index order (Kvasir-Capsule's 14 by default)."""
     split, label = frames["split"].to_numpy(), frames["class_index"].to_numpy()
     out = {}
     for name in classes:
-        k = CLASSES.index(name)
+        k = list(names).index(name)
         rows = np.flatnonzero((split == "test") & (label == k))
         if len(rows) == 0:
             continue
@@ -76,13 +84,19 @@ def _h_norm(p_blood: np.ndarray, phi: np.ndarray, alpha: float) -> np.ndarray:
 
 def gradcam_overlap(rgb: tuple[nn.Module, TrainConfig], pi: tuple[nn.Module, TrainConfig],
                     frames: pd.DataFrame, images: np.ndarray, *, n_frames: int = 50,
-                    seed: int = 0, classes: Sequence[str] = GRADCAM_CLASSES,
+                    seed: int = 0, classes: Sequence[str] | None = None,
                     device: torch.device | None = None) -> GradcamResult:
-    """Dice of top-quintile Grad-CAM (RGB and +PI) with top-quintile P_blood per focal class."""
+    """Dice of top-quintile Grad-CAM (RGB and +PI) with top-quintile P_blood per focal class
+    (``classes``: :func:`gradcam_classes` of the runs' class set by default)."""
     device = device or device_for()
     (m_rgb, c_rgb), (m_pi, c_pi) = rgb, pi
+    names = c_pi.class_set.names
+    if tuple(c_rgb.class_set.names) != tuple(names):
+        raise ValueError(f"the RGB and +PI runs predict other classes: "
+                         f"{list(c_rgb.class_set.names)} vs {list(names)}")
+    classes = gradcam_classes(names) if classes is None else classes
     m_rgb, m_pi = m_rgb.to(device), m_pi.to(device)
-    picked = sample_frames(frames, classes=classes, n_frames=n_frames, seed=seed)
+    picked = sample_frames(frames, classes=classes, n_frames=n_frames, seed=seed, names=names)
     rows, metrics, overlay, prior_rows = [], {}, [], []
     for name, idx in picked.items():
         x01 = to_float(images, idx, device)                          # (B, 3, S, S) in [0, 1]
@@ -91,7 +105,7 @@ def gradcam_overlap(rgb: tuple[nn.Module, TrainConfig], pi: tuple[nn.Module, Tra
         # P_blood and Phi with the +PI run's prior parameters (not its input channels: a
         # pblood_only / phi_only run zeroes one of them)
         p = prior_channels(x01, **asdict(c_pi.prior)).cpu().numpy()  # (B, 2, S, S)
-        target = CLASSES.index(name)
+        target = list(names).index(name)
         cam_rgb = gradcam_maps(m_rgb, x_rgb, target)
         cam_pi = gradcam_maps(m_pi, x_pi, target)
         d_rgb = gradcam_prior_dice(cam_rgb, p[:, 0], q=QUANTILE)
@@ -143,7 +157,8 @@ def log_gradcam(rgb_run: str, pi_run: str, *, models, data, digest: str, tags: d
                                run_name=run_name) as run:
             tracking.log_params({"rgb_run_id": rgb_run, "pi_run_id": pi_run,
                                  "n_frames": n_frames, "frame_seed": seed,
-                                 "quantile": QUANTILE, "classes": ",".join(GRADCAM_CLASSES),
+                                 "quantile": QUANTILE,
+                                 "classes": ",".join(gradcam_classes(c_pi.class_set.names)),
                                  "image_size": c_rgb.image_size})
             tracking.log_metrics(res.metrics)
             tracking.log_artifacts(work, "gradcam")

@@ -15,7 +15,7 @@ every frame is classified exactly as a labelled frame was in training:
   (the clip stands for the patient's video; a one-frame clip then gives zeros);
 * C3: the residual of the Normal-class autoencoder, z-scored with train statistics.
 
-Output: one row per frame (``clip``, ``frame``, the 14 probabilities, ``predicted_class``).
+Output: one row per frame (``clip``, ``frame``, one probability per class, ``predicted_class``).
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ class ClipPredictor:
 
     @torch.no_grad()
     def clip_probs(self, frames: list[np.ndarray]) -> np.ndarray:
-        """Probabilities ``(T, 14)`` of every frame of one clip."""
+        """Probabilities ``(T, K)`` of every frame of one clip (K: the run's classes)."""
         cfg, cell = self.cfg, self.cfg.cell_config
         x01 = resize_batch(frames, cfg.image_size)                       # (T, 3, S, S)
         emb = _standardise(self.base.embed(self.inputs(x01, train=False)[0]).float(),
@@ -130,7 +130,7 @@ class ClipPredictor:
         return torch.softmax(logits.float(), 1).numpy()
 
     def predict(self, clips: list[list[np.ndarray]]) -> pd.DataFrame:
-        """One row per frame of every clip: ``clip``, ``frame``, 14 probabilities, class."""
+        """One row per frame of every clip: ``clip``, ``frame``, a probability per class, class."""
         parts = []
         for b, clip in enumerate(clips):
             probs = self.clip_probs(clip)

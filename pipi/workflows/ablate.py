@@ -34,7 +34,7 @@ from pipi.config import PAPER_SEEDS, make_config, resolve_profile, synthetic_pre
 from pipi.errors import ConfigError
 from pipi.models.backbones import ARCHS
 from pipi.models.timm_backbones import FOUNDATION, is_timm_arch
-from pipi.predictions import PROB_COLUMNS, read_predictions
+from pipi.predictions import prob_columns_of, read_predictions
 from pipi.probes.tta import (
     BN_TENT_NOTE,
     NULL_NOTE,
@@ -128,7 +128,7 @@ def tta_evaluation(variant: str, tta: TTAConfig = TTAConfig()) -> Evaluation:
             ctx.source_run_id, "predictions", ctx.work / "base"), "test")
         paths = ctx.frames.iloc[rows]["path"].astype(str).tolist()
         if list(base_pred["path"].astype(str)) == paths:
-            theirs = base_pred[list(PROB_COLUMNS)].to_numpy(np.float64)
+            theirs = base_pred[list(prob_columns_of(base_pred))].to_numpy(np.float64)
             ours = out.probs.astype(np.float64)
             m["tta/max_abs_prob_diff"] = float(np.abs(ours - theirs).max(initial=0.0))
             m["tta/argmax_changed_fraction"] = (float(np.mean(ours.argmax(1) != theirs.argmax(1)))

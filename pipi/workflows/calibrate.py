@@ -45,6 +45,7 @@ from pipi.calibration.objective import (
     Fold,
     SearchSpace,
     calibration_fold,
+    check_galar_classes,
     parse_search,
     parse_target,
 )
@@ -61,6 +62,7 @@ from pipi.calibration.study import (
     redact,
 )
 from pipi.calibration.trials import MODES, CalibrationResult, TrialSpec, split
+from pipi.classes import class_set_of
 from pipi.config import TrainConfig, make_config, resolve_profile, run_params, synthetic_preset
 from pipi.data.cache import build_cache
 from pipi.errors import ConfigError
@@ -158,6 +160,7 @@ def _frozen_plan(*, run, target, storage, study, data, search, progress,
     run_id = tracking.model_run_id(run)
     source = tracking.usable_run(run_id, what=f"run={run}", finished=True)
     model, cfg = load_run_model(run_id)
+    check_galar_classes(target, cfg.class_set.names, f"run {run_id}")
     staged = calibration_data(data, target=target, run=source)
     root, frames, manifest = staged.root, staged.frames, staged.manifest
     images = build_cache(root, frames, size=cfg.image_size, digest=manifest["data_digest"],
@@ -196,6 +199,7 @@ def _train_plan(*, target, storage, study, data, search, train_fn, epochs="auto"
     if manifest.get("dataset") == "galar":
         raise ConfigError(f"data={data}: a staged Galar folder is test data only; mode=train "
                           "trains on a staged Kvasir-Capsule release")
+    check_galar_classes(target, class_set_of(manifest).names, f"data={root}")
     profile = resolve_profile(profile, manifest.get("dataset", ""))
     cfg = make_config(cell="pi", backbone=backbone, seed=int(seed), profile=profile,
                       weights=weights, epochs=n_epochs)

@@ -39,7 +39,7 @@ from tqdm.auto import tqdm
 
 from pipi import tracking
 from pipi.cells import CELLS, PER_FRAME_CELLS, Arm
-from pipi.classes import class_index
+from pipi.classes import KVASIR_MAP_HINT, class_index, class_set_of_param, not_kvasir
 from pipi.errors import ConfigError, DataError
 from pipi.galkva import BENCHMARK_VERSION, SCORING_SETS
 from pipi.runs.data import (
@@ -94,6 +94,11 @@ def _check_source(run_id: str) -> None:
     if CELLS[cell].is_sequence:
         raise ConfigError(f"runs: run {run_id} is the sequence cell {cell}; galar scores "
                           f"per-frame runs ({', '.join(PER_FRAME_CELLS)})")
+    classes = class_set_of_param(run.params.get("classes"))
+    if not classes.is_kvasir:  # Galar is mapped onto Kvasir's 14; another head cannot be scored
+        raise ConfigError(f"runs: {not_kvasir(f'run {run_id}', classes)}; galar scores models "
+                          f"of Kvasir-Capsule's 14 classes (Galar's labels are mapped onto "
+                          f"them): {KVASIR_MAP_HINT}")
 
 
 def resolve_source_runs(runs: str, *, experiment: str) -> list[str]:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from pipi import tracking
 from pipi.cells import CELLS, EXTERNAL_SOURCE, PER_FRAME_CELLS, RELEASED, get_cell
+from pipi.classes import class_set_of
 from pipi.config import TrainConfig, make_config, resolve_profile, run_params
 from pipi.data.cache import build_cache
 from pipi.data.prediction_file import join_predictions, read_prediction_file
@@ -40,7 +41,7 @@ from pipi.paths import pipi_home
 from pipi.runs.data import load_data
 from pipi.runs.evaluate import EvalContext, device_for, log_scores, plain_scorer, score_splits
 from pipi.tracking.logged_model import log_frame_model
-from pipi.training.frames import build_frame_model, tmpdir
+from pipi.training.frames import build_frame_model, is_capsule_vision, tmpdir
 
 __all__ = ["ENTRY_POINT", "IMPORT_CELLS", "KINDS", "SOURCE_EXTERNAL", "ImportResult",
            "import_file"]
@@ -194,22 +195,26 @@ def import_file(*, kind: str, file: str | Path, cell: str | None = None,
     profile = resolve_profile(profile, manifest.get("dataset", ""))
     cfg = make_config(cell=cell, backbone=backbone, seed=seed, profile=profile, weights="none",
                       **settings)
+    # the head predicts the staged data's classes (Kvasir's 14, or a staged image dataset's)
+    cfg = cfg.with_classes(class_set_of(manifest))
+    classes = cfg.class_set
     data_arg = None if data in (None, "", "synthetic") else str(root)
     if kind == "checkpoint":  # everything is checked before a run starts
         model = build_frame_model(cfg)
         facts = load_external_state(model, ckpt.state, arch=backbone, cell=cell,
-                                    source=str(path), class_names=ckpt.class_names)
+                                    source=str(path), class_names=ckpt.class_names,
+                                    classes=classes)
         if from_file:
             facts["from_args"] = ", ".join(from_file)
     else:
-        keys, probs = read_prediction_file(path)
+        keys, probs = read_prediction_file(path, classes)
         joined = join_predictions(path, keys, probs, frames)
         facts = {"matched_by": joined.key, "splits": ",".join(joined.splits)}
     sha = file_sha256(path)
     digest = manifest["data_digest"]
     params = run_params(cfg) if kind == "checkpoint" else {
         k: v for k, v in run_params(cfg).items()
-        if k in ("cell", "backbone", "seed", "profile", "streams", "input_channels")}
+        if k in ("cell", "backbone", "seed", "profile", "streams", "input_channels", "classes")}
     tags = tracking.import_tags(
         manifest, kind=kind, cell=cell, backbone=backbone, seed=seed, params=params,
         sha256=sha, file_name=path.name, label=label, facts=facts,
@@ -223,6 +228,7 @@ def import_file(*, kind: str, file: str | Path, cell: str | None = None,
                             found.metrics.get("test/macro_auc", float("nan")), sha,
                             reused=True, from_file=from_file)
     images = None
+    cv2024 = is_capsule_vision(manifest)  # the challenge's metrics too, as train logs them
     if kind == "checkpoint":
         images = build_cache(root, frames, size=cfg.image_size, digest=digest,
                              cache_dir=pipi_home() / "cache", progress=progress)
@@ -241,11 +247,13 @@ def import_file(*, kind: str, file: str | Path, cell: str | None = None,
                 ctx = EvalContext(model.to(dev), cfg, frames, images, dev, "", work)
                 split = frames["split"].astype(str).to_numpy()
                 preds, metrics = score_splits(frames, split, SPLITS, frames,
-                                              lambda rows, s: plain_scorer(ctx, rows, s))
+                                              lambda rows, s: plain_scorer(ctx, rows, s),
+                                              names=classes.names, cv2024=cv2024)
             else:
                 preds, metrics = score_splits(frames, joined.split, joined.splits, frames,
-                                              lambda rows, s: (joined.probs[rows], {}))
-            log_scores(preds, metrics, frames, work)
+                                              lambda rows, s: (joined.probs[rows], {}),
+                                              names=classes.names, cv2024=cv2024)
+            log_scores(preds, metrics, frames, work, names=classes.names)
             auc = float(metrics.get("test/macro_auc", float("nan")))
             registered = None
             if kind == "checkpoint":

@@ -52,7 +52,6 @@ from pipi.analysis import (
 )
 from pipi.analysis.recipes import recipe_signatures
 from pipi.cells import CELLS, EXTERNAL_SOURCE, RELEASED, Arm
-from pipi.classes import CLASSES
 from pipi.errors import ConfigError, DataError, PipiError
 from pipi.report.descriptions import model_card, training_evidence
 from pipi.runs.evidence import default_cache_dir, fetch_predictions
@@ -90,6 +89,9 @@ class Evidence:
     evidence: str = "videos"                    # which interval gates: videos | seeds
     intervals: dict = field(default_factory=dict)  # unit -> (low, high), both kinds
     per_class: pd.DataFrame | None = None       # class, delta, p, p_bh
+    #: the runs' classes in index order (their predictions' schema; Kvasir's 14 or the
+    #: staged data's): the per-class rows and the model card name them
+    names: tuple[str, ...] = ()
     criteria: list = field(default_factory=list)  # (criterion, value, required, ok)
     notes: list = field(default_factory=list)
 
@@ -189,6 +191,7 @@ def gather_evidence(src: dict, *, baseline: str, min_sign_positive: int,
     ev.notes += [f"run {r} has no predictions artifact" for r in no_preds["run_id"]]
     found = build_evidence(kept, dirs, all_runs=runs, experiment_id=src["experiment_id"],
                               tracking_uri=tracking.current_tracking_uri(), filter_string=flt)
+    ev.names = tuple(found.names)
     an = Analysis(found, options or AggregateOptions())
     notes: list[str] = []
     comp = compare_cells(an, baseline=baseline, cells=[src["cell"]], family="promote",
@@ -224,7 +227,7 @@ def gather_evidence(src: dict, *, baseline: str, min_sign_positive: int,
     seeds = list(comp.seeds)
     for k in found.classes:
         d = an.delta_ci(src["backbone"], baseline, src["cell"], seeds, classes=[k])
-        rows.append({"class": CLASSES[k], "delta": float(d.statistic), "p": float(d.pvalue)})
+        rows.append({"class": found.names[k], "delta": float(d.statistic), "p": float(d.pvalue)})
     pc = pd.DataFrame(rows)
     pc["p_bh"] = adjust_pvalues(pc["p"].to_numpy(float), method="bh")
     ev.per_class = pc
@@ -355,7 +358,7 @@ def promote(*, model: str, version: str = "", baseline: str = "a", min_sign_posi
         # the model card's serve command now names the champion (train wrote @candidate)
         tracking.set_model_description(model, model_card(
             cell=Arm.parse(src["cell"]).cell, backbone=src["backbone"], name=model,
-            alias=CHAMPION))
+            alias=CHAMPION, class_names=ev.names if ev is not None and ev.names else None))
         text += f"\n@{CHAMPION} -> {model} version {ver}" + (
             f" (@{PREVIOUS} -> version {prev})" if aliases else "")
         if forced:

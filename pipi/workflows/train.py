@@ -419,7 +419,8 @@ def _show_in_ui(cfg: TrainConfig, summary: TrainSummary, test: pd.DataFrame, *, 
         # the serve command names an alias that exists: champion once promoted, else candidate
         alias = "champion" if tracking.alias_version(name, "champion") else "candidate"
         tracking.set_model_description(name, model_card(cell=cfg.cell, backbone=cfg.backbone,
-                                                        name=name, alias=alias))
+                                                        name=name, alias=alias,
+                                                        class_names=cfg.class_set.names))
 
 
 def _version_text(cfg: TrainConfig, summary: TrainSummary, manifest: dict, tags: dict) -> str:

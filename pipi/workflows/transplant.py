@@ -30,6 +30,7 @@ from collections.abc import Callable
 from tqdm.auto import tqdm
 
 from pipi import tracking
+from pipi.classes import class_set_of_param
 from pipi.errors import ConfigError
 from pipi.models.surgery import (
     SUBSETS,
@@ -41,7 +42,7 @@ from pipi.models.surgery import (
 )
 from pipi.runs.children import StudyChild, StudyResult, children_table, evaluate_children
 from pipi.runs.evaluate import Evaluation, load_run_model
-from pipi.runs.gradcam import GRADCAM_CLASSES, log_gradcam
+from pipi.runs.gradcam import gradcam_classes, log_gradcam
 from pipi.runs.runsets import SourceRun, resolve_runs, staged_for
 
 __all__ = ["ENTRY_POINT", "STUDIES", "pair_runs", "run_transplant", "transplant_evaluation"]
@@ -141,7 +142,8 @@ def _conv_child(a: SourceRun, b: SourceRun, *, variant: str, models: Models, dig
 def _gradcam_child(a: SourceRun, b: SourceRun, *, models: Models, data, digest: str,
                    n_frames: int, seed: int, parent_run_id: str) -> StudyChild:
     opts = {"donor_run_id": b.run_id, "n_frames": n_frames, "frame_seed": seed,
-            "classes": list(GRADCAM_CLASSES)}
+            "classes": list(gradcam_classes(class_set_of_param(
+                tracking.get_run(a.run_id).params.get("classes")).names))}
     key = tracking.evaluation_key(study="gradcam", variant="gradcam", source_run_id=a.run_id,
                                   data_digest=digest, options=opts)
     found = tracking.find_finished_run(key, **{tracking.TAG_ENTRY_POINT: ENTRY_POINT})

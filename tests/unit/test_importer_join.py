@@ -154,3 +154,84 @@ def test_npz_names_as_bytes_are_read_and_pickles_are_refused(tmp_path):
     np.savez(pickled, filenames=np.array(["v1_7.jpg", "v2_3.jpg"], dtype=object), probs=probs)
     with pytest.raises(DataError, match="object \\(pickled\\) array"):
         read_prediction_file(pickled)
+
+
+# --------------------------------------------------------------------------- another class set
+def _cv_frames():
+    """Staged rows of an image dataset in the Capsule Vision layout (`image_path` as the
+    challenge's sheet writes it; two SEE-AI files share a name in two class folders)."""
+    rows = [("test/Bleeding/SEE-AI/image00001.jpg", "Bleeding", 1,
+             "validation\\Bleeding\\SEE-AI\\image00001.jpg"),
+            ("test/Worms/SEE-AI/image00001.jpg", "Worms", 2,
+             "validation\\Worms\\SEE-AI\\image00001.jpg"),
+            ("test/Angioectasia/KID/angioectasia-P0-3.jpg", "Angioectasia", 0,
+             "validation\\Angioectasia\\KID\\angioectasia-P0-3.jpg"),
+            ("train/Worms/KID/worms-P1-4.jpg", "Worms", 2, "training\\Worms\\KID\\worms-P1-4.jpg")]
+    return pd.DataFrame([{"path": p, "filename": p.rsplit("/", 1)[-1], "class": c,
+                          "class_index": k, "video_id": f"v{i}", "frame_number": i,
+                          "split": p.split("/")[0], "image_path": ip}
+                         for i, (p, c, k, ip) in enumerate(rows)])
+
+
+CV = ("Angioectasia", "Bleeding", "Worms")
+
+
+@pytest.mark.parametrize("suffix", [".xlsx", ".csv"])
+def test_the_challenge_s_prediction_sheet_joins_by_image_path(tmp_path, suffix):
+    """The sheet as `save_predictions_to_excel` writes it: image_path (Windows separators),
+    one probability column per class, predicted_class."""
+    from pipi.classes import ClassSet
+    from pipi.data.prediction_file import join_predictions, read_prediction_file
+
+    frames = _cv_frames()
+    probs = np.array([[0.1, 0.7, 0.2], [0.2, 0.1, 0.7], [0.6, 0.3, 0.1]])
+    sheet = pd.DataFrame({"image_path": frames["image_path"][:3]})
+    for k, c in enumerate(CV):
+        sheet[c] = probs[:, k]
+    sheet["predicted_class"] = [CV[k] for k in probs.argmax(1)]
+    path = tmp_path / f"predictions{suffix}"
+    sheet.to_excel(path, index=False) if suffix == ".xlsx" else sheet.to_csv(path, index=False)
+    classes = ClassSet(CV)
+    joined = join_predictions(path, *read_prediction_file(path, classes), frames)
+    assert joined.key == "image_path" and joined.splits == ("test",)
+    assert list(joined.split) == ["test", "test", "test", ""]
+    np.testing.assert_allclose(joined.probs[:3], probs)
+
+
+def test_a_prediction_file_of_another_class_set_is_refused_in_one_line(tmp_path):
+    from pipi.classes import ClassSet
+    from pipi.data.prediction_file import read_prediction_file
+
+    classes = ClassSet(CV)
+    kvasir = tmp_path / "kvasir.csv"  # Kvasir's 14 columns against a 3-class staged set
+    pd.DataFrame(np.full((2, 14), 1 / 14), columns=list(CLASSES)).assign(
+        filename=["a.jpg", "b.jpg"]).to_csv(kvasir, index=False)
+    with pytest.raises(DataError) as err:
+        read_prediction_file(kvasir, classes)
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith(f"{kvasir}: unknown class columns ['Ampulla of")
+    assert "the staged data's 3 classes ['Angioectasia', 'Bleeding', 'Worms']" in msg
+    npz = tmp_path / "p.npz"
+    np.savez(npz, filenames=np.array(["a.jpg", "b.jpg"]), probs=np.full((2, 14), 1 / 14))
+    with pytest.raises(DataError) as err:
+        read_prediction_file(npz, classes)
+    assert str(err.value) == (
+        f"{npz}: 'filenames' (2,) and 'probs' (2, 14) do not fit: expected (N,) and (N, 3); "
+        "the staged data has 3 classes (Angioectasia, Bleeding, Worms)")
+    # the same NPZ form with the data's 3 classes, in another order named by `classes`
+    np.savez(npz, filenames=np.array(["a.jpg", "b.jpg"]),
+             probs=np.array([[0.5, 0.3, 0.2], [0.1, 0.1, 0.8]]),
+             classes=np.array(["Worms", "Angioectasia", "Bleeding"]))
+    _, probs = read_prediction_file(npz, classes)
+    np.testing.assert_allclose(probs, [[0.3, 0.2, 0.5], [0.1, 0.8, 0.1]])
+
+
+def test_image_path_needs_a_staged_image_dataset(tmp_path):
+    from pipi.data.prediction_file import join_predictions, read_prediction_file
+
+    path = tmp_path / "p.csv"
+    pd.DataFrame(np.eye(14)[[4]], columns=list(CLASSES)).assign(
+        image_path=["test\\Erosion\\v1_7.jpg"]).to_csv(path, index=False)
+    frames = _staged_like([("test/Erosion/v1_7.jpg", "v1_7.jpg", "v1", 7, "test")])
+    with pytest.raises(DataError, match="names frames by image_path, which only a staged image"):
+        join_predictions(path, *read_prediction_file(path), frames)

@@ -19,7 +19,7 @@ import torch
 import torchvision
 from torch import nn
 
-from pipi.classes import CLASSES, RELEASE_FOLDERS
+from pipi.classes import CLASSES, RELEASE_FOLDERS, ClassSet
 from pipi.config import make_config
 from pipi.errors import DataError
 from pipi.models.external import file_settings, load_external_state, read_checkpoint
@@ -163,3 +163,70 @@ def test_args_pipi_cannot_reproduce_are_refused(authors, tmp_path, change, match
     best, _ = _write(tmp_path, authors, args={**ARGS, **change})
     with pytest.raises(DataError, match=match):
         file_settings(read_checkpoint(best), best)
+
+
+# --------------------------------------------------------------------------- another class set
+#: A staged image dataset's classes (the Capsule Vision 2024 challenge's first three), in the
+#: staged index order; the published code's ImageFolder order of the same folders is sorted.
+OWN = ClassSet(("Erosion", "Bleeding", "Angioectasia"))
+
+
+def _own_model(classes: int) -> _AuthorsModel:
+    torch.manual_seed(1)
+    model = _AuthorsModel(classes).eval()
+    with torch.no_grad():
+        model.backbone.conv1.weight[:, 3:] = torch.randn_like(model.backbone.conv1.weight[:, 3:])
+    return model
+
+
+def test_a_checkpoint_of_another_class_set_loads_against_that_class_set(tmp_path):
+    """A published-layout file trained on three ImageFolder classes: the model of the staged
+    data's class set predicts, for its class k, the file's output named OWN[k]."""
+    theirs = _own_model(3)
+    folders = sorted(OWN.names)  # ImageFolder's order
+    best, _ = _write(tmp_path, theirs, names=folders)
+    ck = read_checkpoint(best)
+    cfg = make_config(cell="pi", backbone="resnet18", weights="none").with_classes(OWN)
+    model = build_frame_model(cfg)
+    facts = load_external_state(model, ck.state, arch="resnet18", cell="pi", source=str(best),
+                                class_names=ck.class_names, classes=OWN)
+    assert facts["class_order"] == "the file's class_names"
+    x = torch.rand(2, 5, 64, 64)
+    with torch.no_grad():
+        want, got = theirs(x), model.eval()(x)
+    assert got.shape == (2, 3)
+    for k, c in enumerate(OWN.names):
+        torch.testing.assert_close(got[:, k], want[:, folders.index(c)])
+    # a bare state dict (no class_names): its rows are taken in the staged order
+    bare = tmp_path / "bare.pt"
+    torch.save(theirs.state_dict(), bare)
+    model = build_frame_model(cfg)
+    facts = load_external_state(model, read_checkpoint(bare).state, arch="resnet18", cell="pi",
+                                source=str(bare), classes=OWN)
+    assert facts["class_order"] == "the staged data's class order"
+    with torch.no_grad():
+        torch.testing.assert_close(model.eval()(x), want)
+
+
+def test_a_checkpoint_of_kvasir_s_classes_is_refused_against_another_class_set(authors,
+                                                                              tmp_path):
+    cfg = make_config(cell="pi", backbone="resnet18", weights="none").with_classes(OWN)
+    best, _ = _write(tmp_path, authors)  # Kvasir's 14 folders
+    ck = read_checkpoint(best)
+    with pytest.raises(DataError) as err:
+        load_external_state(build_frame_model(cfg), ck.state, arch="resnet18", cell="pi",
+                            source=str(best), class_names=ck.class_names, classes=OWN)
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith(str(best))
+    assert "class_names has classes the staged data does not have: ['Ampulla of vater'" in msg
+    assert "the staged data's 3 classes: ['Erosion', 'Bleeding', 'Angioectasia']" in msg
+    bare = tmp_path / "bare14.pt"
+    torch.save(authors.state_dict(), bare)  # no class_names: the head's size says it
+    with pytest.raises(DataError) as err:
+        load_external_state(build_frame_model(cfg), read_checkpoint(bare).state,
+                            arch="resnet18", cell="pi", source=str(bare), classes=OWN)
+    msg = str(err.value)
+    assert "\n" not in msg and msg == (
+        f"{bare}: its head has 14 outputs; the staged data's class set has 3 (Erosion, "
+        "Bleeding, Angioectasia); import it against data staged with its 14 classes, or save "
+        "class_names beside it")

@@ -137,6 +137,16 @@ def test_model_card_says_how_to_serve_and_where_strip_and_serve_applies(cell, st
     assert ("clip" in card) is (cell == "e_plus")
 
 
+@pytest.mark.parametrize("cell", ["pi", "e_plus"])
+def test_model_card_names_the_classes_of_another_class_set(cell):
+    assert "per Kvasir-Capsule class" in model_card(cell=cell, backbone="efficientnet_b0")
+    card = model_card(cell=cell, backbone="efficientnet_b0",
+                      class_names=("Bleeding", "Normal", "Worms"))
+    assert "Kvasir" not in card
+    assert "a probability per class of the data it was trained on (3: Bleeding, Normal, " \
+           "Worms)" in card
+
+
 def test_promote_keeps_the_training_evidence_of_a_version():
     text = version_description(run_id="r1", test_macro_auc=0.8, test_classes=[0, 1],
                                data_digest="d" * 64, recipe="mlflow run . -e train", seed=3)
