@@ -27,6 +27,30 @@ from servers import MlflowServer  # noqa: E402  (tests/ is on sys.path before co
 _RUN_ENV = ("MLFLOW_EXPERIMENT_ID", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_RUN_ID")
 
 
+def _forget_active_experiment() -> None:
+    import sys
+
+    fluent = sys.modules.get("mlflow.tracking.fluent")
+    if fluent is not None and hasattr(fluent, "_active_experiment_id"):
+        fluent._active_experiment_id = None
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _isolate_mlflow_env_per_module():
+    """The same for module fixtures: a workflow run in a session or module fixture (e.g. the
+    smoke study's trainings) leaves its experiment exported, and the next module's fixtures,
+    which set up before any per-test reset, would look for that experiment in their own store
+    (make test's 'No Experiment with id=2 exists' when the unit Capsule Vision module ran
+    after an integration module on the same worker). Each module starts and ends clean."""
+    for k in _RUN_ENV:
+        os.environ.pop(k, None)
+    _forget_active_experiment()
+    yield
+    for k in _RUN_ENV:
+        os.environ.pop(k, None)
+    _forget_active_experiment()
+
+
 @pytest.fixture(autouse=True)
 def _isolate_mlflow_env():
     """mlflow.set_experiment exports MLFLOW_EXPERIMENT_ID into os.environ, where it would leak
@@ -38,11 +62,7 @@ def _isolate_mlflow_env():
     os.environ.update(saved)
     # ... and in mlflow's fluent module, where an experiment id of one test's store would be
     # used by the next test's mlflow.start_run() against another store
-    import sys
-
-    fluent = sys.modules.get("mlflow.tracking.fluent")
-    if fluent is not None and hasattr(fluent, "_active_experiment_id"):
-        fluent._active_experiment_id = None
+    _forget_active_experiment()
 
 
 @pytest.fixture(scope="session")
