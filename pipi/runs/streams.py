@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
@@ -64,9 +65,10 @@ def ensure_autoencoder(cfg: TrainConfig, *, frames: pd.DataFrame, images: np.nda
         rid = found.run_id
         local = Path(cache_dir) / "c3" / f"{rid}.npy"
         if not local.is_file():
-            got = tracking.download_artifact(rid, f"{C3_DIR}/residuals.npy", tmpdir())
-            local.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(got, local)
+            with tempfile.TemporaryDirectory(prefix="pipi-c3-") as tmp:
+                got = tracking.download_artifact(rid, f"{C3_DIR}/residuals.npy", Path(tmp))
+                local.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(got, local)
         res = np.load(local)
         if res.shape == (len(frames), 192):
             log.info("C3: reusing autoencoder run %s", rid)
@@ -136,10 +138,12 @@ def base_embeddings(run_id: str, *, frames: pd.DataFrame, images: np.ndarray, di
         if len(emb) == len(frames):
             return emb
     try:
-        folder = tracking.download_artifact(run_id, EMBEDDINGS_DIR, tmpdir())
-        got = json.loads((folder / "meta.json").read_text())
-        if all(got.get(k) == v for k, v in meta.items()):
-            emb = np.load(folder / "embeddings.npy")
+        with tempfile.TemporaryDirectory(prefix="pipi-embeddings-") as tmp:
+            folder = tracking.download_artifact(run_id, EMBEDDINGS_DIR, Path(tmp))
+            got = json.loads((folder / "meta.json").read_text())
+            emb = (np.load(folder / "embeddings.npy")
+                   if all(got.get(k) == v for k, v in meta.items()) else None)
+        if emb is not None:
             store_array(local, emb)
             log.info("embeddings of run %s reused from its artifact", run_id)
             return emb

@@ -181,3 +181,37 @@ def test_a_sequence_run_searches_its_base_run_once(sqlite_tracking, tiny_staged,
     assert dict(calls) == {"find_base_run": 1, "runtime_of a": 1}
     assert checked == [workflow.registered_name(cfg),
                        workflow.registered_name(workflow.base_config(cfg))]
+
+
+def test_a_resume_leaves_no_downloaded_checkpoint_behind(sqlite_tracking, tiny_staged,
+                                                          tmp_path, monkeypatch):
+    """The resumed run's checkpoint is read into memory and its downloaded copy removed (each
+    resume used to leave a `pipi-run-*/last.pt` of 60-180 MB in the temp folder)."""
+    import tempfile
+
+    import mlflow
+    import torch
+
+    from pipi.config import make_config
+
+    monkeypatch.setenv("PIPI_HEARTBEAT_S", "0.2")
+    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
+    cfg = make_config(cell="a", backbone="resnet18", profile="smoke", weights="none")
+    manifest = json.loads((tiny_staged / "manifest.json").read_text())
+    c = mlflow.MlflowClient()
+    rid = c.create_run(c.create_experiment("resume-tmp"),
+                       tags={tracking.TAG_DATA_DIGEST: manifest["data_digest"]}).info.run_id
+    c.log_param(rid, "data_dir", str(tiny_staged))
+    ck = tmp_path / "last.pt"
+    torch.save({"config": cfg.to_dict(), "filler": torch.zeros(1000)}, ck)
+    c.log_artifact(rid, str(ck), "checkpoints")
+    c.set_terminated(rid, "FAILED")
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    try:
+        req = workflow.request(None, resume=rid)
+        assert req.resume == rid and req.cfg == cfg
+        assert not list(temp.rglob("*.pt")), sorted(temp.rglob("*"))
+    finally:
+        tracking.release_claim(rid)
