@@ -24,7 +24,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 from servers import MlflowServer  # noqa: E402  (tests/ is on sys.path before conftest loads)
 
-_RUN_ENV = ("MLFLOW_EXPERIMENT_ID", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_RUN_ID")
+# what a command exports for the processes it starts (MLflow's experiment/run; pipi's model
+# prefix, `--model-prefix`): it must not outlive the test or module that ran the command
+_RUN_ENV = ("MLFLOW_EXPERIMENT_ID", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_RUN_ID",
+            "PIPI_MODEL_PREFIX")
 
 
 def _forget_active_experiment() -> None:
