@@ -15,7 +15,15 @@ import pandas as pd
 
 from pipi.analysis import BREAKDOWN_PAIRS, Analysis
 from pipi.analysis.loso import LosoRow, LosoSide, loso_rows
-from pipi.report.rows import ci_header, ci_text, no_runs, seed_bca_text, seed_ci_header
+from pipi.report.rows import (
+    ci_cols,
+    ci_header,
+    ci_text,
+    no_runs,
+    seed_bca_text,
+    seed_ci_header,
+    seed_cols,
+)
 from pipi.report.tables import Table, fmt_ci, fmt_delta, fmt_mean_sd
 
 __all__ = ["loso_table"]
@@ -33,31 +41,20 @@ def _sd(x: np.ndarray) -> float:
 
 
 def _side_cols(side: LosoSide | None, prefix: str) -> dict:
-    nan = float("nan")
+    """One condition's columns: both arms' macro-AUC, the delta and the shared bootstrap and
+    seed-level interval columns (``rows.ci_cols`` / ``rows.seed_cols``), NaN without runs."""
+    p, nan = f"{prefix}_", float("nan")
     if side is None:
-        return {f"{prefix}_{k}": nan for k in (
-            "ref_macro_auc", "ref_sd", "new_macro_auc", "new_sd", "delta", "delta_sd",
-            "ci_bca_low", "ci_bca_high", "ci_percentile_low", "ci_percentile_high",
-            "seed_ci_bca_low", "seed_ci_bca_high", "seed_ci_percentile_low",
-            "seed_ci_percentile_high")} | {f"{prefix}_n_positive": None,
-                                           f"{prefix}_bootstrap_unit": "",
-                                           f"{prefix}_seed_ci_unstable": None}
-    b, sb = side.bootstrap, side.seed_bca
-    return {f"{prefix}_ref_macro_auc": float(side.baseline_macro.mean()),
-            f"{prefix}_ref_sd": _sd(side.baseline_macro),
-            f"{prefix}_new_macro_auc": float(side.method_macro.mean()),
-            f"{prefix}_new_sd": _sd(side.method_macro),
-            f"{prefix}_delta": side.delta, f"{prefix}_delta_sd": _sd(side.deltas),
-            f"{prefix}_n_positive": int((side.deltas > 0).sum()),
-            f"{prefix}_ci_bca_low": b.bca_interval.low, f"{prefix}_ci_bca_high": b.bca_interval.high,
-            f"{prefix}_ci_percentile_low": b.percentile_interval.low,
-            f"{prefix}_ci_percentile_high": b.percentile_interval.high,
-            f"{prefix}_bootstrap_unit": b.unit,
-            f"{prefix}_seed_ci_bca_low": sb.confidence_interval.low if sb else nan,
-            f"{prefix}_seed_ci_bca_high": sb.confidence_interval.high if sb else nan,
-            f"{prefix}_seed_ci_percentile_low": sb.percentile_interval.low if sb else nan,
-            f"{prefix}_seed_ci_percentile_high": sb.percentile_interval.high if sb else nan,
-            f"{prefix}_seed_ci_unstable": sb.unstable if sb else None}
+        return {f"{p}{k}": nan for k in ("ref_macro_auc", "ref_sd", "new_macro_auc", "new_sd",
+                                          "delta", "delta_sd")} | {f"{p}n_positive": None} \
+            | ci_cols(None, p)
+    return {f"{p}ref_macro_auc": float(side.baseline_macro.mean()),
+            f"{p}ref_sd": _sd(side.baseline_macro),
+            f"{p}new_macro_auc": float(side.method_macro.mean()),
+            f"{p}new_sd": _sd(side.method_macro),
+            f"{p}delta": side.delta, f"{p}delta_sd": _sd(side.deltas),
+            f"{p}n_positive": int((side.deltas > 0).sum())} \
+        | ci_cols(side.bootstrap, p) | seed_cols(side.seed_bca, p)
 
 
 def _data(r: LosoRow) -> dict:
