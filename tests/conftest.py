@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: see pipi/__init__.py
+import shutil  # noqa: E402
 import signal  # noqa: E402
 import time
 
@@ -66,6 +67,45 @@ def _isolate_mlflow_env():
     # ... and in mlflow's fluent module, where an experiment id of one test's store would be
     # used by the next test's mlflow.start_run() against another store
     _forget_active_experiment()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _work_in_a_temporary_folder(tmp_path_factory):
+    """Each test process works in a folder of its own: MLflow gives an experiment created on a
+    SQLite store the working directory's ./mlruns as its artifact root, so tests run from the
+    repository filled its ./mlruns (34 GB after one session; CI's disk filled up)."""
+    here = os.getcwd()
+    os.chdir(tmp_path_factory.mktemp("cwd"))
+    yield
+    os.chdir(here)
+
+
+_FAILED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.failed:
+        item.stash[_FAILED] = True
+    return report
+
+
+@pytest.fixture(autouse=True)
+def _empty_tmp_path_of_a_passed_test(request):
+    """A passed test's tmp_path is emptied when the test ends (make test wrote about 14 GB there
+    and CI's disk is the machine's). The folder itself stays: pytest numbers the next folder
+    of the same name after the existing ones, and a reused path would reach MLflow's store
+    cached for that SQLite file (pytest's own "failed" retention policy removes it)."""
+    yield
+    path = request.node.funcargs.get("tmp_path")
+    if path is None or request.node.stash.get(_FAILED, False):
+        return
+    for child in list(Path(path).iterdir()) if Path(path).is_dir() else ():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="session")
@@ -184,6 +224,18 @@ _WORKERS_DOWN: dict[str, float] = {}
 
 def pytest_sessionstart(session):
     session.config._pipi_started = time.monotonic()
+    session.config._pipi_had_mlruns = (ROOT / "mlruns").exists()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fail a session whose tests wrote MLflow artifacts into the repository's ./mlruns (a
+    store opened without an artifact location from the repository: see
+    ``_work_in_a_temporary_folder``)."""
+    if hasattr(session.config, "workerinput") or session.config._pipi_had_mlruns:
+        return
+    if (ROOT / "mlruns").exists():
+        session.config._pipi_leak = ROOT / "mlruns"
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -195,8 +247,14 @@ def pytest_testnodedown(node, error):
 
 
 def pytest_terminal_summary(terminalreporter):
-    """Under pytest-xdist, say when each worker finished: a worker that ends long after the
-    other ran a group alone at the end (rebalance ``LONG_GROUPS``)."""
+    """A leak into the repository's ./mlruns; under pytest-xdist, when each worker finished (a
+    worker that ends long after the other ran a group alone at the end: rebalance
+    ``LONG_GROUPS``)."""
+    leak = getattr(terminalreporter.config, "_pipi_leak", None)
+    if leak is not None:
+        terminalreporter.write_line(
+            f"FAILED: the tests wrote {leak} (MLflow artifacts in the repository): a test opened "
+            "a store from the repository's folder", red=True)
     if len(_WORKERS_DOWN) > 1:
         ends = sorted(_WORKERS_DOWN.items(), key=lambda kv: kv[1])
         terminalreporter.write_line(
