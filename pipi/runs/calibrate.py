@@ -27,6 +27,7 @@ import multiprocessing as mp
 import os
 import queue as queue_mod
 import socket
+import tempfile
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -91,9 +92,8 @@ def optimize(spec: TrialSpec, *, objective: CalibrationObjective | None = None,
         run_trial = lambda t: _frozen_trial(t, spec, objective, result)
         callbacks = [_trial_logger(spec, objective.cfg.image_size, result)]
     else:
-        work = Path(os.environ.get("TMPDIR", "/tmp")) / f"pipi-caltrain-{os.getpid()}"
         target = load_target(spec)
-        run_trial = lambda t: _train_trial(t, spec, result, work, target)
+        run_trial = lambda t: _train_trial(t, spec, result, target)
         callbacks = []
     t0 = time.perf_counter()
     tracking.optimize_study(study, run_trial, n_trials=spec.n_trials, catch=(),
@@ -195,12 +195,15 @@ def _trial_logger(spec: TrialSpec, image_size: int, result: WorkerResult):
 
 
 # --------------------------------------------------------------------------- mode=train
-def _value(run_id: str, spec: TrialSpec, work: Path, target: TargetFold | None) -> float:
+def _value(run_id: str, spec: TrialSpec, target: TargetFold | None) -> float:
     """The objective of a finished trial run: the macro-AUC of its ``val`` predictions on the
-    fold's classes, or (a Galar fold) of its logged model, scored on the fold."""
+    fold's classes (downloaded into a folder removed after reading), or (a Galar fold) of its
+    logged model, scored on the fold."""
     if target is None:
-        folder = tracking.download_artifact(run_id, "predictions", work / run_id)
-        return fold_macro_auc(read_predictions(folder, "val"), spec.fold_classes)
+        with tempfile.TemporaryDirectory(prefix="pipi-caltrain-") as work:
+            folder = tracking.download_artifact(run_id, "predictions", Path(work))
+            val = read_predictions(folder, "val")
+        return fold_macro_auc(val, spec.fold_classes)
     model, cfg = load_run_model(run_id)
     return target.score(model, cfg)
 
@@ -216,7 +219,7 @@ def _target_scorer(target: TargetFold, cfg: TrainConfig) -> Callable[[int, objec
 
 
 def _train_trial(trial: optuna.Trial, spec: TrialSpec, result: WorkerResult,
-                 work: Path, target: TargetFold | None = None) -> float:
+                 target: TargetFold | None = None) -> float:
     alpha, frac = spec.space().suggest(trial)
     trial.set_user_attr("worker", result.worker)
     trial.set_user_attr("calibrate_run", spec.parent_run_id)
@@ -232,7 +235,7 @@ def _train_trial(trial: optuna.Trial, spec: TrialSpec, result: WorkerResult,
         trial.set_user_attr("run_id", rid)
         trial.set_user_attr("reused", True)
         result.reused.append(trial.number)
-        return _value(rid, spec, work, target)
+        return _value(rid, spec, target)
     rid = tracking.create_child_run(spec.parent_run_id, run_name=f"trial-{trial.number}", tags={
         tracking.TAG_PARENT_RUN: spec.parent_run_id, tracking.TAG_OPTUNA_STUDY: spec.study,
         tracking.TAG_TRIAL_NUMBER: trial.number, tracking.TAG_WORKER: result.worker})
@@ -258,7 +261,7 @@ def _train_trial(trial: optuna.Trial, spec: TrialSpec, result: WorkerResult,
         os.environ.pop("MLFLOW_RUN_ID", None)
     result.trained.append(trial.number)
     tracking.set_run_tags(rid, {tracking.TAG_PRUNED: "false"})
-    return _value(rid, spec, work, target)
+    return _value(rid, spec, target)
 
 
 # --------------------------------------------------------------------------- local workers

@@ -4,6 +4,9 @@ configuration, the objective against scikit-learn, pruning from the epoch hook, 
 from __future__ import annotations
 
 import math
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import optuna
@@ -152,7 +155,7 @@ def _run_train_trials(monkeypatch, search, n):
     monkeypatch.setattr(ct.tracking, "find_finished_run",
                         lambda key, **tags: RunRecord(run_id=key))
 
-    def value(rid, spec, work, target):
+    def value(rid, spec, target):
         cfg = cfgs[len(cfgs) - 1]
         return _target_fn(cfg.prior.alpha, cfg.prior.lambda_eff / diagonal(cfg.image_size))
 
@@ -229,3 +232,34 @@ def test_study_plots_of_an_alpha_only_search(tmp_path):
     assert write_study_plots(st, tmp_path) == []
     html = (tmp_path / "plots.html").read_text()
     assert html.count("<h2>") == 3 and "alpha (lambda_eff fixed)" in html
+
+
+def test_a_trial_value_leaves_no_downloaded_predictions_behind(monkeypatch, tmp_path):
+    """mode=train reads each trial run's val predictions through a folder it removes (the
+    old code kept a pipi-caltrain-<pid> folder per worker in /tmp for good); the value is the
+    fold's macro-AUC as scikit-learn computes it."""
+    from pipi.predictions import predictions_frame, write_predictions
+    from pipi.runs import calibrate as ct
+
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(3), 8)
+    probs = rng.dirichlet(np.ones(3), size=labels.size)
+    frames = pd.DataFrame({"path": [f"v/{i}.jpg" for i in range(labels.size)],
+                           "video_id": "v", "frame_number": np.arange(labels.size),
+                           "class_index": labels, "class": [f"c{k}" for k in labels]})
+    seen = []
+
+    def download(run_id, path, dst=None):
+        seen.append(Path(dst))
+        return write_predictions({"val": predictions_frame(frames, probs)}, Path(dst) / path,
+                                 classes=("c0", "c1", "c2"))
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    monkeypatch.setattr(ct.tracking, "download_artifact", download)
+    spec = SimpleNamespace(fold_classes=(0, 2))
+    got = ct._value("r" * 32, spec, None)
+    want = np.mean([roc_auc_score(labels == k, probs[:, k]) for k in (0, 2)])
+    assert got == pytest.approx(want, abs=1e-6)
+    assert seen and seen[0].parent == tmp and not any(tmp.iterdir())
