@@ -84,14 +84,16 @@ def test_pair_counts_give_the_weighted_auc_of_any_video_weights():
 def test_video_bootstrap_equals_a_replay_resample_by_resample(evidence):
     """Every draw of the video bootstrap replayed with the rng, each statistic recomputed from
     the repeated frames (ranks), z0, a and BCa from their definitions."""
-    boot = video_bootstrap(evidence, n_resamples=300, rng=7)
+    # 100 draws: the replay below is brute force (12 s for 300 draws on the loaded machine),
+    # and no draw of this evidence is redrawn at 100 or at 300
+    boot = video_bootstrap(evidence, n_resamples=100, rng=7)
     a, p = evidence.arm("efficientnet_b0", "a"), evidence.arm("efficientnet_b0", "pi")
     seeds = [41, 42, 43]
     for classes in (None, [evidence.classes[2]]):
         got = boot.delta(*pairs("efficientnet_b0", "a", "pi", seeds), classes=classes)
         ref = replay_delta_bootstrap(
             evidence.labels, a.probs.astype(float), p.probs.astype(float),
-            classes or evidence.classes, videos=evidence.videos, n_resamples=300, rng=7)
+            classes or evidence.classes, videos=evidence.videos, n_resamples=100, rng=7)
         assert got.unit == "videos" and got.n_units == 7
         assert got.n_redrawn == ref["redrawn"]
         assert got.statistic == pytest.approx(ref["statistic"], abs=1e-12)

@@ -186,8 +186,9 @@ def test_pipi_checkpoint_loading(tmp_path):
     torch.save({"state_dict": trained.state_dict(), "epoch": 7, "cell": "pi"}, ckpt)
     torch.manual_seed(4)
     loaded = build_backbone(arch, weights=ckpt, in_channels=5)
+    want = trained.backbone.state_dict()
     for key, value in loaded.state_dict().items():
-        assert torch.equal(value, trained.backbone.state_dict()[key]), key
+        assert torch.equal(value, want[key]), key
     with pytest.raises(ConfigError, match="in_channels=5"):
         build_backbone(arch, weights=ckpt, in_channels=3)
 

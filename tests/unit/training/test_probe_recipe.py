@@ -59,8 +59,14 @@ def test_cached_probe_features_once_and_the_model_agrees(tiny_staged, tmp_path, 
     x = (x - torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)) / torch.tensor(IMAGENET_STD).view(
         1, 3, 1, 1)
     with torch.no_grad():
-        emb = model.backbone(x).numpy()
-        probs = torch.softmax(model(x[:len(test)]), 1).numpy()
+        emb = model.backbone(x)
+        # the test frames' probabilities from those embeddings through the head (the model
+        # in eval mode: head(dropout(embed(x))), checked whole on two frames), not a second
+        # ViT-B forward of every test frame
+        probs = torch.softmax(model.head(model.dropout(emb[:len(test)])), 1).numpy()
+        whole = torch.softmax(model(x[:2]), 1).numpy()
+        emb = emb.numpy()
+    np.testing.assert_allclose(whole, probs[:2], atol=1e-5)
     np.testing.assert_allclose(feats[rows], emb, atol=1e-4)
     got = res.predictions["test"].filter(like="prob_").to_numpy()
     np.testing.assert_allclose(got, probs, atol=1e-5)

@@ -25,8 +25,10 @@ HEX16 = re.compile(r"^[0-9a-f]{16}$")
 
 
 @pytest.fixture(scope="module")
-def kvasir_tiny(tmp_path_factory) -> Path:
-    return S.synthesize_kvasir(tmp_path_factory.mktemp("kv") / "release", seed=0, progress=False)
+def kvasir_tiny(tiny_release) -> Path:
+    """``synthesize_kvasir``'s defaults (preset tiny, seed 0): the session's release of that
+    recipe (tests/conftest.py), which the tests here only read, instead of a second copy."""
+    return tiny_release
 
 
 @pytest.fixture(scope="module")
