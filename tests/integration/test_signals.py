@@ -19,6 +19,7 @@ from pipi import tracking
 ROOT = Path(__file__).resolve().parents[2]
 LONG = ["--cell", "a", "--profile", "smoke", "--weights", "none", "--epochs", "200",
         "--patience", "200"]
+PIPI = [sys.executable, "-c", "from pipi.cli import main; main()"]
 
 
 def _running_run(client: MlflowClient, proc: subprocess.Popen, experiment: str,
@@ -55,15 +56,39 @@ def _mlflow_run_train(uri: str, staged: Path, cwd: Path, experiment: str, out
 
 
 @pytest.mark.slow
-def test_sigterm_ends_a_pipi_train_run_killed_with_the_resume_command(tiny_staged, tmp_path):
+def test_resume_of_a_live_run_is_refused_then_sigterm_ends_it_killed_with_the_resume_command(
+        tiny_staged, tmp_path):
+    """One long ``pipi train`` serves two checks (they were two tests, each paying the launch
+    and its first epoch): while it trains, a second process's ``pipi train --resume`` of its
+    run is refused in one line, the first one's heartbeat read from the store (issue 24,
+    liveness; was test_liveness.py); then SIGTERM ends the run KILLED with the resume
+    command."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
+    env = _env(uri, PIPI_HEARTBEAT_S="2")
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from pipi.cli import main; main()", "train", *LONG, "--data", str(tiny_staged),
-         "--experiment", "sigterm"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-        env=_env(uri))
-    rid = _running_run(client, proc, "sigterm")
+        [*PIPI, "train", *LONG, "--data", str(tiny_staged), "--experiment", "sigterm"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env)
+    try:
+        rid = _running_run(client, proc, "sigterm")
+        # liveness: the resume is refused, the first process goes on untouched
+        second = subprocess.run([*PIPI, "train", "--resume", rid], check=False,
+                                capture_output=True, text=True, cwd=tmp_path, env=env,
+                                timeout=300)
+        assert second.returncode != 0
+        lines = [ln for ln in second.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1, second.stderr[-3000:]
+        assert lines[0].startswith(f"error: resume={rid}: the run is still being trained by "
+                                   "process "), lines[0]
+        assert proc.poll() is None
+        assert client.get_run(rid).info.status == "RUNNING"
+        steps = [m.step for m in client.get_metric_history(rid, "train/loss")]
+        assert len(steps) == len(set(steps))
+    except BaseException:
+        proc.kill()
+        proc.communicate()
+        raise
+    # SIGTERM: the run ends KILLED, with the resume command
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err[-3000:]
@@ -75,6 +100,8 @@ def test_sigterm_ends_a_pipi_train_run_killed_with_the_resume_command(tiny_stage
     last = [ln for ln in err.splitlines() if ln.strip()][-1]
     assert last.startswith(f"train run {rid} KILLED: terminated by SIGTERM"), last
     assert f"pipi train --resume {rid}" in last
+    # stopped: its run is no longer held by anyone
+    assert tracking.live_holder(run) is None
 
 
 @pytest.mark.slow
