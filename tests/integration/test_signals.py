@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
+from stores import new_sqlite_store
 
 from pipi import tracking
 
@@ -63,7 +64,7 @@ def test_resume_of_a_live_run_is_refused_then_sigterm_ends_it_killed_with_the_re
     run is refused in one line, the first one's heartbeat read from the store (issue 24,
     liveness; was test_liveness.py); then SIGTERM ends the run KILLED with the resume
     command."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_sqlite_store(tmp_path / "mlflow.db")
     client = MlflowClient(uri)
     env = _env(uri, PIPI_HEARTBEAT_S="2")
     proc = subprocess.Popen(
@@ -109,7 +110,7 @@ def test_resume_of_a_live_run_is_refused_then_sigterm_ends_it_killed_with_the_re
 def test_signal_to_mlflow_run_ends_its_run_killed(tiny_staged, tmp_path, sig):
     """Ctrl-C in a terminal (SIGINT) and SLURM's scancel (SIGTERM) signal every process of the
     job: ``mlflow run`` and its entry point; the run must end KILLED, not FAILED."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_sqlite_store(tmp_path / "mlflow.db")
     client = MlflowClient(uri)
     proc = _mlflow_run_train(uri, tiny_staged, tmp_path, "signals", subprocess.PIPE)
     try:
@@ -145,7 +146,7 @@ def test_sigterm_to_mlflow_run_alone_ends_the_entry_point_and_its_run_killed(tin
     process alone; MLflow dies at once without passing it on. The entry point follows its
     ``mlflow run`` parent (``tracking.end_with_mlflow_run``): it ends its run KILLED and exits,
     instead of training on orphaned."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_sqlite_store(tmp_path / "mlflow.db")
     client = MlflowClient(uri)
     proc = _mlflow_run_train(uri, tiny_staged, tmp_path, "alone", subprocess.DEVNULL)
     pgid = proc.pid
@@ -177,7 +178,7 @@ def test_sigterm_ends_calibrate_killed_in_one_line_with_no_child_left_running(ti
     from pipi.config import make_config
     from pipi.workflows import train as runner
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_sqlite_store(tmp_path / "mlflow.db")
     import mlflow
 
     mlflow.set_tracking_uri(uri)
@@ -218,7 +219,7 @@ def test_scancel_of_an_ablate_sweep_ends_the_parent_and_its_children_killed(tiny
                                                                             tmp_path):
     """SIGTERM to the job's process group (what scancel does): the sweep's parent run and
     the children its process pool trains all end KILLED with the reason."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_sqlite_store(tmp_path / "mlflow.db")
     client = MlflowClient(uri)
     proc = subprocess.Popen(
         [sys.executable, "-c", "from pipi.cli import main; main()", "ablate", "--study",
