@@ -24,6 +24,7 @@ os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
 ROOT = Path(__file__).resolve().parent.parent
 
 from servers import MlflowServer  # noqa: E402  (tests/ is on sys.path before conftest loads)
+from stores import new_sqlite_store
 
 # what a command exports for the processes it starts (MLflow's experiment/run; pipi's model
 # prefix, `--model-prefix`): it must not outlive the test or module that ran the command
@@ -130,9 +131,10 @@ def tracking(mlflow_server, monkeypatch):
 
 @pytest.fixture(scope="module")
 def sqlite_store(tmp_path_factory, request) -> str:
-    """A SQLite tracking and registry store of one test module (a registry needs no server)."""
+    """A SQLite tracking and registry store of one test module (a registry needs no server):
+    a copy of the process's new store (tests/stores.py: MLflow's migrations run once)."""
     name = request.module.__name__.rsplit(".", 1)[-1]
-    return f"sqlite:///{tmp_path_factory.mktemp(f'{name}-store') / 'mlflow.db'}"
+    return new_sqlite_store(tmp_path_factory.mktemp(f"{name}-store") / "mlflow.db")
 
 
 @pytest.fixture()

@@ -9,6 +9,7 @@ import mlflow
 import pytest
 from click.testing import CliRunner
 from mlflow.tracking import MlflowClient
+from stores import new_sqlite_store
 
 from pipi import tracking
 from pipi.errors import ConfigError
@@ -56,7 +57,7 @@ def test_pipi_server_refuses_auth_without_credentials_in_one_line(no_credentials
 
 
 def test_lost_runs_are_marked_failed_once_the_store_answers(tmp_path, pipi_home, monkeypatch):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_sqlite_store(tmp_path / "mlflow.db")
     client = MlflowClient(uri)
     exp = client.create_experiment("lost")
     running = client.create_run(exp).info.run_id

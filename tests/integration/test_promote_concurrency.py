@@ -12,6 +12,7 @@ import mlflow
 import pytest
 from click.testing import CliRunner
 from fakes import fake_version_tags, log_fake_run, make_frames, write_run
+from stores import new_sqlite_store
 
 from pipi.cli import main
 
@@ -33,7 +34,7 @@ main(sys.argv[1:], prog_name="pipi")
 
 @pytest.fixture()
 def store(tmp_path, monkeypatch) -> str:
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_sqlite_store(tmp_path / "mlflow.db")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     mlflow.set_tracking_uri(uri)
     return uri

@@ -13,12 +13,14 @@ from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
+from stores import new_sqlite_store
 
 from pipi import tracking
 
 ROOT = Path(__file__).resolve().parents[2]
 LONG = ["--cell", "a", "--profile", "smoke", "--weights", "none", "--epochs", "200",
         "--patience", "200"]
+PIPI = [sys.executable, "-c", "from pipi.cli import main; main()"]
 
 
 def _running_run(client: MlflowClient, proc: subprocess.Popen, experiment: str,
@@ -55,15 +57,39 @@ def _mlflow_run_train(uri: str, staged: Path, cwd: Path, experiment: str, out
 
 
 @pytest.mark.slow
-def test_sigterm_ends_a_pipi_train_run_killed_with_the_resume_command(tiny_staged, tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_resume_of_a_live_run_is_refused_then_sigterm_ends_it_killed_with_the_resume_command(
+        tiny_staged, tmp_path):
+    """One long ``pipi train`` serves two checks (they were two tests, each paying the launch
+    and its first epoch): while it trains, a second process's ``pipi train --resume`` of its
+    run is refused in one line, the first one's heartbeat read from the store (issue 24,
+    liveness; was test_liveness.py); then SIGTERM ends the run KILLED with the resume
+    command."""
+    uri = new_sqlite_store(tmp_path / "mlflow.db")
     client = MlflowClient(uri)
+    env = _env(uri, PIPI_HEARTBEAT_S="2")
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from pipi.cli import main; main()", "train", *LONG, "--data", str(tiny_staged),
-         "--experiment", "sigterm"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-        env=_env(uri))
-    rid = _running_run(client, proc, "sigterm")
+        [*PIPI, "train", *LONG, "--data", str(tiny_staged), "--experiment", "sigterm"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env)
+    try:
+        rid = _running_run(client, proc, "sigterm")
+        # liveness: the resume is refused, the first process goes on untouched
+        second = subprocess.run([*PIPI, "train", "--resume", rid], check=False,
+                                capture_output=True, text=True, cwd=tmp_path, env=env,
+                                timeout=300)
+        assert second.returncode != 0
+        lines = [ln for ln in second.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1, second.stderr[-3000:]
+        assert lines[0].startswith(f"error: resume={rid}: the run is still being trained by "
+                                   "process "), lines[0]
+        assert proc.poll() is None
+        assert client.get_run(rid).info.status == "RUNNING"
+        steps = [m.step for m in client.get_metric_history(rid, "train/loss")]
+        assert len(steps) == len(set(steps))
+    except BaseException:
+        proc.kill()
+        proc.communicate()
+        raise
+    # SIGTERM: the run ends KILLED, with the resume command
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err[-3000:]
@@ -75,6 +101,8 @@ def test_sigterm_ends_a_pipi_train_run_killed_with_the_resume_command(tiny_stage
     last = [ln for ln in err.splitlines() if ln.strip()][-1]
     assert last.startswith(f"train run {rid} KILLED: terminated by SIGTERM"), last
     assert f"pipi train --resume {rid}" in last
+    # stopped: its run is no longer held by anyone
+    assert tracking.live_holder(run) is None
 
 
 @pytest.mark.slow
@@ -82,7 +110,7 @@ def test_sigterm_ends_a_pipi_train_run_killed_with_the_resume_command(tiny_stage
 def test_signal_to_mlflow_run_ends_its_run_killed(tiny_staged, tmp_path, sig):
     """Ctrl-C in a terminal (SIGINT) and SLURM's scancel (SIGTERM) signal every process of the
     job: ``mlflow run`` and its entry point; the run must end KILLED, not FAILED."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_sqlite_store(tmp_path / "mlflow.db")
     client = MlflowClient(uri)
     proc = _mlflow_run_train(uri, tiny_staged, tmp_path, "signals", subprocess.PIPE)
     try:
@@ -118,7 +146,7 @@ def test_sigterm_to_mlflow_run_alone_ends_the_entry_point_and_its_run_killed(tin
     process alone; MLflow dies at once without passing it on. The entry point follows its
     ``mlflow run`` parent (``tracking.end_with_mlflow_run``): it ends its run KILLED and exits,
     instead of training on orphaned."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_sqlite_store(tmp_path / "mlflow.db")
     client = MlflowClient(uri)
     proc = _mlflow_run_train(uri, tiny_staged, tmp_path, "alone", subprocess.DEVNULL)
     pgid = proc.pid
@@ -150,7 +178,7 @@ def test_sigterm_ends_calibrate_killed_in_one_line_with_no_child_left_running(ti
     from pipi.config import make_config
     from pipi.workflows import train as runner
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_sqlite_store(tmp_path / "mlflow.db")
     import mlflow
 
     mlflow.set_tracking_uri(uri)
@@ -191,7 +219,7 @@ def test_scancel_of_an_ablate_sweep_ends_the_parent_and_its_children_killed(tiny
                                                                             tmp_path):
     """SIGTERM to the job's process group (what scancel does): the sweep's parent run and
     the children its process pool trains all end KILLED with the reason."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_sqlite_store(tmp_path / "mlflow.db")
     client = MlflowClient(uri)
     proc = subprocess.Popen(
         [sys.executable, "-c", "from pipi.cli import main; main()", "ablate", "--study",

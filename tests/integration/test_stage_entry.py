@@ -10,6 +10,7 @@ from pathlib import Path
 
 import mlflow
 import pandas as pd
+from stores import new_sqlite_store
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -48,7 +49,7 @@ def test_mlflow_run_stage_synthetic(tracking, tmp_path):
 
 
 def test_pipi_cli_synthesize_and_stage(tmp_path, monkeypatch):
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'm.db'}"}
+    env = {**os.environ, "MLFLOW_TRACKING_URI": new_sqlite_store(tmp_path / "m.db")}
     r = subprocess.run([str(BIN / "pipi"), "synthesize", "kvasir", "--out", str(tmp_path / "rel"),
                         "--preset", "tiny", "--videos", "12", "--seed", "3"],
                        capture_output=True, text=True, env=env, timeout=300)

@@ -76,18 +76,20 @@ def _run_train(uri: str, *args: str, env=None) -> subprocess.CompletedProcess:
     )
 
 
-#: the request both launchers run: the contract's two `mlflow run`s and the one `pipi train`
+#: the request both launchers run: the contract's `mlflow run` and the `pipi train` it is
+#: compared with (same params, same predictions bit for bit)
 REQUEST = {"cell": "pi", "seed": "42", "profile": "smoke", "weights": "none"}
 
 
 @dataclass(frozen=True)
 class Launches:
     """The module's launches of one request, each made once: `pipi train` into ``launchers``,
-    then `mlflow run` twice into ``contract`` (so the registry's ``candidate`` alias ends on
-    the contract's second run)."""
+    then `mlflow run` into ``contract`` (so the registry's ``candidate`` alias moves from the
+    first's version to the second's). The pair serves the reproducibility check too: it used
+    to take a second `mlflow run` of the same request."""
 
     pipi_train: subprocess.CompletedProcess
-    mlflow_runs: tuple[subprocess.CompletedProcess, subprocess.CompletedProcess]
+    mlflow_run: subprocess.CompletedProcess
 
 
 @pytest.fixture(scope="module")
@@ -100,8 +102,7 @@ def launches(mlflow_server, tiny_staged) -> Launches:
         env=_launch_env(mlflow_server.uri))
     args = [*[x for k, v in request.items() for x in ("-P", f"{k}={v}")],
             "--experiment-name", "contract"]
-    return Launches(pipi_train, (_run_train(mlflow_server.uri, *args),
-                                 _run_train(mlflow_server.uri, *args)))
+    return Launches(pipi_train, _run_train(mlflow_server.uri, *args))
 
 
 def _test_predictions(run_id: str, dst: Path) -> pd.DataFrame:
@@ -113,12 +114,14 @@ def _test_predictions(run_id: str, dst: Path) -> pd.DataFrame:
 
 def test_mlflow_run_train_contract_registry_and_reproducibility(tracking, tiny_staged, launches,
                                                                 tmp_path):
-    r1, r2 = launches.mlflow_runs
+    r1, r2 = launches.pipi_train, launches.mlflow_run
     assert r1.returncode == 0, r1.stderr[-3000:]
-    assert "test macro-AUC" in r1.stdout and "models:/pipi-efficientnet_b0-pi@candidate" in r1.stdout
     assert r2.returncode == 0, r2.stderr[-3000:]
-    runs = mlflow.search_runs(experiment_names=["contract"], order_by=["start_time ASC"])
-    assert len(runs) == 2 and set(runs["status"]) == {"FINISHED"}
+    assert "test macro-AUC" in r2.stdout and "models:/pipi-efficientnet_b0-pi@candidate" in r2.stdout
+    runs = mlflow.search_runs(experiment_names=["contract"])
+    assert len(runs) == 1 and set(runs["status"]) == {"FINISHED"}
+    by_pipi = mlflow.search_runs(experiment_names=["launchers"])
+    assert len(by_pipi) == 1 and set(by_pipi["status"]) == {"FINISHED"}
     run = mlflow.get_run(runs["run_id"][0])
     # params, tags, metrics of the run contract
     for p in ("seed", "cell", "backbone", "lr", "alpha", "lambda_eff", "image_size", "profile"):
@@ -138,16 +141,19 @@ def test_mlflow_run_train_contract_registry_and_reproducibility(tracking, tiny_s
     assert set(k.removeprefix("test/auc/") for k in run.data.metrics if k.startswith("test/auc/")) <= set(evaluable)
     arts = {a.path for a in mlflow.tracking.MlflowClient().list_artifacts(run.info.run_id)}
     assert {"predictions", "checkpoints", "config.json"} <= arts
-    # identical seed -> identical test predictions, bit for bit
-    p1 = _test_predictions(runs["run_id"][0], tmp_path / "a")
-    p2 = _test_predictions(runs["run_id"][1], tmp_path / "b")
+    # identical seed -> identical test predictions, bit for bit (whichever launcher ran it)
+    p1 = _test_predictions(by_pipi["run_id"][0], tmp_path / "a")
+    p2 = _test_predictions(runs["run_id"][0], tmp_path / "b")
     assert len(p1) == (pd.read_parquet(tiny_staged / "frames.parquet")["split"] == "test").sum()
     pd.testing.assert_frame_equal(p1, p2)
     # registry: version tags point back at the run, alias candidate moved to the newest
     c = mlflow.tracking.MlflowClient()
     mv = c.get_model_version_by_alias("pipi-efficientnet_b0-pi", "candidate")
-    assert mv.tags["run_id"] == runs["run_id"][1]
-    assert abs(float(mv.tags["test_macro_auc"]) - mlflow.get_run(runs["run_id"][1]).data.metrics["test/macro_auc"]) < 1e-6
+    assert mv.tags["run_id"] == runs["run_id"][0]
+    assert abs(float(mv.tags["test_macro_auc"]) - run.data.metrics["test/macro_auc"]) < 1e-6
+    first = [v for v in c.search_model_versions("name='pipi-efficientnet_b0-pi'")
+             if v.tags.get("run_id") == by_pipi["run_id"][0]]
+    assert len(first) == 1 and int(first[0].version) < int(mv.version)
     # a fresh process loads the registered model and predicts on plain RGB images
     code = (
         "import mlflow, numpy as np\n"
@@ -170,11 +176,11 @@ def test_mlflow_run_train_contract_registry_and_reproducibility(tracking, tiny_s
 def test_pipi_train_and_mlflow_run_log_the_same_params(tracking, launches):
     """Issue 30: one form per option whichever launcher ran it, so that the UI's "show diff
     only" shows nothing for the same request (booleans lower-case, `auto` as requested with
-    the resolved value beside it). The `mlflow run` is the contract test's first."""
-    r1, r2 = launches.mlflow_runs[0], launches.pipi_train
+    the resolved value beside it). The `mlflow run` is the contract test's."""
+    r1, r2 = launches.mlflow_run, launches.pipi_train
     assert r1.returncode == 0, r1.stderr[-3000:]
     assert r2.returncode == 0, r2.stderr[-3000:]
-    by_mlflow = mlflow.search_runs(experiment_names=["contract"], order_by=["start_time ASC"])
+    by_mlflow = mlflow.search_runs(experiment_names=["contract"])
     by_pipi = mlflow.search_runs(experiment_names=["launchers"])
     assert len(by_pipi) == 1
     a, b = (mlflow.get_run(r).data.params for r in (by_mlflow["run_id"][0], by_pipi["run_id"][0]))

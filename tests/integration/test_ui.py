@@ -35,15 +35,13 @@ def open_page(url: str, tmp: Path, name: str, *, budget_ms: int = 25000) -> str:
             # HTML artifacts render in a sandboxed iframe: draw it in the screenshot
             "--disable-site-isolation-trials",
             f"--virtual-time-budget={budget_ms}"]
+    # one browser for both (it took two: each a Chromium start and the page's rendering)
     shot = subprocess.run([*base, f"--user-data-dir={tmp / f'profile-{name}'}",
-                           f"--screenshot={tmp / f'{name}.png'}", url],
+                           f"--screenshot={tmp / f'{name}.png'}", "--dump-dom", url],
                           capture_output=True, text=True, timeout=240, check=False)
     assert shot.returncode == 0 and (tmp / f"{name}.png").stat().st_size > 10_000, \
         shot.stderr[-2000:]
-    dom = subprocess.run([*base, f"--user-data-dir={tmp / f'profile-{name}-dom'}", "--dump-dom",
-                          url], capture_output=True, text=True, timeout=240, check=False)
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    return dom.stdout
+    return shot.stdout
 
 
 def _wd(base: str, method: str, path: str, body: dict | None = None) -> dict:

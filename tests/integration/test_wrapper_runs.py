@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from mlflow.tracking import MlflowClient
+from stores import new_sqlite_store
 
 from pipi import tracking
 from pipi.cli.train import train as train_cmd
@@ -36,7 +37,7 @@ def _runs(client: MlflowClient) -> list:
 
 @pytest.mark.slow
 def test_stage_reusing_staged_data_tags_its_run(pipi_home, tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_sqlite_store(tmp_path / "mlflow.db")
     target = ensure_synthetic_staged("tiny", log_run=False)
     r = _mlflow_run(uri, tmp_path, "stage", "source=synthetic-tiny")
     assert r.returncode == 0, r.stderr[-3000:]
@@ -51,7 +52,7 @@ def test_stage_reusing_staged_data_tags_its_run(pipi_home, tmp_path):
 @pytest.mark.slow
 def test_mlflow_run_resume_tags_its_run_with_the_resumed_one(tiny_staged, tmp_path,
                                                               monkeypatch):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_sqlite_store(tmp_path / "mlflow.db")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     import mlflow
 
