@@ -176,9 +176,12 @@ def keep_killed_after_parent(run_id: str) -> None:
     """
     import subprocess
 
+    parent = os.getppid()
+    if parent == 1:  # orphaned: `mlflow run` is gone and will write nothing after us (a
+        return       # finaliser would wait on init for its whole five minutes)
     with contextlib.suppress(OSError):
         subprocess.Popen(
-            [sys.executable, "-m", "pipi.tracking.finalise", str(os.getppid()), run_id,
+            [sys.executable, "-m", "pipi.tracking.finalise", str(parent), run_id,
              mlflow.get_tracking_uri()],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True, env={**os.environ, "PYTHONPATH": _pythonpath()})

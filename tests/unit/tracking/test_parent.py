@@ -34,3 +34,23 @@ def test_no_ancestor_outside_mlflow_run(monkeypatch):
     assert mlflow_run_ancestor() is None
     monkeypatch.setenv("MLFLOW_RUN_ID", "0" * 32)  # pytest's parents are not `mlflow run`
     assert mlflow_run_ancestor() is None
+
+
+@pytest.mark.parametrize(("ppid", "started"), [(4242, True), (1, False)])
+def test_the_killed_status_finaliser_watches_mlflow_run_and_not_init(monkeypatch, ppid, started):
+    """After Ctrl-C under `mlflow run`, a finaliser waits for `mlflow run` (the parent) to exit
+    and puts KILLED back. An orphaned entry point (parent 1: `mlflow run` already gone) starts
+    none: it would wait on init for its whole five minutes."""
+    import subprocess
+
+    from pipi.tracking import runs
+
+    calls = []
+    monkeypatch.setattr(runs.os, "getppid", lambda: ppid)
+    monkeypatch.setattr(runs.mlflow, "get_tracking_uri", lambda: "sqlite:///x.db")
+    monkeypatch.setattr(subprocess, "Popen", lambda argv, **kw: calls.append(argv))
+    runs.keep_killed_after_parent("r" * 32)
+    assert bool(calls) is started
+    if started:
+        assert calls[0][1:] == ["-m", "pipi.tracking.finalise", "4242", "r" * 32,
+                                "sqlite:///x.db"]
