@@ -3,7 +3,7 @@
 Creating a SQLite tracking store runs MLflow's schema migrations: about 7 s of CPU each time
 on the loaded 2-core machine (8.7 s to open a new store against 1.5 s for a copy of one), and
 the integration tests made a dozen of them. The template is an empty store at the current
-schema without its ``Default`` experiment (as tests/unit/conftest.py's): each copy creates
+schema without its ``Default`` experiment: each copy creates
 that on first use, with the artifact location of the process that opens it (its working
 folder's ``./mlruns``), as a new store does. Tests about creating a store (the README's quick
 start, a first run) make their own.
@@ -11,6 +11,7 @@ start, a first run) make their own.
 
 from __future__ import annotations
 
+import atexit
 import shutil
 import sqlite3
 import tempfile
@@ -25,6 +26,7 @@ def _template() -> Path:
         from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
         folder = Path(tempfile.mkdtemp(prefix="pipi-store-template-"))
+        atexit.register(shutil.rmtree, folder, True)
         path = folder / "mlflow.db"
         store = SqlAlchemyStore(f"sqlite:///{path}", str(folder / "mlruns"))
         store.engine.dispose()
