@@ -27,7 +27,6 @@ import multiprocessing as mp
 import os
 import queue as queue_mod
 import socket
-import tempfile
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -200,8 +199,7 @@ def _value(run_id: str, spec: TrialSpec, target: TargetFold | None) -> float:
     fold's classes (downloaded into a folder removed after reading), or (a Galar fold) of its
     logged model, scored on the fold."""
     if target is None:
-        with tempfile.TemporaryDirectory(prefix="pipi-caltrain-") as work:
-            folder = tracking.download_artifact(run_id, "predictions", Path(work))
+        with tracking.downloaded(run_id, "predictions", prefix="pipi-caltrain-") as folder:
             val = read_predictions(folder, "val")
         return fold_macro_auc(val, spec.fold_classes)
     model, cfg = load_run_model(run_id)

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,12 +72,8 @@ def resolve_prior(spec: str) -> CalibratedPrior:
         if run.tags.get(tracking.TAG_ENTRY_POINT) != "calibrate":
             raise ConfigError(f"prior_params={spec}: run {spec} is not a calibrate run "
                               f"(entry point {run.tags.get(tracking.TAG_ENTRY_POINT)!r})")
-        work = Path(tempfile.mkdtemp(prefix="pipi-prior-params-"))
-        try:
-            got = tracking.download_artifact(spec, "prior_params.json", work)
+        with tracking.downloaded(spec, "prior_params.json", prefix="pipi-prior-params-") as got:
             doc = json.loads(got.read_text())
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
         source = f"run {spec}"
         return CalibratedPrior(parse_prior_params(doc, source),
                                prior_tags(doc, source, run_id=spec))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
@@ -65,8 +64,7 @@ def ensure_autoencoder(cfg: TrainConfig, *, frames: pd.DataFrame, images: np.nda
         rid = found.run_id
         local = Path(cache_dir) / "c3" / f"{rid}.npy"
         if not local.is_file():
-            with tempfile.TemporaryDirectory(prefix="pipi-c3-") as tmp:
-                got = tracking.download_artifact(rid, f"{C3_DIR}/residuals.npy", Path(tmp))
+            with tracking.downloaded(rid, f"{C3_DIR}/residuals.npy", prefix="pipi-c3-") as got:
                 local.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(got, local)
         res = np.load(local)
@@ -138,8 +136,7 @@ def base_embeddings(run_id: str, *, frames: pd.DataFrame, images: np.ndarray, di
         if len(emb) == len(frames):
             return emb
     try:
-        with tempfile.TemporaryDirectory(prefix="pipi-embeddings-") as tmp:
-            folder = tracking.download_artifact(run_id, EMBEDDINGS_DIR, Path(tmp))
+        with tracking.downloaded(run_id, EMBEDDINGS_DIR, prefix="pipi-embeddings-") as folder:
             got = json.loads((folder / "meta.json").read_text())
             emb = (np.load(folder / "embeddings.npy")
                    if all(got.get(k) == v for k, v in meta.items()) else None)

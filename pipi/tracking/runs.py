@@ -7,6 +7,7 @@ import logging
 import os
 import shlex
 import sys
+import tempfile
 import traceback
 import warnings
 from collections.abc import Iterator, Mapping
@@ -30,7 +31,7 @@ from pipi.tracking.uploads import environ_set, guarded_upload
 __all__ = [
     "RETRY_VARS", "RunTracker", "active_experiment_id", "active_run_id", "child_runs", "client",
     "create_child_run", "current_tracking_uri", "default_experiment", "download_artifact",
-    "filter_value", "find_finished_run", "find_finished_runs", "get_run",
+    "downloaded", "filter_value", "find_finished_run", "find_finished_runs", "get_run",
     "keep_killed_after_parent", "launch_params", "log_artifact", "log_artifact_to_run",
     "log_artifacts", "log_dataset", "log_dict", "log_metrics", "log_params", "log_text",
     "param_value", "pipi_run", "reported", "resume_hint", "set_run_tags", "set_tags",
@@ -419,6 +420,15 @@ def download_artifact(run_id: str, path: str, dst: Path | None = None) -> Path:
             run_id=run_id, artifact_path=path, dst_path=str(dst) if dst else None))
     except Exception as exc:  # MlflowException, OSError
         raise TrackingError(f"run {run_id}: cannot download artifact {path!r} ({exc})") from None
+
+
+@contextlib.contextmanager
+def downloaded(run_id: str, path: str, *, prefix: str = "pipi-download-") -> Iterator[Path]:
+    """One artifact of a run (file or folder) downloaded into a temporary folder that is
+    removed when the block ends: read what you need inside it (a run's checkpoint, residuals,
+    predictions would otherwise stay in the temp folder for good)."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        yield download_artifact(run_id, path, Path(tmp))
 
 
 def get_run(run_id: str) -> RunRecord:

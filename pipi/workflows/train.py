@@ -13,7 +13,6 @@ import json
 import logging
 import math
 import shutil
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -237,8 +236,7 @@ def load_resume(run: tracking.RunRecord) -> tuple[TrainConfig, dict]:
     try:
         # read into memory, then the downloaded copy goes (one checkpoint per resume used to
         # stay in the temp folder: 60-180 MB each)
-        with tempfile.TemporaryDirectory(prefix="pipi-resume-") as tmp:
-            ckpt = tracking.download_artifact(resume, "checkpoints/last.pt", Path(tmp))
+        with tracking.downloaded(resume, "checkpoints/last.pt", prefix="pipi-resume-") as ckpt:
             state = read_checkpoint(ckpt, what=f"resume={resume}: checkpoints/last.pt")
         return TrainConfig.from_dict(state["config"]), state
     except BaseException:  # this process will not train it: no heartbeat of a dead resumer

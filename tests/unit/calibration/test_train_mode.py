@@ -257,7 +257,9 @@ def test_a_trial_value_leaves_no_downloaded_predictions_behind(monkeypatch, tmp_
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
-    monkeypatch.setattr(ct.tracking, "download_artifact", download)
+    from pipi.tracking import runs as tracking_runs
+
+    monkeypatch.setattr(tracking_runs, "download_artifact", download)
     spec = SimpleNamespace(fold_classes=(0, 2))
     got = ct._value("r" * 32, spec, None)
     want = np.mean([roc_auc_score(labels == k, probs[:, k]) for k in (0, 2)])

@@ -58,3 +58,36 @@ def test_prior_params_and_an_explicit_prior_are_refused_together():
     check_prior_params("", {"alpha": 2.0, "lambda_eff": 9.0})           # no prior_params: fine
     with pytest.raises(ConfigError, match="pass either prior_params or alpha and lambda_eff"):
         check_prior_params("pp.json", {"alpha": 2.0, "lambda_eff": 9.0})
+
+
+def test_a_calibrate_run_id_is_read_from_its_logged_document_and_nothing_stays_behind(
+        store_uri, tmp_path, monkeypatch):
+    """``prior_params=<calibrate run id>``: the run's ``prior_params.json`` is downloaded,
+    read and its temporary folder removed; a run of another entry point is refused."""
+    import tempfile
+
+    import mlflow
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store_uri)
+    mlflow.set_tracking_uri(store_uri)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    exp = mlflow.create_experiment("cal", artifact_location=str(tmp_path / "art"))
+    doc = prior_params_document(PriorParams(4.0, 0.3), image_size=32)
+    runs = {}
+    for entry in ("calibrate", "train"):
+        with mlflow.start_run(experiment_id=exp) as run:
+            mlflow.set_tag(tracking.TAG_ENTRY_POINT, entry)
+            mlflow.log_dict(doc, "prior_params.json")
+        runs[entry] = run.info.run_id
+    try:
+        got = resolve_prior(runs["calibrate"])
+        assert (got.params.alpha, got.params.lambda_eff_fraction) == pytest.approx((4.0, 0.3))
+        assert got.tags == {tracking.TAG_PRIOR_PARAMS: f"run {runs['calibrate']}",
+                            tracking.TAG_PRIOR_PARAMS_RUN: runs["calibrate"]}
+        assert not any(tmp.iterdir())
+        with pytest.raises(ConfigError, match="is not a calibrate run"):
+            resolve_prior(runs["train"])
+    finally:
+        mlflow.set_tracking_uri(None)
