@@ -19,6 +19,7 @@ from typing import Any
 from pipi.cells import get_cell
 from pipi.classes import KVASIR, ClassSet
 from pipi.errors import ConfigError
+from pipi.paths import metric_keys
 from pipi.models.backbones import ARCHS
 from pipi.models.timm_backbones import FOUNDATION, is_timm_arch
 from pipi.prior import PriorConfig
@@ -280,6 +281,9 @@ def run_params(cfg: TrainConfig) -> dict:
          and not (k in ("train_sources", "test_sources") and not v)}
     if cfg.classes:
         p["classes"] = json.dumps(list(cfg.classes))
+        keys = metric_keys(cfg.classes)
+        if keys:   # the metric key of a class whose name MLflow refuses in a key
+            p["class_metric_keys"] = json.dumps(keys, ensure_ascii=False)
     p["jitter"] = ",".join(str(j) for j in cfg.jitter)
     for flat, key in PRIOR_PARAMS.items():
         p[flat] = getattr(cfg.prior, key)

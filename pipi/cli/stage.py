@@ -47,7 +47,7 @@ def _image_request(root, out, labels, classes, class_map, multilabel, group_patt
 @click.option("--out", default="", help="Output folder (default under .pipi/data for synthetic).")
 @click.option("--split-manifest", default="", help="JSON with video_to_split.")
 @_split
-@click.option("--seed", type=int, default=42, show_default=True,
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=42, show_default=True,
               help="Seeds the search of --split random (or auto on other data).")
 @_link
 @click.option("--root", default="", help="source=images: " + _HELP_ROOT)
@@ -149,7 +149,7 @@ def stage_galar_cmd(root, out, mapping, frames_per_class, capsule_systems, video
               help="Keep an image with several classes (refused otherwise).")
 @click.option("--group-pattern", multiple=True,
               help=_HELP_GROUP + " Repeatable: the first that matches a file name wins.")
-@click.option("--seed", type=int, default=42, show_default=True,
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=42, show_default=True,
               help="Seeds the carved splits (val from training; all three with no split).")
 @_link
 @click.option("--no-mlflow", is_flag=True, help="Do not log a stage run.")

@@ -38,6 +38,8 @@ from sklearn.metrics import (
     roc_auc_score,
 )
 
+from pipi.paths import metric_key
+
 __all__ = ["CV2024_CLASSES", "CV2024Report", "cv2024_metrics"]
 
 #: The challenge's ten classes in its sheet's column order.
@@ -94,7 +96,7 @@ class CV2024Report:
                f"{prefix}/cv2024_mean_pr_auc": self.mean_pr_auc}
         for name in ("auc", "specificity", "sensitivity", "f1", "pr_auc"):
             for c, v in zip(self.classes, getattr(self, name), strict=True):
-                out[f"{prefix}/cv2024/{name}/{c}"] = float(v)
+                out[f"{prefix}/cv2024/{name}/{metric_key(c)}"] = float(v)
         return out
 
 

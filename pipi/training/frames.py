@@ -16,7 +16,6 @@ import logging
 import math
 import os
 import random
-import re
 import tempfile
 import warnings
 from collections.abc import Sequence
@@ -35,7 +34,7 @@ from pipi.data.cache import batches, build_cache, split_rows, to_float
 from pipi.data.staging import load_staged
 from pipi.errors import PipiError
 from pipi.models import distill_loss
-from pipi.paths import pipi_home
+from pipi.paths import UNKNOWN_SOURCE, metric_key, pipi_home
 from pipi.predictions import (  # noqa: F401  (re-exported: the format's home is pipi.predictions)
     PREDICTIONS_VERSION,
     PROB_COLUMNS,
@@ -247,7 +246,7 @@ def split_metrics(df: pd.DataFrame, classes: list[int], prefix: str, *,
         out = {f"{prefix}/macro_auc": macro_auc(y, probs, classes=classes)}
     for k, auc in zip(classes, per_class):
         if np.isfinite(auc):
-            out[f"{prefix}/auc/{names[k]}"] = float(auc)
+            out[f"{prefix}/auc/{metric_key(names[k])}"] = float(auc)
     out[f"{prefix}/accuracy"] = float((probs.argmax(1) == y).mean())
     # macro-F1 of the argmax over the same classes (the published code's selection metric)
     out[f"{prefix}/macro_f1"] = float(f1_score(y, probs.argmax(1), labels=classes,
@@ -265,21 +264,18 @@ def source_metrics(df: pd.DataFrame, y: np.ndarray, probs: np.ndarray,
     negatives among that source's frames; NaN left out) and ``.../n_frames``."""
     out = {}
     src = df["source"].astype(str).to_numpy()
+    if len(set(src)) < 2:   # one source (or none): its numbers are the split's own
+        return out
     for name in sorted(set(src)):
         rows = src == name
         present = [int(k) for k in np.unique(y[rows]) if 0 < int((y[rows] == k).sum()) < rows.sum()]
-        key = f"{prefix}/source/{metric_safe(name)}"
+        key = f"{prefix}/source/{metric_key(name or UNKNOWN_SOURCE)}"
         out[f"{key}/n_frames"] = float(rows.sum())
         if present:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 out[f"{key}/macro_auc"] = macro_auc(y[rows], probs[rows], classes=present)
     return out
-
-
-def metric_safe(name: str) -> str:
-    """A name MLflow accepts inside a metric key (letters, digits, ``_-. /:`` kept)."""
-    return re.sub(r"[^\w\-. /:]", "_", name)
 
 
 def final_metrics(df: pd.DataFrame, classes: list[int], prefix: str, cfg: TrainConfig,

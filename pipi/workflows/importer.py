@@ -214,7 +214,8 @@ def import_file(*, kind: str, file: str | Path, cell: str | None = None,
     digest = manifest["data_digest"]
     params = run_params(cfg) if kind == "checkpoint" else {
         k: v for k, v in run_params(cfg).items()
-        if k in ("cell", "backbone", "seed", "profile", "streams", "input_channels", "classes")}
+        if k in ("cell", "backbone", "seed", "profile", "streams", "input_channels", "classes",
+                 "class_metric_keys")}
     tags = tracking.import_tags(
         manifest, kind=kind, cell=cell, backbone=backbone, seed=seed, params=params,
         sha256=sha, file_name=path.name, label=label, facts=facts,

@@ -197,7 +197,10 @@ def check_image(path: Path) -> str:
         with Image.open(io.BytesIO(data)) as im:
             im.load()
     except Exception as exc:  # PIL raises many types for corrupt data
-        raise DataError(f"{path}: unreadable or corrupt image ({exc})") from None
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if "cannot identify image file" in why:   # PIL names its in-memory buffer
+            why = "not an image PIL can read"
+        raise DataError(f"{path}: unreadable or corrupt image ({why})") from None
     return hashlib.sha256(data).hexdigest()
 
 
@@ -225,18 +228,27 @@ def hash_images(paths: Iterable[Path], *, workers: int, progress: bool,
 
 
 def place(src: Path, dst: Path, link: str) -> None:
-    """Put ``src`` at ``dst`` as a hardlink (a copy across devices), a symlink or a copy."""
+    """Put ``src`` at ``dst`` as a hardlink (a copy across devices), a symlink or a copy.
+
+    Never writes through an existing ``dst`` (a hard link to a user's image would carry the
+    new bytes into that image): every form creates ``dst`` exclusively, and a ``dst`` that
+    exists raises :class:`FileExistsError` (the stager names both images).
+    """
     dst.parent.mkdir(parents=True, exist_ok=True)
     if link == "hardlink":
         try:
             os.link(src, dst)
             return
-        except OSError:  # cross-device: fall back to a copy
+        except FileExistsError:
+            raise
+        except OSError:  # cross-device (or a file system without links): a copy
             pass
     elif link == "symlink":
-        os.symlink(src.resolve(), dst)
+        os.symlink(Path(src).resolve(), dst)
         return
-    shutil.copy2(src, dst)
+    with open(src, "rb") as fin, open(dst, "xb") as fout:  # "x": refuse an existing dst
+        shutil.copyfileobj(fin, fout, 1 << 20)
+    shutil.copystat(src, dst)
 
 
 # --------------------------------------------------------------------------- output

@@ -50,8 +50,14 @@ from pipi.data.staging.common import (
     write_index,
 )
 from pipi.data.staging.images_scan import Scan, scan_folders, scan_table
-from pipi.data.staging.images_split import assign_groups, assign_splits, frame_numbers
+from pipi.data.staging.images_split import (
+    assign_groups,
+    assign_splits,
+    compile_patterns,
+    frame_numbers,
+)
 from pipi.errors import DataError
+from pipi.paths import UNKNOWN_SOURCE, inside, metric_keys, path_part, twins
 from pipi.paths import publish_dir
 
 log = logging.getLogger(__name__)
@@ -155,7 +161,28 @@ def resolve_classes(rows: pd.DataFrame, req: ImageStageRequest) -> tuple[pd.Data
         classes = present
     if len(classes) < 2:
         raise DataError(f"the data has {len(classes)} class(es) {classes}; need at least two")
+    _check_classes(rows, classes, req)
     return rows, classes, record
+
+
+def _check_classes(rows: pd.DataFrame, classes: list[str], req: ImageStageRequest) -> None:
+    """Every class is a safe folder name (:func:`pipi.names.path_part`), no two differ only in
+    case, and no two share a metric key; each refusal names where the name came from."""
+    first = rows.drop_duplicates("class").set_index("class")["where"]
+
+    def origin(c: str) -> str:
+        if req.class_map is not None:
+            return f"--class-map {req.class_map}: class"
+        return f"{first[c]}: class" if c in first.index else "--classes: class"
+
+    for c in classes:
+        path_part(c, origin(c))
+    pair = twins(classes)
+    if pair:
+        raise DataError(f"{origin(pair[1])} {pair[1]!r} and {pair[0]!r} differ only in case; "
+                        "a case-insensitive disk cannot keep both: name them alike (or map "
+                        "one onto the other with --class-map)")
+    metric_keys(classes)
 
 
 # --------------------------------------------------------------------------- images
@@ -191,19 +218,24 @@ def _frames(scan: Scan, rows: pd.DataFrame, shas: dict[str, str], multilabel: bo
 
 def _staged_paths(rows: pd.DataFrame, scan: Scan) -> list[str]:
     """``<split>/<Class>/<below the class folder>`` (folders) or ``<split>/<Class>/[<Source>/]
-    <file>`` (tables); a clash gets the frame's short hash before the suffix."""
+    <file>`` (tables), every part a safe name (:func:`pipi.names.path_part`); a clash (case
+    ignored: the disk may ignore it) gets the frame's short hash before the suffix."""
     out, seen = [], set()
     for r in rows.itertuples(index=False):
         if scan.layout == "folder":
             below = Path(r.src).relative_to(scan.root).parts
-            tail = "/".join(below[2:] if r.given_split else below[1:])
+            parts = list(below[2:] if r.given_split else below[1:])
+            if r.source and parts[0] != r.source:   # a source given for an image without one
+                parts.insert(0, r.source)
         else:
-            tail = f"{r.source}/{r.filename}" if r.source else r.filename
-        p = f"{r.split}/{r.cls}/{tail}"
-        if p in seen:
+            parts = [r.source, r.filename] if r.source else [r.filename]
+        for part in parts:
+            path_part(part, r.where)
+        p = "/".join([r.split, r.cls, *parts])
+        if p.casefold() in seen:
             stem, dot, suf = p.rpartition(".")
             p = f"{stem}-{split_sha256({'k': r.frame_id})[:8]}{dot}{suf}"
-        seen.add(p)
+        seen.add(p.casefold())
         out.append(p)
     return out
 
@@ -216,8 +248,9 @@ def _capsule_vision(scan: Scan, classes: list[str]) -> bool:
 
 # --------------------------------------------------------------------------- counts
 def count_frames(frames: pd.DataFrame, classes: list[str], sources: list[str]) -> dict:
-    """``{split: {class: {source: n}}}`` over (image, class) rows (source "" where none)."""
-    srcs = sources or [""]
+    """``{split: {class: {source: n}}}`` over (image, class) rows (source "" where none): every
+    row counts, whatever its source."""
+    srcs = list(sources) + sorted(set(frames["source"]) - set(sources))
     c = frames.groupby(["split", "class", "source"]).size()
     return {s: {k: {src: int(c.get((s, k, src), 0)) for src in srcs} for k in classes}
             for s in SPLITS}
@@ -264,10 +297,13 @@ def stage_images(req: ImageStageRequest, *, progress: bool = True) -> StageResul
     if req.out is None:
         raise DataError("pass --out <the staged folder>")
     out = Path(req.out)
+    _check_apart(Path(req.root), out)
+    compile_patterns(req.group_patterns)   # a bad pattern before any image is read
     existing = _check_out(out)
     scan = (scan_table(req.labels, req.root, classes=req.classes) if req.labels
             else scan_folders(req.root))
-    rows, classes, class_map = resolve_classes(scan.rows, req)
+    rows = _sources(scan.rows.copy())
+    rows, classes, class_map = resolve_classes(rows, req)
     if "from_sheet" not in rows:
         rows["from_sheet"] = False
     listed = dict(zip(rows["src"], rows["where"]))   # a table's line, for the error
@@ -292,7 +328,7 @@ def stage_images(req: ImageStageRequest, *, progress: bool = True) -> StageResul
     img["video_id"] = groups
     img["frame_number"] = frame_numbers(img)
     split, rule = assign_splits(img["given_split"], img["class_index"], img["video_id"],
-                                seed=req.seed, grouping=grouping)
+                                seed=req.seed, grouping=grouping, names=classes)
     log.info("split: %s (%s)", rule, grouping.describe())
     img["split"] = split
     for col in ("video_id", "frame_number", "split"):
@@ -345,12 +381,50 @@ def stage_images(req: ImageStageRequest, *, progress: bool = True) -> StageResul
     return StageResult(out=out, manifest=manifest, frames=frames, counts=_counts_csv(counts))
 
 
+def _check_apart(root: Path, out: Path) -> None:
+    """Refuse an ``out`` inside ``root`` (the next staging of ``root`` would read the staged
+    copy as a class) or a ``root`` inside ``out``."""
+    if inside(out, root):
+        raise DataError(f"--out {out}: is inside --root {root} (the next staging of it would "
+                        "read the staged copy as data); choose a folder outside it")
+    if inside(root, out):
+        raise DataError(f"--root {root}: is inside --out {out}; choose an --out outside the data")
+
+
+def _sources(rows: pd.DataFrame) -> pd.DataFrame:
+    """Each row's source a safe folder name; where some images name a source and others none,
+    those get :data:`pipi.names.UNKNOWN_SOURCE`. Sources that differ only in case are refused."""
+    named = rows["source"] != ""
+    for src, where in rows.loc[named].drop_duplicates("source")[["source", "where"]].itertuples(
+            index=False):
+        path_part(src, f"{where}: source")
+    pair = twins(sorted(set(rows.loc[named, "source"])))
+    if pair:
+        at = rows.loc[rows["source"] == pair[1], "where"].iloc[0]
+        raise DataError(f"{at}: source {pair[1]!r} and {pair[0]!r} differ only in case; name "
+                        "them alike")
+    if named.any() and not named.all():
+        log.warning("%d image(s) name no source: their source is %r", int((~named).sum()),
+                    UNKNOWN_SOURCE)
+        rows.loc[~named, "source"] = UNKNOWN_SOURCE
+    return rows
+
+
 def _write(out: Path, rows, frames, manifest, counts, classes, sources, link, progress) -> None:
     with staging_area(out) as tmp:
         stage_dir = tmp / "staged"
+        placed: dict[str, str] = {}
         for src, path in tqdm(zip(rows["src"], rows["path"]), total=len(rows), desc="stage",
                               unit="img", disable=not progress):
-            place(Path(src), stage_dir / path, link)
+            dst = stage_dir / path
+            if not inside(dst, stage_dir):
+                raise DataError(f"{src}: its staged path {path!r} leaves --out; nothing written")
+            try:
+                place(Path(src), dst, link)
+            except FileExistsError:
+                raise DataError(f"{src} and {placed.get(path.casefold(), 'another image')} land "
+                                f"on the same staged path {path!r}; rename one") from None
+            placed[path.casefold()] = str(src)
         write_index(stage_dir, frames, manifest, _counts_csv(counts),
                     format_counts(counts, classes, sources))
         publish_dir(stage_dir, out)

@@ -333,6 +333,9 @@ def _table_rows(path: Path, df: pd.DataFrame, root: Path, *,
             split = SPLIT_ALIASES[given]
         rel = normalise_path(raw)
         src = locate(rel, (root, path.parent, path.parent.parent))
+        if not is_image(src.name):
+            raise DataError(f"{where}: {raw!r} is not an image file (one of "
+                            f"{', '.join(IMAGE_SUFFIXES)}); list images only")
         if must_exist and not src.is_file():
             raise DataError(f"{where}: image {raw!r} not found (looked under {root}, "
                             f"{path.parent} and {path.parent.parent})")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -118,8 +119,8 @@ def frame_numbers(frames: pd.DataFrame) -> pd.Series:
     return out.astype("int64")
 
 
-def carve(labels: np.ndarray, groups: np.ndarray, fraction: float, seed: int, what: str
-          ) -> np.ndarray:
+def carve(labels: np.ndarray, groups: np.ndarray, fraction: float, seed: int, what: str,
+          names: Sequence[str] | None = None) -> np.ndarray:
     """A seeded, class-stratified, group-disjoint subset of about ``fraction`` of the rows
     (a boolean mask).
 
@@ -147,11 +148,19 @@ def carve(labels: np.ndarray, groups: np.ndarray, fraction: float, seed: int, wh
     target = fraction * by["n"].transform("sum")
     last = by.cumcount() == by["n"].transform("size") - 1
     held = set(g.index[(before < target) & ~last])
+    if not held:
+        alone = [names[int(y)] if names is not None else str(y) for y in sorted(set(g["y"]))]
+        raise DataError(
+            f"cannot carve {what} out with whole groups: {len(g)} group(s) (videos/patients), "
+            f"and each of the classes {alone} has a single group of its own (a group counts "
+            "toward its most frequent class); give split folders or a split column, data with "
+            "more groups, or a --group-pattern that finds smaller groups")
     return np.fromiter((x in held for x in groups), dtype=bool, count=len(groups))
 
 
 def assign_splits(given: pd.Series, labels: pd.Series, groups: pd.Series, *, seed: int,
-                  grouping: Grouping) -> tuple[pd.Series, str]:
+                  grouping: Grouping, names: Sequence[str] | None = None
+                  ) -> tuple[pd.Series, str]:
     """pipi's split of each frame and a sentence saying how it was made (module docstring)."""
     have = set(given) - {""}
     if "" in set(given) and have:
@@ -167,7 +176,7 @@ def assign_splits(given: pd.Series, labels: pd.Series, groups: pd.Series, *, see
         notes.append("training and validation given: validation is the reported test split")
     elif "test" not in have:
         tr = (split == "train").to_numpy() if have else np.ones(len(split), dtype=bool)
-        test = carve(lab[tr], grp[tr], TEST_FRACTION, seed, "test")
+        test = carve(lab[tr], grp[tr], TEST_FRACTION, seed, "test", names)
         split[tr] = np.where(test, "test", "train")
         test_carved = True
         notes.append(f"{'test carved out of training' if have else 'no split given: test carved out'}"
@@ -177,7 +186,7 @@ def assign_splits(given: pd.Series, labels: pd.Series, groups: pd.Series, *, see
     else:
         tr = (split == "train").to_numpy()
         share = VAL_FRACTION / (1 - TEST_FRACTION) if test_carved else VAL_FRACTION
-        val = carve(lab[tr], grp[tr], share, seed + 1, "val")
+        val = carve(lab[tr], grp[tr], share, seed + 1, "val", names)
         split[tr] = np.where(val, "val", "train")
         notes.append(f"val carved out of training ({share:.1%} of it, {how})")
     leaks = _groups_across(split, groups)

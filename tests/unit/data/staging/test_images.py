@@ -572,14 +572,17 @@ def test_a_published_sheet_read_as_a_label_table(tmp_path):
 
 
 def test_an_index_column_of_a_resaved_sheet_is_not_a_class(tmp_path):
-    """A sheet saved back by pandas with its index (``Unnamed: 0``: 0, 1): not a one-hot
-    class column even where its values look binary."""
+    """A sheet saved back by pandas with its index (``Unnamed: 0``: 0, 1, 0, 1 after a concat of
+    two-row frames): not a one-hot class column even where its values look binary."""
     root = tmp_path / "d"
-    _jpg(root / "a.jpg", 1)
-    _jpg(root / "b.jpg", 2)
-    _xlsx(tmp_path / "labels.xlsx", ["Unnamed: 0", "image_path", "Ulcer", "Normal"],
-          [[0, "a.jpg", 1, 0], [1, "b.jpg", 0, 1]])
+    names = [f"{c}{i}.jpg" for i in range(3) for c in "ab"]
+    for i, n in enumerate(names):
+        _jpg(root / n, i)
+    _xlsx(tmp_path / "labels.xlsx", ["Unnamed: 0", "image_path", "split", "Ulcer", "Normal"],
+          [[i % 2, n, ("train", "val", "test")[i // 2], int(n[0] == "a"), int(n[0] == "b")]
+           for i, n in enumerate(names)])
     stage_images(_req(root, tmp_path / "o", labels=tmp_path / "labels.xlsx"), progress=False)
     frames, man = load_staged(tmp_path / "o")
     assert man["classes"] == ["Normal", "Ulcer"]
-    assert dict(zip(frames["image_path"], frames["class"])) == {"a.jpg": "Ulcer", "b.jpg": "Normal"}
+    assert dict(zip(frames["image_path"], frames["class"])) == {
+        n: "Ulcer" if n[0] == "a" else "Normal" for n in names}
