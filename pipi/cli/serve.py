@@ -3,12 +3,20 @@ entry point: a server that runs until stopped, like ``pipi server``)."""
 
 from __future__ import annotations
 
+import math
+
 import click
 
 from pipi import tracking
 from pipi.cli.common import PipiCommand, setup_logging
 from pipi.tracking.scoring import ServeRequest
 from pipi.tracking.scoring import serve as run_serve
+
+
+def _finite(mb: float) -> float:
+    if math.isnan(mb):   # NaN passes every range check
+        raise click.BadParameter("nan is not a size; give a number of MiB such as 64")
+    return mb
 
 
 @click.command("serve", cls=PipiCommand)
@@ -21,8 +29,8 @@ from pipi.tracking.scoring import serve as run_serve
               help="Port to listen on.")
 @click.option("--workers", type=click.IntRange(1), default=1, show_default=True,
               help="uvicorn worker processes, each with its own copy of the model.")
-@click.option("--max-request-mb", type=click.FloatRange(0, min_open=True), default=64.0,
-              show_default=True,
+@click.option("--max-request-mb", type=click.FloatRange(0, 1024 * 1024, min_open=True),
+              default=64.0, show_default=True, callback=lambda ctx, p, v: _finite(v),
               help="Largest request body in MiB: a bigger one is refused with 413 before it "
                    "is read whole (a declared Content-Length at once, a chunked body at the "
                    "limit).")

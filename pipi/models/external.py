@@ -23,6 +23,7 @@ per-epoch ``last_model.pt``) are a dict with the state dict of its ``ImageClassi
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,7 +88,9 @@ def _numpy_scalar_globals() -> list:
 
 def _load(path: Path):
     try:
-        with torch.serialization.safe_globals(_numpy_scalar_globals()):
+        with torch.serialization.safe_globals(_numpy_scalar_globals()), \
+                warnings.catch_warnings():
+            warnings.simplefilter("ignore")   # torch's pickle advice would print before ours
             return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - torch raises several types for unreadable files
         first = reason_of(exc)

@@ -57,15 +57,25 @@ def write_sheet(sheet: pd.DataFrame, out: Path, fmt: str) -> Path:
     if fmt not in SHEET_FORMATS:
         raise DataError(f"format={fmt!r}: use one of {list(SHEET_FORMATS)}")
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=f".{fmt}", dir=out.parent)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=f".{fmt}", dir=out.parent)
+    except OSError as exc:
+        raise DataError(f"{out}: cannot write the sheet there ({exc.strerror}); choose another "
+                        "path") from None
     os.close(fd)
     try:
         if fmt == "xlsx":
             sheet.to_excel(tmp, index=False)
         else:
             sheet.to_csv(tmp, index=False, float_format="%.17g")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)   # as an ordinary file (mkstemp's is 0600)
         os.replace(tmp, out)
+    except OSError as exc:
+        raise DataError(f"{out}: cannot write the sheet ({exc.strerror}); nothing written"
+                        ) from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

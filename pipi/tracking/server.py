@@ -433,6 +433,8 @@ class LabServer:
 
     def start(self) -> LabServer:
         self.root.mkdir(parents=True, exist_ok=True)
+        if self.auth:   # the lab's store, log and auth database: the lab account's alone
+            os.chmod(self.root, 0o700)
         try:
             if self.backend == "postgres":
                 dbs = ("mlflow", "mlflow_auth") if self.auth else ("mlflow",)
@@ -465,6 +467,8 @@ class LabServer:
         db = self.pg.uri("mlflow_auth") if self.pg else f"sqlite:///{self.root / 'auth.db'}"
         path = self.root / "basic_auth.ini"
         # no secrets in the file: the admin credentials reach MLflow through its environment
+        path.touch(mode=0o600)
+        os.chmod(path, 0o600)
         path.write_text("[mlflow]\ndefault_permission = READ\n"
                         f"database_uri = {db}\n"
                         "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
@@ -485,7 +489,10 @@ class LabServer:
 
     def start_tracking(self, timeout: float = 300) -> None:
         """Start ``mlflow server`` (again, on the same address) and wait until it is healthy."""
-        self._log = open(self.root / "mlflow-server.log", "ab")
+        log = self.root / "mlflow-server.log"
+        self._log = open(log, "ab")
+        if self.auth:   # it logs request paths and user names
+            os.chmod(log, 0o600)
         env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", **self._env}
         self.proc = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT,
                                      start_new_session=True, env=env)

@@ -264,7 +264,7 @@ def source_metrics(df: pd.DataFrame, y: np.ndarray, probs: np.ndarray,
     negatives among that source's frames; NaN left out) and ``.../n_frames``."""
     out = {}
     src = df["source"].astype(str).to_numpy()
-    if len(set(src)) < 2:   # one source (or none): its numbers are the split's own
+    if not any(src):   # a dataset without sources: the split's own numbers say it all
         return out
     for name in sorted(set(src)):
         rows = src == name
@@ -282,7 +282,9 @@ def final_metrics(df: pd.DataFrame, classes: list[int], prefix: str, cfg: TrainC
                   manifest: dict | None) -> dict[str, float]:
     """A run's reported ``<prefix>/*`` metrics: :func:`split_metrics` with the class names of
     ``cfg`` and, on data staged from the Capsule Vision layout, the challenge's metrics."""
-    return split_metrics(df, classes, prefix, names=cfg.class_set.names,
+    one_source = len((manifest or {}).get("sources") or ()) == 1   # the split's own numbers
+    return split_metrics(df.drop(columns="source") if one_source and "source" in df else df,
+                         classes, prefix, names=cfg.class_set.names,
                          cv2024=is_capsule_vision(manifest))
 
 

@@ -3,6 +3,7 @@ prediction sheet (``image_path``, one probability per class, ``predicted_class``
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -34,10 +35,16 @@ def export_cv2024(run_id: str, out: Path, *, split: str = "test", fmt: str | Non
     if split not in SPLITS:
         raise ConfigError(f"split={split!r}: use one of {list(SPLITS)}")
     out = Path(out)
-    fmt = fmt or (out.suffix.lstrip(".").lower() if out.suffix.lower() in (".xlsx", ".csv")
-                  else "xlsx")
+    named = out.suffix.lstrip(".").lower() if out.suffix.lower() in (".xlsx", ".csv") else None
+    if fmt and named and fmt != named:
+        raise ConfigError(f"--format {fmt} with --out {out}: the name says {named}; name the "
+                          f"file .{fmt} or drop --format")
+    fmt = fmt or named or "xlsx"
     if fmt not in SHEET_FORMATS:
         raise ConfigError(f"format={fmt!r}: use one of {list(SHEET_FORMATS)}")
+    _check_writable(out)
+    if str(run_id).startswith("models:/"):   # a registered version or alias: its run
+        run_id = tracking.model_uri_run_id(run_id)
     work = Path(tempfile.mkdtemp(prefix="pipi-export-"))
     try:
         folder = tracking.download_predictions(run_id, work)
@@ -51,3 +58,17 @@ def export_cv2024(run_id: str, out: Path, *, split: str = "test", fmt: str | Non
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return ExportResult(out, run_id, split, len(sheet), classes)
+
+
+def _check_writable(out: Path) -> None:
+    """Refuse, before anything is downloaded, an ``out`` whose folder cannot be written."""
+    folder = out.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if out.is_dir():
+        raise ConfigError(f"--out {out}: is a folder; name the sheet file")
+    if not folder.is_dir():
+        raise ConfigError(f"--out {out}: {folder} is a file, not a folder; choose another --out")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError(f"--out {out}: cannot write in {folder} (permission denied); choose "
+                          "another --out")

@@ -30,7 +30,7 @@ from pipi.classes import class_set_of
 from pipi.config import TrainConfig, make_config, resolve_profile, run_params
 from pipi.data.cache import build_cache
 from pipi.data.prediction_file import join_predictions, read_prediction_file
-from pipi.errors import ConfigError
+from pipi.errors import ConfigError, DataError
 from pipi.models.external import (
     ExternalCheckpoint,
     file_settings,
@@ -77,6 +77,17 @@ class ImportResult:
     registered: str | None = None
     #: Settings taken from the checkpoint's ``args`` (``"backbone=resnet18"``, ...).
     from_file: tuple[str, ...] = ()
+
+
+def _check_finite_state(path: Path, state) -> None:
+    """Refuse, before a run starts, a checkpoint whose weights hold NaN or inf (its every score
+    would be NaN), naming the file's own keys."""
+    bad = [k for k, t in state.items()
+           if t.is_floating_point() and not bool(t.isfinite().all())]
+    if bad:
+        raise DataError(f"{path}: the checkpoint's weights hold NaN or inf ({', '.join(bad[:3])}"
+                        f"{', ...' if len(bad) > 3 else ''}); it cannot score frames: export it "
+                        "again from a finite state")
 
 
 def file_sha256(path: Path) -> str:
@@ -206,6 +217,7 @@ def import_file(*, kind: str, file: str | Path, cell: str | None = None,
                                     classes=classes)
         if from_file:
             facts["from_args"] = ", ".join(from_file)
+        _check_finite_state(path, ckpt.state)
     else:
         keys, probs = read_prediction_file(path, classes)
         joined = join_predictions(path, keys, probs, frames)

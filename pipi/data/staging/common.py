@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import hashlib
 import io
 import json
@@ -254,10 +255,18 @@ def place(src: Path, dst: Path, link: str) -> None:
 # --------------------------------------------------------------------------- output
 @contextlib.contextmanager
 def staging_area(out: Path) -> Iterator[Path]:
-    """A temporary folder beside ``out``, removed on exit (publish ``<it>/staged`` first)."""
+    """A temporary folder beside ``out``, removed on exit (publish ``<it>/staged`` first); a
+    full disk becomes one line (:class:`DataError`)."""
     tmp = staging_dir(out)
     try:
         yield tmp
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise DataError(f"--out {out}: the disk is full ({exc.strerror}) while staging; "
+                        "nothing was written: free space or choose --out on another disk, "
+                        "or --link hardlink/symlink to place the images without copying them"
+                        ) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -57,8 +57,7 @@ from pipi.data.staging.images_split import (
     frame_numbers,
 )
 from pipi.errors import DataError
-from pipi.paths import UNKNOWN_SOURCE, inside, metric_keys, path_part, twins
-from pipi.paths import publish_dir
+from pipi.paths import UNKNOWN_SOURCE, inside, metric_keys, path_part, publish_dir, twins
 
 log = logging.getLogger(__name__)
 

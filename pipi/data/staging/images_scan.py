@@ -42,6 +42,8 @@ IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff")
 SPLIT_ALIASES = {"training": "train", "train": "train", "validation": "val", "val": "val",
                  "valid": "val", "test": "test"}
 PATH_COLUMNS = ("image_path", "path", "filename")
+#: The forms a label table is read in (CSV with its delimiter sniffed, Parquet, Excel).
+TABLE_SUFFIXES = (".csv", ".tsv", ".txt", ".gz", ".parquet", ".pq", ".xlsx", ".xlsm", ".xls")
 CLASS_COLUMNS = ("class", "label", "class_name", "class_label", "finding_class")
 GROUP_COLUMNS = ("video_id", "patient_id")
 SOURCE_COLUMNS = ("source", "dataset")
@@ -237,6 +239,10 @@ def read_table(path: Path) -> pd.DataFrame:
     if not path.is_file():
         raise DataError(f"{path}: label table not found")
     suffix = path.suffix.lower()
+    if suffix not in TABLE_SUFFIXES:
+        raise DataError(f"{path}: a label table is CSV/TSV/TXT, Parquet or Excel "
+                        f"({', '.join(TABLE_SUFFIXES)}), not {suffix or 'a file without a suffix'}"
+                        "; save it in one of those forms (docs/your-own-dataset.md)")
     try:
         if suffix in (".parquet", ".pq"):
             df = pd.read_parquet(path)
