@@ -68,6 +68,7 @@ from pipi.tracking.records import (
     VersionRecord,
     resolved_param,
     run_record,
+    unquote_param,
     version_record,
 )
 from pipi.tracking.registry import (
@@ -301,7 +302,8 @@ __all__ = [
     "mark_experiment", "missing_version_tags", "mlflow_run_ancestor", "model_lock", "model_prefix",
     "model_run_id", "model_uri_run_id", "model_version", "optimize_study", "param_value",
     "pipi_run", "record_lost_run", "record_on_version", "register_version", "release_claim",
-    "reported", "resolved_param", "resume_hint", "run_model_uri", "run_record", "run_url",
+    "reported", "resolved_param", "resume_hint", "unquote_param", "run_model_uri",
+    "run_record", "run_url",
     "run_version", "server_gone", "set_aliases", "set_model_description", "set_model_prefix",
     "set_registered_model_tags", "set_run_description", "set_run_tags", "set_tags",
     "set_version_description", "signals_deferred", "signals_end_runs", "signals_live",

@@ -11,6 +11,7 @@ change when the run does; read the run again for what happened since.
 from __future__ import annotations
 
 import math
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
@@ -29,10 +30,25 @@ from pipi.tracking.tags import (
 )
 
 __all__ = ["LIVE_STATUSES", "RunRecord", "VersionRecord", "resolved_param", "run_record",
-           "version_record"]
+           "unquote_param", "version_record"]
 
 #: Statuses of a run that a process may still be filling.
 LIVE_STATUSES = ("RUNNING", "SCHEDULED")
+
+
+def unquote_param(value: str) -> str:
+    """A param as the request said it: ``mlflow run`` logs each MLproject parameter
+    shell-quoted (``''`` for an empty value, ``'a b'`` for a value with a space) and ``pipi
+    train`` copies that form (:func:`pipi.tracking.runs.launch_params`); a value that is not
+    exactly ``shlex.quote`` of something is returned as it is."""
+    v = str(value)
+    if not v.startswith("'"):
+        return v
+    try:
+        parts = shlex.split(v)
+    except ValueError:
+        return v
+    return parts[0] if len(parts) == 1 and shlex.quote(parts[0]) == v else v
 
 
 def resolved_param(params: Mapping[str, str], key: str, default: str = "") -> str:
@@ -47,7 +63,9 @@ def _frozen(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:
 
 @dataclass(frozen=True)
 class RunRecord:
-    """One MLflow run as pipi reads it (a snapshot; mappings are read-only)."""
+    """One MLflow run as pipi reads it (a snapshot; mappings are read-only). ``params`` are
+    the request's values whichever launcher logged them (:func:`unquote_param`: ``''`` is
+    empty)."""
 
     run_id: str
     run_name: str = ""
@@ -162,7 +180,8 @@ def run_record(run: Any) -> RunRecord:
         run_id=info.run_id, run_name=info.run_name or "", experiment_id=info.experiment_id,
         status=info.status, lifecycle_stage=info.lifecycle_stage,
         start_time=info.start_time, end_time=info.end_time,
-        artifact_uri=info.artifact_uri or "", params=data.params, tags=data.tags,
+        artifact_uri=info.artifact_uri or "",
+        params={k: unquote_param(v) for k, v in data.params.items()}, tags=data.tags,
         metrics=data.metrics,
         model_ids=tuple(o.model_id for o in (outputs.model_outputs if outputs else [])))
 

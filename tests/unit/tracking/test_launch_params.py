@@ -69,3 +69,30 @@ def test_booleans_are_lower_case_and_resolved_values_go_beside_the_request(tmp_p
         assert tracking.resolved_param(p, "cell") == "pi"
     finally:
         mlflow.set_tracking_uri(None)
+
+
+def test_a_run_reads_its_params_as_requested_whichever_launcher_logged_them(store_uri,
+                                                                          monkeypatch):
+    """Issue 38 / 41 M6: `mlflow run` logs an empty `train_sources` as the two characters
+    ``''``; read back (RunRecord, the runs table aggregate and promote select from), it is
+    empty, so the run trained on every source joins the aggregate's arms instead of a
+    leave-one-source-out condition named ``train '' -> test ''``."""
+    from pipi.analysis.loso import split_heldout_runs
+    from pipi.tracking.queries import load_runs
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store_uri)
+    mlflow.set_tracking_uri(store_uri)
+    logged = _mlflow_run_params({"cell": "pi", "data": "/tmp/my data/staged"})
+    assert logged["train_sources"] == "''" and logged["data"] == "'/tmp/my data/staged'"
+    mlflow.set_experiment("mixed")
+    with mlflow.start_run() as run:
+        mlflow.log_params(logged)
+    with mlflow.start_run():
+        mlflow.log_params({**logged, "train_sources": "KID,AIIMS", "test_sources": "SEE-AI"})
+    rec = tracking.get_run(run.info.run_id)
+    assert rec.params["train_sources"] == "" and rec.params["data"] == "/tmp/my data/staged"
+    assert rec.params["cell"] == "pi"
+    everywhere, heldout = split_heldout_runs(load_runs("mixed"))
+    assert everywhere["run_id"].tolist() == [run.info.run_id] and len(heldout) == 1
+    assert tracking.unquote_param("'it'\"'\"'s'") == "it's"
+    assert tracking.unquote_param("'") == "'" and tracking.unquote_param("a b") == "a b"
