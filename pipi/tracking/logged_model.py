@@ -46,6 +46,7 @@ from pipi.tracking.tags import (
     TAG_CELL,
     TAG_DATA_DIGEST,
     TAG_DATASET,
+    TAG_NEEDED_BY,
     TAG_RECIPE,
     TAG_RECIPE_HASH,
     TAG_SEED,
@@ -150,7 +151,9 @@ def log_and_register(cfg: TrainConfig, artifacts: dict, example, out_example,
                      test_dataset: DatasetRef | None = None, image_columns: bool = False,
                      description: str | None = None) -> dict:
     """Log the pyfunc; register it as :func:`registered_name` with its version tags and
-    ``description`` in the call that creates the version, then the ``candidate`` alias.
+    ``description`` in the call that creates the version, then the ``candidate`` alias
+    (unless the run was trained as another run's dependency: ``tags`` has
+    :data:`TAG_NEEDED_BY`; its version is tagged ``needed_by`` and moves no alias).
 
     A run that already has a version (a resume after registration) logs no second model and
     registers no second version: its version is completed and kept."""
@@ -179,10 +182,15 @@ def log_and_register(cfg: TrainConfig, artifacts: dict, example, out_example,
     result = {"model_uri": info.model_uri if info else existing.source,
               "model_id": info.model_id if info else getattr(existing, "model_id", None),
               "registered": None}
+    needed_by = tags.get(TAG_NEEDED_BY, "")
+    if needed_by:
+        version_tags["needed_by"] = needed_by
     if name:
         version = register_version(name, info, run_id=run_id, tags=version_tags,
                                    description=description)
-        set_aliases(name, {"candidate": version})
+        if not needed_by:   # a dependency registers but moves no alias: the user asked for
+            set_aliases(name, {"candidate": version})   # the run that needed it
+        result["moved_alias"] = not needed_by
         set_registered_model_tags(name, {TAG_CELL: cfg.cell, TAG_BACKBONE: cfg.backbone})
         result["registered"] = f"models:/{name}/{version}"
         result["registered_name"] = name

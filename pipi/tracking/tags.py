@@ -2,7 +2,7 @@
 
 __all__ = [
     "DEFAULT_EXPERIMENT", "HEARTBEAT_TAG", "INHERITED_SOURCE_TAGS", "TAG_AGGREGATE_N_RUNS",
-    "TAG_BACKBONE", "TAG_BASELINE_TRIAL", "TAG_BASE_CODE_VERSION", "TAG_BASE_RUN",
+    "TAG_BACKBONE", "TAG_BASELINE_TRIAL", "TAG_BASE_CODE_VERSION", "TAG_BASE_RUN", "TAG_NEEDED_BY",
     "TAG_BEST_EPOCH", "TAG_C3_RUN", "TAG_CALIBRATE_MODE", "TAG_CELL", "TAG_CODE_VERSION",
     "TAG_CONFIG_HASH", "TAG_DATASET", "TAG_DATA_DIGEST", "TAG_DONOR_RUN", "TAG_ENTRY_POINT",
     "TAG_EVALUABLE_CLASSES", "TAG_FAILED_CHILDREN", "TAG_FAILURE", "TAG_GALAR_FOLD",
@@ -41,6 +41,9 @@ TAG_BACKBONE = "pipi.backbone"
 TAG_SEED = "pipi.seed"
 TAG_PARENT_RUN = "pipi.parent_run_id"
 TAG_BASE_RUN = "pipi.base_run_id"
+#: On a run trained as another run's dependency (a sequence cell's base): the run that needed
+#: it. Its registered version carries it too and moves no alias (issue 38).
+TAG_NEEDED_BY = "pipi.needed_by"
 TAG_STUDY = "pipi.study"
 TAG_VARIANT = "pipi.variant"
 TAG_C3_RUN = "pipi.c3_run_id"

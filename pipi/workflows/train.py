@@ -419,7 +419,10 @@ def _show_in_ui(cfg: TrainConfig, summary: TrainSummary, test: pd.DataFrame, *, 
     if summary.registered:  # the version's own description came with its creation
         name = summary.registered_name
         # the serve command names an alias that exists: champion once promoted, else candidate
-        alias = "champion" if tracking.alias_version(name, "champion") else "candidate"
+        alias = next((a for a in ("champion", "candidate")
+                      if tracking.alias_version(name, a)), None)
+        if alias is None:   # a dependency's first version: no alias to serve yet
+            return
         tracking.set_model_description(name, model_card(cell=cfg.cell, backbone=cfg.backbone,
                                                         name=name, alias=alias,
                                                         class_names=cfg.class_set.names))
@@ -453,8 +456,10 @@ def train_base_run(cfg: TrainConfig, *, staged: StagedData, register: bool,
     bcfg = base_config(cfg)
     log.info("no FINISHED %s run for backbone %s, seed %d: training it first",
              bcfg.cell, bcfg.backbone, bcfg.seed)
+    needed_by = tracking.active_run_id() if tracking.active_experiment_id() else ""
     req = TrainRequest(bcfg.with_classes(class_set_of(staged.manifest)), staged,
-                       runtime_of(bcfg), data=str(staged.root))
+                       runtime_of(bcfg), data=str(staged.root),
+                       tags={tracking.TAG_NEEDED_BY: needed_by} if needed_by else {})
     summary = run(req, register=register, progress=progress,
                   nested=tracking.active_experiment_id() is not None)
     return summary.run_id

@@ -112,3 +112,25 @@ def test_promote_refuses_a_version_without_the_full_tag_set(sqlite_tracking, tmp
     for tag in ("git_commit", "cell", "backbone", "seed"):
         assert tag in msg, msg
     assert tracking.alias_version(NAME, "champion") is None
+
+
+def test_a_dependency_registers_but_moves_no_alias(sqlite_tracking, cfg, tmp_path):
+    """Issue 38: a run trained because another needed it (a sequence cell's base) registers,
+    tagged with the run that needed it, and leaves ``@candidate`` where the user put it."""
+    mlflow.set_experiment("registration")
+    with mlflow.start_run():
+        mine = _log(cfg, tmp_path / "mine")
+    with mlflow.start_run() as needing:
+        pass
+    (tmp_path / "dep").mkdir()
+    with mlflow.start_run():
+        dep = log_frame_model(cfg, build_frame_model(cfg), tmp_path / "dep", test_auc=0.5,
+                              register=True, description="a base",
+                              tags={tracking.TAG_RECIPE: "r",
+                                    tracking.TAG_NEEDED_BY: needing.info.run_id})
+    c = MlflowClient()
+    assert str(c.get_model_version_by_alias(NAME, "candidate").version) == str(
+        mine["registered_version"])
+    v = c.get_model_version(NAME, dep["registered_version"])
+    assert v.tags["needed_by"] == needing.info.run_id and not v.aliases
+    assert dep["moved_alias"] is False and mine["moved_alias"] is True
