@@ -98,6 +98,10 @@ def request(cfg: TrainConfig | None, *, data: str | None = None, resume: str | N
     continues that run on its own data and recipe (``cfg`` is then ignored)."""
     if resume:
         resumed = tracking.get_run(resume)   # the one read of the resumed run
+        prefix = resumed.params.get("model_prefix", "")
+        if prefix and prefix != tracking.model_prefix():   # it registers under its own names
+            log.info("resuming run %s with its model prefix %s", resume, prefix)
+            tracking.set_model_prefix(prefix)
         staged = resume_data(resumed, data)
         saved, state = load_resume(resumed)
         if cfg is not None and saved != cfg:

@@ -134,6 +134,8 @@ def test_a_resume_reads_the_resumed_run_once(sqlite_tracking, tiny_staged, tmp_p
                                   tracking.TAG_BASE_RUN: "b" * 32,
                                   tracking.TAG_RESUMED_BY: "e" * 32}).info.run_id
     c.log_param(rid, "data_dir", str(tiny_staged))
+    c.log_param(rid, "model_prefix", "qa")   # as `mlflow run -P model_prefix=qa` logs it
+    monkeypatch.setenv("PIPI_MODEL_PREFIX", "pipi")
     ck = tmp_path / "last.pt"
     torch.save({"config": cfg.to_dict()}, ck)
     c.log_artifact(rid, str(ck), "checkpoints")
@@ -145,6 +147,8 @@ def test_a_resume_reads_the_resumed_run_once(sqlite_tracking, tiny_staged, tmp_p
     assert calls["get_run"] == 1
     assert req.resume == rid and req.cfg == cfg and req.base_run_id == "b" * 32
     assert req.staged.digest == manifest["data_digest"]
+    # issue 38 item 9: the printed resume command registers under the run's own prefix
+    assert workflow.registered_name(req.cfg) == "qa-resnet18-b"
 
     def pipi_run(**kw):
         started.update(kw)
