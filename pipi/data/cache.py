@@ -63,7 +63,7 @@ def _fill(tmp: str, files: list[Path], size: int, workers: int, progress: bool) 
         except (OSError, ValueError) as exc:
             raise DataError(f"{files[i]}: cannot decode ({exc})") from None
 
-    from tqdm.auto import tqdm  # here, not at the top: serving imports this module (no tqdm)
+    from pipi.data.progress import tqdm  # tqdm is imported when a bar is made
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         for _ in tqdm(pool.map(work, range(len(files))), total=len(files),

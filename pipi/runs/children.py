@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tqdm.auto import tqdm
-
 from pipi import tracking
+from pipi.data.progress import tqdm
 from pipi.runs.evaluate import evaluate_run, find_evaluation
 from pipi.runs.runsets import SourceRun
 

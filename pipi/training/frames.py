@@ -26,11 +26,11 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 from sklearn.metrics import f1_score
-from tqdm.auto import tqdm
 
 from pipi.classes import CLASSES, NUM_CLASSES
 from pipi.config import TrainConfig
 from pipi.data.cache import batches, build_cache, split_rows, to_float
+from pipi.data.progress import tqdm
 from pipi.data.staging import load_staged
 from pipi.errors import PipiError
 from pipi.models import distill_loss

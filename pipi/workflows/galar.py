@@ -35,11 +35,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
 
 from pipi import tracking
 from pipi.cells import CELLS, PER_FRAME_CELLS, Arm
 from pipi.classes import KVASIR_MAP_HINT, class_index, class_set_of_param, not_kvasir
+from pipi.data.progress import tqdm
 from pipi.errors import ConfigError, DataError
 from pipi.galkva import BENCHMARK_VERSION, SCORING_SETS
 from pipi.runs.data import (

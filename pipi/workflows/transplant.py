@@ -27,10 +27,9 @@ import itertools
 import logging
 from collections.abc import Callable
 
-from tqdm.auto import tqdm
-
 from pipi import tracking
 from pipi.classes import class_set_of_param
+from pipi.data.progress import tqdm
 from pipi.errors import ConfigError
 from pipi.models.surgery import (
     SUBSETS,

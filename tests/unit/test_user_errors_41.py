@@ -178,3 +178,24 @@ def test_a_checkpoint_with_a_nan_head_is_refused_before_a_run(tmp_path, sqlite_t
     assert "\n" not in msg and str(path) in msg and "NaN or inf" in msg and "fc.weight" in msg
     assert mlflow.get_experiment_by_name("nan-head") is None or not mlflow.search_runs(
         experiment_names=["nan-head"]).shape[0]
+
+
+def test_progress_bars_only_where_a_person_watches(monkeypatch, capsys):
+    """Issue 38: bars written into a non-TTY log are carriage-return noise."""
+    import io
+
+    from pipi.data import progress
+
+    class Term(io.StringIO):
+        def isatty(self):
+            return True
+
+    for env, tty, drawn in (("", False, False), ("", True, True), ("1", False, True),
+                            ("0", True, False)):
+        monkeypatch.setenv("PIPI_PROGRESS", env)
+        err = Term() if tty else io.StringIO()
+        monkeypatch.setattr("sys.stderr", err)
+        for _ in progress.tqdm(range(3), desc="work", file=err):
+            pass
+        assert ("\r" in err.getvalue()) is drawn, (env, tty, err.getvalue())
+        assert progress.tqdm(range(1), disable=True, file=err).disable

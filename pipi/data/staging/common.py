@@ -35,9 +35,9 @@ from pathlib import Path
 
 import pandas as pd
 from PIL import Image
-from tqdm.auto import tqdm
 
 from pipi.classes import CLASSES
+from pipi.data.progress import tqdm
 from pipi.errors import DataError
 from pipi.paths import staging_dir
 

@@ -49,9 +49,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
-from tqdm.auto import tqdm
 
 from pipi.classes import CLASSES, class_index
+from pipi.data.progress import tqdm
 from pipi.data.staging.common import (
     FRAME_COLUMNS,
     SCHEMA_VERSION,

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
 
+from pipi.data.progress import tqdm
 from pipi.data.staging.galar_labelfile import (
     HEADER_32,
     SECTION_COLUMNS,

@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import pandas as pd
-from tqdm.auto import tqdm
 
 from pipi.classes import CLASSES, slug
+from pipi.data.progress import tqdm
 from pipi.data.staging.common import (
     SPLITS,
     StageResult,

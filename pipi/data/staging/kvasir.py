@@ -34,9 +34,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
 
 from pipi.classes import ANATOMY, CLASSES, canonical, class_index, is_known
+from pipi.data.progress import tqdm
 from pipi.data.staging.common import (
     FRAME_COLUMNS,
     SCHEMA_VERSION,

@@ -15,8 +15,8 @@ from multiprocessing import get_all_start_methods, get_context
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
 
+from pipi.data.progress import tqdm
 from pipi.errors import ConfigError, DataError
 from pipi.paths import publish_dir, staging_dir
 
