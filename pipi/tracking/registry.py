@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Iterator, Mapping
@@ -12,6 +13,7 @@ from typing import Any
 import mlflow
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_MODEL_VERSIONS
 
 from pipi.errors import TrackingError
 from pipi.serving.model_input import IMAGE_KEY, PIXELS_KEY
@@ -111,6 +113,7 @@ def register_version(name: str, model_info, *, run_id: str, tags: Mapping[str, A
                           {k: v for k, v in tags.items() if k not in (mv.tags or {})},
                           description=description if description and not mv.description
                           else None)
+        link_version(getattr(mv, "model_id", None), name, str(mv.version))
         return str(mv.version)
     if model_info is None:
         raise TrackingError(f"model={name}: run {run_id} has no version to complete")
@@ -119,10 +122,30 @@ def register_version(name: str, model_info, *, run_id: str, tags: Mapping[str, A
     except MlflowException as exc:
         if exc.error_code not in ("RESOURCE_ALREADY_EXISTS", "ALREADY_EXISTS"):
             raise
+    model_id = getattr(model_info, "model_id", None)
     mv = c.create_model_version(name, source=model_info.model_uri, run_id=run_id, tags=tags,
-                                description=description,
-                                model_id=getattr(model_info, "model_id", None))
+                                description=description, model_id=model_id)
+    link_version(model_id, name, str(mv.version))
     return str(mv.version)
+
+
+def link_version(model_id: str | None, name: str, version: str) -> None:
+    """Record the version on its logged model as ``mlflow.register_model`` does (the logged
+    model's ``mlflow.modelVersions`` tag: a JSON list of ``{"name", "version"}``), so the UI's
+    model page shows the registered version instead of a Register button, and its Models tab
+    the model. Idempotent (a resume adds no second entry)."""
+    if not model_id:
+        return
+    c = MlflowClient()
+    try:
+        model = c.get_logged_model(model_id)
+    except MlflowException:   # a model id of another workspace: as register_model, no link
+        return
+    links = json.loads(model.tags.get(MLFLOW_MODEL_VERSIONS) or "[]")
+    entry = {"name": name, "version": int(version) if str(version).isdigit() else version}
+    if any(str(x.get("name")) == name and str(x.get("version")) == str(version) for x in links):
+        return
+    c.set_logged_model_tags(model_id, {MLFLOW_MODEL_VERSIONS: json.dumps(links + [entry])})
 
 
 def run_model_uri(run_id: str, name: str | None = None) -> str:

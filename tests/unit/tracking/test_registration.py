@@ -134,3 +134,31 @@ def test_a_dependency_registers_but_moves_no_alias(sqlite_tracking, cfg, tmp_pat
     v = c.get_model_version(NAME, dep["registered_version"])
     assert v.tags["needed_by"] == needing.info.run_id and not v.aliases
     assert dep["moved_alias"] is False and mine["moved_alias"] is True
+
+
+def test_a_version_is_linked_to_its_logged_model_as_register_model_links_it(
+        sqlite_tracking, cfg, tmp_path):
+    """Issue 38: the UI read pipi's versions as "Not registered" (no ``mlflow.modelVersions``
+    on the logged model). The link is compared with the one ``mlflow.register_model`` writes
+    for another logged model; a resume adds no second entry."""
+    import json
+
+    from mlflow.utils.mlflow_tags import MLFLOW_MODEL_VERSIONS
+
+    mlflow.set_experiment("registration")
+    with mlflow.start_run() as run:
+        out = _log(cfg, tmp_path / "1")
+    with mlflow.start_run(run_id=run.info.run_id):
+        _log(cfg, tmp_path / "2")
+    mine = json.loads(mlflow.get_logged_model(out["model_id"]).tags[MLFLOW_MODEL_VERSIONS])
+    with mlflow.start_run():
+        ref = mlflow.pyfunc.log_model(name="ref", python_model=_Echo(), input_example=[[1.0]])
+    mv = mlflow.register_model(f"models:/{ref.model_id}", "pipi-reference-model")
+    theirs = json.loads(mlflow.get_logged_model(ref.model_id).tags[MLFLOW_MODEL_VERSIONS])
+    assert theirs == [{"name": "pipi-reference-model", "version": mv.version}]
+    assert mine == [{"name": NAME, "version": type(mv.version)(out["registered_version"])}]
+
+
+class _Echo(mlflow.pyfunc.PythonModel):
+    def predict(self, context, model_input, params=None):
+        return model_input
