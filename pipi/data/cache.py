@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+from pipi.data.progress import tqdm  # light: tqdm itself is imported when a bar is made
 from pipi.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,6 @@ def _fill(tmp: str, files: list[Path], size: int, workers: int, progress: bool) 
         except (OSError, ValueError) as exc:
             raise DataError(f"{files[i]}: cannot decode ({exc})") from None
 
-    from pipi.data.progress import tqdm  # tqdm is imported when a bar is made
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         for _ in tqdm(pool.map(work, range(len(files))), total=len(files),

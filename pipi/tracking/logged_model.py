@@ -118,8 +118,9 @@ def log_frame_model(cfg: TrainConfig, model, work: Path, *, test_auc: float, reg
                     tags: Mapping[str, str], version_tags: Mapping[str, str] | None = None,
                     test_metrics: Mapping[str, float] | None = None,
                     test_dataset: DatasetRef | None = None,
-                    description: str | None = None) -> dict:
-    """Log a per-frame model as the pyfunc of the active run (and register it).
+                    description: str | None = None, step: int = 0) -> dict:
+    """Log a per-frame model as the pyfunc of the active run (and register it) at ``step``
+    (the selected epoch).
     ``test_metrics`` are logged linked to the model (and to ``test_dataset``)."""
     wpath = work / "model_state.pt"
     torch.save(model.state_dict(), wpath)
@@ -142,14 +143,14 @@ def log_frame_model(cfg: TrainConfig, model, work: Path, *, test_auc: float, reg
                             out_example, test_auc, register, tags, params=PARAMS,
                             extra=dict(version_tags or {}), work=work,
                             test_metrics=test_metrics, test_dataset=test_dataset,
-                            image_columns=True, description=description)
+                            image_columns=True, description=description, step=step)
 
 
 def log_and_register(cfg: TrainConfig, artifacts: dict, example, out_example,
                      test_auc: float, register: bool, tags: Mapping[str, str], *, params,
                      extra: dict, work: Path, test_metrics: Mapping[str, float] | None = None,
                      test_dataset: DatasetRef | None = None, image_columns: bool = False,
-                     description: str | None = None) -> dict:
+                     description: str | None = None, step: int = 0) -> dict:
     """Log the pyfunc; register it as :func:`registered_name` with its version tags and
     ``description`` in the call that creates the version, then the ``candidate`` alias
     (unless the run was trained as another run's dependency: ``tags`` has
@@ -175,7 +176,7 @@ def log_and_register(cfg: TrainConfig, artifacts: dict, example, out_example,
             registered_model_name=None, signature_output=out_example, params=params,
             code_paths=[code], pip_requirements=serving_requirements(cfg.backbone),
             model_name=model_name, model_params=run_params(cfg),
-            model_tags=model_tags(cfg, tags), image_columns=image_columns,
+            model_tags=model_tags(cfg, tags), image_columns=image_columns, step=step,
         )
         if test_metrics:
             log_model_metrics(info.model_id, test_metrics, dataset=test_dataset)

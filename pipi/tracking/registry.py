@@ -38,10 +38,11 @@ def log_pyfunc_model(*, python_model: Path, artifacts: dict[str, str], input_exa
                      params: Mapping[str, Any] | None = None, model_name: str = "model",
                      model_params: Mapping[str, Any] | None = None,
                      model_tags: Mapping[str, str] | None = None,
-                     image_columns: bool = False) -> Any:
+                     image_columns: bool = False, step: int = 0) -> Any:
     """Log (and register) a pyfunc model from code (``python_model``: the file that calls
     ``mlflow.models.set_model``) with signature and input example, named ``model_name`` (what
-    the experiment's Models tab lists), with ``model_params`` and ``model_tags``.
+    the experiment's Models tab lists), with ``model_params`` and ``model_tags``, at ``step``
+    (the selected epoch: MLflow links the run's metrics of that step to the model).
 
     The signature declares the outputs, ``params`` and, for a per-frame model
     (``image_columns``), the input columns the UI shows and MLflow checks (:func:`image_schema`):
@@ -59,7 +60,7 @@ def log_pyfunc_model(*, python_model: Path, artifacts: dict[str, str], input_exa
         input_example=input_example, pip_requirements=list(pip_requirements),
         code_paths=[str(c) for c in code_paths], registered_model_name=registered_model_name,
         params={k: str(v) for k, v in (model_params or {}).items()},
-        tags=dict(model_tags or {}),
+        tags=dict(model_tags or {}), step=int(step),
     )
 
 

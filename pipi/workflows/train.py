@@ -266,6 +266,8 @@ class TrainSummary:
     base_run_id: str | None = None       # a sequence cell: the per-frame run it builds on
 
 
+#: Metrics the fit logs once per epoch (step = epoch); the selected epoch's values are there.
+EPOCH_SERIES = ("train/loss", "val/macro_auc", "val/macro_f1", "train/lr")
 #: The fields of :class:`TrainSummary` the logged model fills.
 _MODEL_FIELDS = ("model_uri", "model_id", "registered", "registered_name", "registered_version")
 
@@ -278,7 +280,10 @@ def log_results(out: FitResult, work: Path, classes: Sequence[str]
     # val/macro_auc is the per-epoch series; the selected epoch's value gets its own name
     m["val/best_macro_auc"] = m.pop("val/macro_auc", float("nan"))
     test = {k: v for k, v in m.items() if k.startswith("test/")}
-    tracking.log_metrics({k: v for k, v in m.items() if k not in test})
+    # at the selected epoch's step (the model is logged there and links them); the per-epoch
+    # series already holds that epoch's val/macro_f1: not logged a second time
+    tracking.log_metrics({k: v for k, v in m.items() if k not in test and k not in EPOCH_SERIES},
+                         step=out.best_epoch)
     tracking.set_tags({**tracking.class_tags(test=out.classes, val=out.val_classes,
                                              names=classes),
                        tracking.TAG_BEST_EPOCH: out.best_epoch})
@@ -390,7 +395,8 @@ def run(req: TrainRequest, *, experiment: str | None = None, register: bool = Tr
                 summary = _with_model(summary, log_frame_model(
                     cfg, out.model, work, test_auc=summary.test_macro_auc, register=register,
                     tags=tags, test_metrics=test_metrics, test_dataset=test_ds,
-                    description=_version_text(cfg, summary, manifest, tags)))
+                    description=_version_text(cfg, summary, manifest, tags),
+                    step=summary.best_epoch))
             _show_in_ui(cfg, summary, test, root=root, frames=frames, manifest=manifest,
                         tags=tags)
     finally:
@@ -499,14 +505,14 @@ def _fit_sequence(cfg: TrainConfig, *, root: Path, frames: pd.DataFrame, manifes
     summary = replace(summary, base_run_id=base_id)
     summary = _with_model(summary, _log_sequence_model(
         cfg, out.model, streams.norms, sources, work, summary.test_macro_auc, register, tags,
-        test_metrics=test_metrics, test_ds=test_ds,
+        test_metrics=test_metrics, test_ds=test_ds, step=summary.best_epoch,
         description=_version_text(cfg, summary, manifest, tags)))
     return summary, out.test_predictions
 
 
 def _log_sequence_model(cfg: TrainConfig, head, norms: dict, sources: dict, work: Path,
                         test_auc: float, register: bool, tags: dict, *, test_metrics=None,
-                        test_ds=None, description: str | None = None) -> dict:
+                        test_ds=None, description: str | None = None, step: int = 0) -> dict:
     """Log (and register) the sequence pyfunc: base backbone + head (+ C3 autoencoder)."""
     base_model, base_cfg = load_run_model(sources[tracking.TAG_BASE_RUN])
     ae_state = None
@@ -535,7 +541,7 @@ def _log_sequence_model(cfg: TrainConfig, head, norms: dict, sources: dict, work
                              test_dataset=test_ds,
                              extra={"base_run_id": sources[tracking.TAG_BASE_RUN],
                                     "window": cfg.window, "max_clip_frames": MAX_CLIP_FRAMES},
-                             description=description)
+                             description=description, step=step)
 
 
 def _autoencoder(state):
