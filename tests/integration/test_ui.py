@@ -187,6 +187,13 @@ def test_the_ui_shows_runs_table_description_figure_and_model_card(smoke_run, ml
     assert "@champion " not in model
     assert "Training evidence" in model
 
+    # the logged model's page knows its registered version (issue 38: it said "Not
+    # registered"; MLflow 3.17 keeps its Register button on a registered model too)
+    logged = _text(open_page(f"{root}/#/experiments/{exp_id}/models/{summary.model_id}",
+                             tmp_path, "logged-model"))
+    assert "Not registered" not in logged
+    assert f"Model versions {summary.registered_name} v{summary.registered_version}" in logged
+
     # the version page shows the input schema (issue 30): opened as a person opens it, the
     # base64 `image` column and the `pixels` array form, both optional
     url = (f"{root}/#/models/{summary.registered_name}/versions/"
