@@ -110,7 +110,7 @@ def _log_stage_run(result: StageResult, *, dataset: str, out: Path, log_run: boo
     if not log_run:
         return
     with tracking.pipi_run(entry_point="stage", experiment=experiment, nested=nested,
-                           run_name=f"stage-{dataset}", tags=tracking.data_tags(result.manifest)
+                           run_name=f"stage {dataset}", tags=tracking.data_tags(result.manifest)
                            ) as run:
         # prefixed: `mlflow run -e stage` already logs its own raw parameters
         tracking.log_params(params)

@@ -59,6 +59,7 @@ from pipi.tracking.queries import (
     RUN_COLUMNS,
     download_predictions,
     experiment_id,
+    experiment_name,
     has_artifact,
     load_runs,
 )
@@ -294,7 +295,8 @@ __all__ = [
     "config_hash", "config_key", "configure", "create_child_run", "current_tracking_uri",
     "data_tags", "default_experiment", "default_tracking_uri", "download_artifact",
     "download_model_files", "download_predictions", "downloaded", "end_with_mlflow_run", "evaluation_key",
-    "evaluation_tags", "experiment_id", "experiment_url", "filter_value", "find_finished_run",
+    "evaluation_tags", "experiment_id", "experiment_name", "experiment_url", "filter_value",
+    "find_finished_run",
     "find_finished_runs", "flush_lost_runs", "get_run", "has_artifact", "heartbeat",
     "heartbeat_interval", "image_schema", "import_key", "import_tags", "import_version_tags",
     "install_signal_handlers", "interrupt_reason", "keep_killed_after_parent", "launch_params",

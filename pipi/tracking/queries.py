@@ -50,6 +50,11 @@ def experiment_id(experiment: str) -> str:
     return exp.experiment_id
 
 
+def experiment_name(experiment: str) -> str:
+    """The name of an experiment given its name or id (TrackingError when unknown)."""
+    return MlflowClient().get_experiment(experiment_id(experiment)).name
+
+
 def load_runs(experiment: str, filter_string: str = "", *, page_size: int = 1000):
     """Every run of ``experiment`` matching ``filter_string``, one row per run (all pages).
 

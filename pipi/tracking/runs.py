@@ -194,11 +194,12 @@ def _pythonpath() -> str:
     return os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
 
 
-def tag_project_run(tags: Mapping[str, Any], *, note: str, unless: str | None = None
-                    ) -> str | None:
+def tag_project_run(tags: Mapping[str, Any], *, note: str, unless: str | None = None,
+                    name: str | None = None) -> str | None:
     """Tag the run that ``mlflow run`` made for this process when pipi does its work in
     another run (a resumed one) or none (staged data reused), so it is not left empty.
 
+    ``name`` renames it (a no-op ``stage`` says so instead of MLflow's random name).
     Returns its id, or None outside ``mlflow run`` (or when it is ``unless``).
     """
     run_id = os.environ.get("MLFLOW_RUN_ID")
@@ -208,6 +209,8 @@ def tag_project_run(tags: Mapping[str, Any], *, note: str, unless: str | None = 
     for k, v in {TAG_ENTRY_POINT: tags.get(TAG_ENTRY_POINT, ""), TAG_CODE_VERSION: code_version(),
                  **tags, "mlflow.note.content": note}.items():
         c.set_tag(run_id, k, str(v))
+    if name:
+        c.update_run(run_id, name=name)
     return run_id
 
 

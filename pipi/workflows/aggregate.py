@@ -253,13 +253,15 @@ def _write_and_log(report: Report, ev, kept: pd.DataFrame, experiment: str, filt
             # under `mlflow run` the run exists already (MLFLOW_RUN_ID), in the experiment
             # that `mlflow run` chose: attach to it instead of switching experiments
             attached = bool(os.environ.get("MLFLOW_RUN_ID"))
+            name = tracking.experiment_name(experiment)   # `mlflow run` may pass its id
             with tracking.pipi_run(entry_point="aggregate",
                                    experiment=None if attached else experiment,
-                                   run_name="aggregate", tags=tags) as run:
+                                   run_name=f"aggregate {name} ({len(kept)} runs)",
+                                   tags=tags) as run:
                 run_id = run.run_id
                 # prefixed: `mlflow run` has already logged its own experiment/filter/out
                 tracking.log_params({f"aggregate.{k}": v for k, v in {
-                    "experiment": experiment, "filter": filter_string, "n_runs": len(kept),
+                    "experiment": name, "filter": filter_string, "n_runs": len(kept),
                     "pair_imported": pair_imported,
                     **report.meta["options"]}.items()})
                 write_report(report, folder, aggregate_run_id=run_id,

@@ -339,6 +339,7 @@ def promote(*, model: str, version: str = "", baseline: str = "a", min_sign_posi
                              options=options, cache_dir=cache_dir, evidence=evidence)
     except PipiError as exc:
         if not force_reason:
+            _name_project_run(model, ver, "refused", f"refused: {exc}")
             raise
         error = str(exc)
     passed = ev is not None and ev.passed
@@ -369,4 +370,14 @@ def promote(*, model: str, version: str = "", baseline: str = "a", min_sign_posi
         text += f"\nrefused: {model} version {ver} is not promoted; failed: " + \
             "; ".join(failed)
         prev = tracking.alias_version(model, CHAMPION)
+    _name_project_run(model, ver, decision, text)
     return PromoteResult(go, model, ver, prev, text)
+
+
+def _name_project_run(model: str, version: str, decision: str, text: str) -> None:
+    """Under ``mlflow run -e promote``: the run MLflow made says what it was (not MLflow's
+    random name) and holds the gate's evidence (or why there was none) as its description."""
+    tracking.tag_project_run({tracking.TAG_ENTRY_POINT: "promote",
+                              tracking.TAG_PROMOTE_DECISION: decision},
+                             note=f"promote {model} version {version}: {decision}\n\n{text}",
+                             name=f"promote {model} v{version} ({decision})")

@@ -46,7 +46,8 @@ def stage_source(source: str, *, metadata: str | None, out: str | None,
             tracking.tag_project_run(
                 {tracking.TAG_ENTRY_POINT: "stage", tracking.TAG_REUSED_STAGED: str(target),
                  **tracking.data_tags(manifest)},
-                note=f"reused the staged synthetic-{preset} release at {target}; nothing staged")
+                note=f"reused the staged synthetic-{preset} release at {target}; nothing staged",
+                name=f"stage synthetic-{preset} (reused, no-op)")
             return target
         release = synthetic_release(preset, 0)
         return run_stage(

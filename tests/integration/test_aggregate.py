@@ -91,6 +91,10 @@ def test_run_aggregate_logs_every_output_and_writes_the_same_locally(server_runs
     run = client.get_run(res.run_id)
     assert run.info.status == "FINISHED"
     assert run.data.tags[tracking.TAG_ENTRY_POINT] == "aggregate"
+    # issue 38: the run says what it is; the experiment by name under both launchers
+    n = int(run.data.params["aggregate.n_runs"])
+    assert run.info.run_name == f"aggregate {name} ({n} runs)"
+    assert run.data.params["aggregate.experiment"] == name
 
     def listing(path=None):
         files = []
@@ -166,6 +170,13 @@ def test_aggregate_real_train_runs_through_mlflow_run(tracking, smoke_study, tin
         check=False)
     assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads((out / "aggregate.json").read_text())
+    from mlflow.tracking import MlflowClient
+    c = MlflowClient(tracking)
+    eid = c.get_experiment_by_name(exp).experiment_id
+    (agg,) = [x for x in c.search_runs([eid], "tags.`pipi.entry_point` = 'aggregate'",
+                                       order_by=["attributes.start_time DESC"], max_results=1)]
+    assert agg.data.params["aggregate.experiment"] == exp   # a name, not `mlflow run`'s id
+    assert agg.info.run_name.startswith(f"aggregate {exp} (")
     pf = {row["cell"]: row for row in doc["tables"]["per_frame"]["rows"]}
     assert pf["a"]["n_seeds"] == pf["pi"]["n_seeds"] == pf["distill"]["n_seeds"] == 2
     for (cell, seed), s in smoke_study.summaries.items():

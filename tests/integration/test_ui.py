@@ -148,7 +148,7 @@ def test_the_run_carries_what_the_ui_shows(smoke_run, mlflow_server):
     assert any(k.startswith("system/cpu_utilization") for k in run.data.metrics)
     assert any(k.startswith("system/system_memory") for k in run.data.metrics)
     # what tells runs apart is in the name; bookkeeping is not a user-facing tag (issue 30)
-    assert run.info.run_name == "pi-efficientnet_b0-s41-smoke-tiny"
+    assert run.info.run_name == "pi-s41-smoke-tiny-efficientnet_b0"
     assert not any(k.startswith("pipi.heartbeat") for k in run.data.tags)
     name, version = summary.registered_name, summary.registered_version
     assert "strip_prior" in c.get_registered_model(name).description
@@ -162,7 +162,7 @@ def test_the_ui_shows_runs_table_description_figure_and_model_card(smoke_run, ml
     root = mlflow_server.uri
 
     runs = _text(open_page(tracking.experiment_url(exp_id), tmp_path, "experiment"))
-    assert "pi-efficientnet_b0-s41" in runs          # the runs table, not the GenAI overview
+    assert "pi-s41-smoke-tiny" in runs          # the runs table, not the GenAI overview
     assert "test/macro_auc" in runs and "backbone" in runs  # pipi's columns
     assert "Traces 0" not in runs
 

@@ -27,5 +27,6 @@ def test_the_same_arm_on_two_data_and_profiles_has_two_names():
     smoke = make_config(cell="pi", backbone="efficientnet_b0", seed=42, profile="smoke")
     a = run_name(demo, default_staged("demo"))
     b = run_name(smoke, default_staged("tiny"))
-    assert a == "pi-efficientnet_b0-s42-demo-synthetic-demo"
-    assert b == "pi-efficientnet_b0-s42-smoke-synthetic-tiny"
+    assert a == "pi-s42-demo-synthetic-demo-efficientnet_b0"
+    assert b == "pi-s42-smoke-synthetic-tiny-efficientnet_b0"
+    assert a[:20] != b[:20]   # the runs table shows about 20 characters

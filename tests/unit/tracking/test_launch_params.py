@@ -96,3 +96,18 @@ def test_a_run_reads_its_params_as_requested_whichever_launcher_logged_them(stor
     assert everywhere["run_id"].tolist() == [run.info.run_id] and len(heldout) == 1
     assert tracking.unquote_param("'it'\"'\"'s'") == "it's"
     assert tracking.unquote_param("'") == "'" and tracking.unquote_param("a b") == "a b"
+
+
+def test_a_project_run_pipi_did_no_work_in_says_what_it_was(store_uri, monkeypatch):
+    """Issue 38: a no-op `mlflow run -e stage` and a refused promote left runs named by
+    MLflow's random names (`carefree-shrimp-32`); they are renamed to say what they were."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store_uri)
+    mlflow.set_tracking_uri(store_uri)
+    c = mlflow.MlflowClient()
+    rid = c.create_run(c.create_experiment("noop")).info.run_id
+    monkeypatch.setenv("MLFLOW_RUN_ID", rid)
+    assert tracking.tag_project_run({tracking.TAG_ENTRY_POINT: "stage"}, note="nothing staged",
+                                    name="stage synthetic-demo (reused, no-op)") == rid
+    run = c.get_run(rid)
+    assert run.info.run_name == "stage synthetic-demo (reused, no-op)"
+    assert run.data.tags["mlflow.note.content"] == "nothing staged"
