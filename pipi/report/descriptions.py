@@ -82,8 +82,11 @@ def model_card(*, cell: str, backbone: str, name: str | None = None,
                   + ("the analytic prior (P_blood, Phi) is computed inside the model. "
                      if c.input_channels == 5 else "")
                   + f"Output: {_outputs(class_names)} and `predicted_class`.", ""]
-    lines += ["## Serve", "", "```", f"mlflow models serve -m models:/{name}@{alias} "
-              "--env-manager local -p 5001", "```", ""]
+    lines += ["## Serve", "", "```", f"pipi serve -m models:/{name}@{alias} --port 5001",
+              "```", "", "behind pipi's request limits (`--max-request-mb`, default 64). "
+              "MLflow's own server, without them:", "", "```",
+              f"mlflow models serve -m models:/{name}@{alias} --env-manager local -p 5001",
+              "```", ""]
     if c.input_channels == 5:
         lines += ["**Strip-and-serve**: send `params={\"strip_prior\": true}` (with "
                   "`dataframe_records`) to feed zeros for the prior channels, the paper's "

@@ -6,6 +6,7 @@ import contextlib
 import json
 import logging
 import time
+import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -52,16 +53,22 @@ def log_pyfunc_model(*, python_model: Path, artifacts: dict[str, str], input_exa
     """
     from mlflow.models import ModelSignature, infer_signature
 
-    inferred = infer_signature(input_example, signature_output, params=dict(params or {}) or None)
-    signature = ModelSignature(inputs=image_schema() if image_columns else None,
-                               outputs=inferred.outputs, params=inferred.params)
-    return mlflow.pyfunc.log_model(
-        name=model_name, python_model=str(python_model), artifacts=artifacts, signature=signature,
-        input_example=input_example, pip_requirements=list(pip_requirements),
-        code_paths=[str(c) for c in code_paths], registered_model_name=registered_model_name,
-        params={k: str(v) for k, v in (model_params or {}).items()},
-        tags=dict(model_tags or {}), step=int(step),
-    )
+    with warnings.catch_warnings():
+        # MLflow's hint about integer columns (a sequence model's frame index in its output):
+        # outputs are never enforced, so it was a dozen lines of noise per sequence model
+        warnings.filterwarnings("ignore", message="Hint: Inferred schema contains integer")
+        inferred = infer_signature(input_example, signature_output,
+                                   params=dict(params or {}) or None)
+        signature = ModelSignature(inputs=image_schema() if image_columns else None,
+                                   outputs=inferred.outputs, params=inferred.params)
+        return mlflow.pyfunc.log_model(
+            name=model_name, python_model=str(python_model), artifacts=artifacts,
+            signature=signature, input_example=input_example,
+            pip_requirements=list(pip_requirements), code_paths=[str(c) for c in code_paths],
+            registered_model_name=registered_model_name,
+            params={k: str(v) for k, v in (model_params or {}).items()},
+            tags=dict(model_tags or {}), step=int(step),
+        )
 
 
 def image_schema():

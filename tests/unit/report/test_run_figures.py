@@ -130,6 +130,9 @@ def test_model_card_says_how_to_serve_and_where_strip_and_serve_applies(cell, st
     card = model_card(cell=cell, backbone="efficientnet_b0")
     # the alias that exists: candidate after train, champion once promoted (issue 30)
     assert f"mlflow models serve -m models:/pipi-efficientnet_b0-{cell}@candidate " in card
+    # issue 38: pipi serve (request limits) first, MLflow's server beside it
+    assert card.index(f"pipi serve -m models:/pipi-efficientnet_b0-{cell}@candidate ") < \
+        card.index("mlflow models serve")
     assert "@champion " not in card
     promoted = model_card(cell=cell, backbone="efficientnet_b0", alias="champion")
     assert f"mlflow models serve -m models:/pipi-efficientnet_b0-{cell}@champion " in promoted
