@@ -20,7 +20,8 @@ from pipi.tracking.runs import download_artifact
 from pipi.tracking.tags import *
 
 __all__ = [
-    "RUN_COLUMNS", "download_predictions", "experiment_id", "has_artifact", "load_runs",
+    "RUN_COLUMNS", "download_predictions", "experiment_id", "experiment_name", "has_artifact",
+    "load_runs",
 ]
 
 log = logging.getLogger(__name__)

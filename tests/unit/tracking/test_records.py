@@ -131,15 +131,34 @@ def test_every_tracking_module_names_its_public_names(name):
 
 
 def test_the_package_re_exports_by_name_what_its_modules_export():
+    """The face lists every name of its modules' ``__all__`` it re-exports (issue 39: lazily,
+    a static import under ``TYPE_CHECKING`` and its module in ``_MODULES``)."""
     init = ast.parse((TRACKING / "__init__.py").read_text())
     stars = [n.module for n in ast.walk(init)
              if isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names)]
     assert stars == [], f"star imports in pipi/tracking/__init__.py: {stars}"
-    imported = {a.asname or a.name: n.module.rsplit(".", 1)[-1] for n in init.body
+    guarded = [n.body for n in init.body if isinstance(n, ast.If)
+               and ast.unparse(n.test) == "TYPE_CHECKING"]   # the lazy face's static imports
+    imported = {a.asname or a.name: n.module.rsplit(".", 1)[-1]
+                for n in [*init.body, *(x for body in guarded for x in body)]
                 if isinstance(n, ast.ImportFrom) and n.module.startswith("pipi.tracking.")
                 for a in n.names}
     exported = set(tracking.__all__)
     assert exported == set(imported), sorted(exported ^ set(imported))
+    # the lazy table says the same as the static imports
+    assert tracking._WHERE == imported
     for name, mod in imported.items():
         assert name in importlib.import_module(f"pipi.tracking.{mod}").__all__, (name, mod)
     assert not any(n.startswith("_") for n in exported)
+
+
+def test_the_tracking_face_is_light():
+    """Issue 39: importing the face (and reading a tag name) loads neither mlflow nor torch."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from pipi import tracking; tracking.TAG_CELL; tracking.RunRecord; "
+            "print(sorted(m for m in ('mlflow', 'torch', 'pandas') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    assert out.strip() == "[]", out
