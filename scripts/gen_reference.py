@@ -39,9 +39,10 @@ def _option_rows(cmd: click.Command) -> list[str]:
 
 def _walk(name: str, cmd: click.Command):
     yield name, cmd
-    if isinstance(cmd, click.Group):
-        for sub in sorted(cmd.commands):
-            yield from _walk(f"{name} {sub}", cmd.commands[sub])
+    if isinstance(cmd, click.Group):   # `pipi` itself imports its commands when asked
+        ctx = click.Context(cmd)
+        for sub in sorted(cmd.list_commands(ctx)):
+            yield from _walk(f"{name} {sub}", cmd.get_command(ctx, sub))
 
 
 def render() -> str:

@@ -4,43 +4,189 @@
 ``entrypoints/<name>.py`` scripts run ``ENTRY_POINTS[name]``), plus ``pipi synthesize`` and
 ``pipi stage kvasir`` for releases on disk, ``pipi export cv2024`` for a run's Capsule Vision
 2024 prediction sheet, and the two servers ``pipi server`` (tracking) and ``pipi serve`` (a model).
+
+The door is light (issue 39): this module imports click and pipi's errors only. A command's
+module (and torch, mlflow, the registries it needs) is imported when that command is asked
+for; ``pipi --help`` lists the commands from :data:`COMMANDS` without importing any of them
+(a test holds the table to the commands' own help).
 """
 
 from __future__ import annotations
 
+import importlib
+import logging
+import os
+import sys
+from collections.abc import Iterator, Mapping
+
 import click
 
-from pipi.cli.ablate import ablate
-from pipi.cli.aggregate import aggregate
-from pipi.cli.calibrate import calibrate
-from pipi.cli.common import CLI_ONLY_OPTIONS, PipiGroup, setup_logging
-from pipi.cli.export import export
-from pipi.cli.galar import galar
-from pipi.cli.galkva import galkva
-from pipi.cli.importer import import_
-from pipi.cli.promote import promote
-from pipi.cli.robustness import robustness
-from pipi.cli.serve import serve
-from pipi.cli.server import server
-from pipi.cli.stage import stage
-from pipi.cli.synthesize import synthesize
-from pipi.cli.train import train
-from pipi.cli.transplant import transplant
+from pipi import tracking   # a light face: its names are imported on first use
+from pipi.errors import PipiError
+
+#: Every ``pipi`` command: its module under ``pipi.cli``, the click object there and the
+#: first paragraph of its help (what ``pipi --help`` lists).
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "ablate": ("ablate", "ablate", "Sweep cells x seeds x backbones as nested runs; idempotent "
+               '(docs/entry-points.md, "ablate").'),
+    "aggregate": ("aggregate", "aggregate", "Paper tables, cross-seed statistics, figures and a "
+                  "dashboard from per-frame predictions."),
+    "calibrate": ("calibrate", "calibrate", "Fit alpha and lambda_eff of a frozen model's prior "
+                  "on a held-out fold (docs/entry-points.md)."),
+    "export": ("export", "export", "Write a run's predictions in another tool's format."),
+    "galar": ("galar", "galar", "Score Kvasir-trained runs zero-shot on Galar: one child run per "
+              "source run."),
+    "galkva": ("galkva", "galkva", "GalKva-2026 cross-vendor benchmark: validate, score and "
+               "write submissions."),
+    "import": ("importer", "import_", "Bring an outside checkpoint or prediction file into "
+               "MLflow as a run (MLproject `import`)."),
+    "promote": ("promote", "promote", "Gate a registered version on cross-seed evidence; exit 0 "
+                "promoted, 1 refused."),
+    "robustness": ("robustness", "robustness", "Score finished runs on the test split under the "
+                   "paper's perturbations (docs/entry-points.md)."),
+    "serve": ("serve", "serve", "Serve a model with MLflow's scoring server and pipi's request "
+              "limits until Ctrl-C."),
+    "server": ("server", "server", "Start a lab tracking server (PostgreSQL + SeaweedFS S3 + "
+               "mlflow server) until Ctrl-C."),
+    "stage": ("stage", "stage", "Stage a release into the patient-disjoint layout pipi trains "
+              "on (MLproject `stage`)."),
+    "synthesize": ("synthesize", "synthesize", "Write synthetic releases in the real on-disk "
+                   "formats."),
+    "train": ("train", "train", "Train one cell and register its model (the run contract: "
+              "docs/run-contract.md)."),
+    "transplant": ("transplant", "transplant", "Where the +PI lift lives: weight surgery between "
+                   "paired runs, and Grad-CAM (docs/entry-points.md)."),
+}
+#: The MLproject entry points (``entrypoints/<name>.py`` runs ``ENTRY_POINTS[name]``).
+ENTRY_POINT_NAMES = ("stage", "train", "ablate", "transplant", "galar", "calibrate",
+                     "robustness", "aggregate", "promote", "import")
 
 
-@click.group(cls=PipiGroup)
+def _fail(message: str) -> None:
+    """One clear line and exit 2; under ``mlflow run`` its run is marked FAILED with the reason."""
+    click.echo(f"error: {message}", err=True)
+    run_id = os.environ.get("MLFLOW_RUN_ID")
+    if run_id:
+        try:
+            tracking.configure()
+            if tracking.get_run(run_id).live:
+                tracking.terminate_run(run_id, "FAILED", message)
+        except PipiError:
+            pass
+    sys.exit(2)
+
+
+def _main(super_main, *args, standalone_mode: bool = True, **kw):
+    """click's ``main`` with one line (not a traceback) for an error, Ctrl-C or SIGTERM."""
+    if not standalone_mode:
+        return super_main(*args, standalone_mode=False, **kw)
+    tracking.install_signal_handlers()  # SIGTERM is handled like Ctrl-C (docs/faults.md)
+    tracking.end_with_mlflow_run()  # `mlflow run` killed alone: this run ends KILLED too
+    try:
+        return super_main(*args, standalone_mode=False, **kw)
+    except click.exceptions.Abort as exc:
+        cause = exc.__cause__
+        if isinstance(cause, KeyboardInterrupt):
+            if not tracking.reported(cause):  # a run that ended KILLED already said so
+                click.echo(f"aborted: {tracking.interrupt_reason(cause)}", err=True)
+            # the shell's convention: 128 + the signal's number
+            sys.exit(143 if isinstance(cause, tracking.Terminated) else 130)
+        click.echo("Aborted!", err=True)
+        sys.exit(1)
+    except click.ClickException as exc:  # a bad option: same path as any other error
+        _fail(exc.format_message())
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+
+
+class PipiCommand(click.Command):
+    """Turns PipiError (and a bad option) into one clear line and a non-zero exit."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except PipiError as exc:
+            _fail(str(exc))
+
+    def main(self, *args, **kw):
+        return _main(super().main, *args, **kw)
+
+
+class PipiGroup(click.Group):
+    command_class = PipiCommand
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except PipiError as exc:
+            _fail(str(exc))
+
+    def main(self, *args, **kw):
+        return _main(super().main, *args, **kw)
+
+
+def setup_logging(verbose: bool = False) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    for noisy in ("alembic", "urllib3", "matplotlib", "PIL"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def command(name: str) -> click.Command:
+    """The click command ``pipi <name>`` (its module imported now)."""
+    module, attr, _ = COMMANDS[name]
+    return getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+
+
+class LazyGroup(PipiGroup):
+    """A group whose commands are imported when one is asked for (:data:`COMMANDS`)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return command(cmd_name) if cmd_name in COMMANDS else None
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        limit = formatter.width - 6 - max(len(n) for n in COMMANDS)
+        rows = [(n, click.utils.make_default_short_help(COMMANDS[n][2], limit))
+                for n in sorted(COMMANDS)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup)
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def main(verbose: bool) -> None:
     """pipi: training-time optical priors for capsule endoscopy, on MLflow."""
     setup_logging(verbose)
 
 
-ENTRY_POINTS: dict[str, click.Command] = {
-    "stage": stage, "train": train, "ablate": ablate, "transplant": transplant,
-    "galar": galar, "calibrate": calibrate, "robustness": robustness, "aggregate": aggregate,
-    "promote": promote, "import": import_,
-}
-for _cmd in (synthesize, galkva, server, serve, export, *ENTRY_POINTS.values()):
-    main.add_command(_cmd)
+class _EntryPoints(Mapping):
+    """``{entry point: click command}``, each command imported when it is looked up."""
 
-__all__ = ["CLI_ONLY_OPTIONS", "ENTRY_POINTS", "main"]
+    def __getitem__(self, name: str) -> click.Command:
+        if name not in ENTRY_POINT_NAMES:
+            raise KeyError(name)
+        return command(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(ENTRY_POINT_NAMES)
+
+    def __len__(self) -> int:
+        return len(ENTRY_POINT_NAMES)
+
+
+ENTRY_POINTS: Mapping[str, click.Command] = _EntryPoints()
+
+
+def __getattr__(name: str):
+    if name == "CLI_ONLY_OPTIONS":   # the registries' module, imported on first use
+        return importlib.import_module(f"{__name__}.common").CLI_ONLY_OPTIONS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["CLI_ONLY_OPTIONS", "COMMANDS", "ENTRY_POINTS", "PipiCommand", "PipiGroup", "command",
+           "main", "setup_logging"]

@@ -1,14 +1,11 @@
-"""What every command shares: error handling, logging, option types and registry choices."""
+"""What every command shares: option types and registry choices (the error handling and
+logging, which ``pipi --help`` needs without the registries, are the package's:
+:mod:`pipi.cli`, re-exported here)."""
 
 from __future__ import annotations
 
-import logging
-import os
-import sys
-
 import click
 
-from pipi import tracking
 from pipi.cells import CELLS
 from pipi.config import (
     DISTILL_TARGETS,
@@ -17,83 +14,11 @@ from pipi.config import (
     SELECT_METRICS,
     TRAIN_OVERRIDES,
 )
-from pipi.errors import PipiError
+from pipi.cli import PipiCommand, PipiGroup, setup_logging
 from pipi.models.backbones import ARCHS, PRIOR_INITS
 from pipi.models.timm_backbones import FOUNDATION
 from pipi.prior import DEFAULT_ALPHA, HB_INDICES, PRIOR_MASKS, SECOND_CHANNELS
 from pipi.runtime import DATA_PATHS, GRAPHS, PRECISIONS, SWITCHES
-
-
-def _fail(message: str) -> None:
-    """One clear line and exit 2; under ``mlflow run`` its run is marked FAILED with the reason."""
-    click.echo(f"error: {message}", err=True)
-    run_id = os.environ.get("MLFLOW_RUN_ID")
-    if run_id:
-        try:
-            tracking.configure()
-            if tracking.get_run(run_id).live:
-                tracking.terminate_run(run_id, "FAILED", message)
-        except PipiError:
-            pass
-    sys.exit(2)
-
-
-def _main(super_main, *args, standalone_mode: bool = True, **kw):
-    """click's ``main`` with one line (not a traceback) for an error, Ctrl-C or SIGTERM."""
-    if not standalone_mode:
-        return super_main(*args, standalone_mode=False, **kw)
-    tracking.install_signal_handlers()  # SIGTERM is handled like Ctrl-C (docs/faults.md)
-    tracking.end_with_mlflow_run()  # `mlflow run` killed alone: this run ends KILLED too
-    try:
-        return super_main(*args, standalone_mode=False, **kw)
-    except click.exceptions.Abort as exc:
-        cause = exc.__cause__
-        if isinstance(cause, KeyboardInterrupt):
-            if not tracking.reported(cause):  # a run that ended KILLED already said so
-                click.echo(f"aborted: {tracking.interrupt_reason(cause)}", err=True)
-            # the shell's convention: 128 + the signal's number
-            sys.exit(143 if isinstance(cause, tracking.Terminated) else 130)
-        click.echo("Aborted!", err=True)
-        sys.exit(1)
-    except click.ClickException as exc:  # a bad option: same path as any other error
-        _fail(exc.format_message())
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-
-
-class PipiCommand(click.Command):
-    """Turns PipiError (and a bad option) into one clear line and a non-zero exit."""
-
-    def invoke(self, ctx):
-        try:
-            return super().invoke(ctx)
-        except PipiError as exc:
-            _fail(str(exc))
-
-    def main(self, *args, **kw):
-        return _main(super().main, *args, **kw)
-
-
-class PipiGroup(click.Group):
-    command_class = PipiCommand
-
-    def invoke(self, ctx):
-        try:
-            return super().invoke(ctx)
-        except PipiError as exc:
-            _fail(str(exc))
-
-    def main(self, *args, **kw):
-        return _main(super().main, *args, **kw)
-
-
-def setup_logging(verbose: bool = False) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    for noisy in ("alembic", "urllib3", "matplotlib", "PIL"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 class Auto(click.ParamType):
