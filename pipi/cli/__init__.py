@@ -14,6 +14,7 @@ for; ``pipi --help`` lists the commands from :data:`COMMANDS` without importing 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 import os
 import sys
@@ -134,6 +135,20 @@ def setup_logging(verbose: bool = False) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+def lazy_module(name: str):
+    """Module ``name``, executed on its first attribute access (``importlib.util.LazyLoader``):
+    a command module names its workflow this way so that its ``--help`` imports none of it."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.find_spec(name)
+    loader = importlib.util.LazyLoader(spec.loader)
+    spec.loader = loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    loader.exec_module(module)
+    return module
+
+
 def command(name: str) -> click.Command:
     """The click command ``pipi <name>`` (its module imported now)."""
     module, attr, _ = COMMANDS[name]
@@ -189,4 +204,4 @@ def __getattr__(name: str):
 
 
 __all__ = ["CLI_ONLY_OPTIONS", "COMMANDS", "ENTRY_POINTS", "PipiCommand", "PipiGroup", "command",
-           "main", "setup_logging"]
+           "lazy_module", "main", "setup_logging"]

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from pipi import tracking
-from pipi.cli.common import PipiGroup, setup_logging
+from pipi.cli import PipiGroup, lazy_module, setup_logging
 from pipi.data.staging import GALAR_PRESETS, MULTILABEL_RULES, ImageStageRequest
-from pipi.workflows import stage as workflow
+
+if TYPE_CHECKING:
+    from pipi.workflows import stage as workflow
+else:   # executed when a command runs: `pipi stage --help` imports neither torch nor mlflow
+    workflow = lazy_module("pipi.workflows.stage")
 
 _split = click.option(
     "--split", type=click.Choice(["auto", "paper", "random"]), default="auto", show_default=True,

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -65,9 +65,26 @@ def fixed_png(fig: Figure, dpi: int) -> bytes:
     return buf.getvalue()
 
 
+def bar_deltas(cells: Sequence[str], means: np.ndarray, reference: str | None,
+               references: Mapping[str, str] | None = None) -> dict[int, float]:
+    """``{bar index: delta of its mean}`` against ``references[cell]`` where given and present,
+    else against ``reference``; the reference bars themselves and NaN means carry none."""
+    out = {}
+    for i, c in enumerate(cells):
+        r = (references or {}).get(c)
+        r = r if r in cells else reference
+        j = cells.index(r) if r in cells else None
+        if j is not None and i != j and np.isfinite(means[i]) and np.isfinite(means[j]):
+            out[i] = float(means[i] - means[j])
+    return out
+
+
 def cell_bars(cells: Sequence[str], labels: Sequence[str], per_seed: Sequence[np.ndarray],
-              seeds: Sequence[Sequence[int]], *, title: str, reference: str | None = "a") -> bytes:
-    """Bars of the mean with sd error bars and black dots for individual seeds."""
+              seeds: Sequence[Sequence[int]], *, title: str, reference: str | None = "a",
+              references: Mapping[str, str] | None = None) -> bytes:
+    """Bars of the mean with sd error bars and black dots for individual seeds; above each bar
+    the delta of its mean against ``reference`` (``references[cell]`` where given and
+    present)."""
     fig = Figure(figsize=(max(6.0, 0.85 * len(cells) + 2), 4.6))
     ax = fig.add_subplot(1, 1, 1)
     x = np.arange(len(cells))
@@ -78,16 +95,13 @@ def cell_bars(cells: Sequence[str], labels: Sequence[str], per_seed: Sequence[np
     rng = np.random.default_rng(0)
     for i, v in enumerate(per_seed):
         ax.scatter(i + rng.uniform(-0.18, 0.18, len(v)), v, color="black", s=12, zorder=3)
-    ref = cells.index(reference) if reference in cells else None
     lo = np.nanmin([v.min() for v in per_seed if len(v)]) if any(len(v) for v in per_seed) else 0
     hi = np.nanmax([v.max() for v in per_seed if len(v)]) if any(len(v) for v in per_seed) else 1
     pad = max(0.02, 0.15 * (hi - lo))
     ax.set_ylim(max(0.0, lo - pad), min(1.0, hi + 2 * pad))
-    if ref is not None:
-        for i in range(len(cells)):
-            if i != ref and np.isfinite(means[i]):
-                ax.annotate(f"{means[i] - means[ref]:+.3f}", (i, means[i] + sds[i]),
-                            textcoords="offset points", xytext=(0, 4), ha="center", fontsize=7)
+    for i, delta in bar_deltas(cells, means, reference, references).items():
+        ax.annotate(f"{delta:+.3f}", (i, means[i] + sds[i]), textcoords="offset points",
+                    xytext=(0, 4), ha="center", fontsize=7)
     ax.set_xticks(x, [f"{c}\n(n={len(s)})" for c, s in zip(cells, seeds)], fontsize=8)
     ax.set_ylabel("test macro-AUC")
     ax.set_title(title, fontsize=10)
@@ -211,6 +225,10 @@ def confusion(conf: dict, *, title: str, dpi: int = 110) -> bytes:
     return figure_png(fig, dpi)
 
 
+#: The summary-statistic C1 cells, annotated against (b) in the eight-cell figure.
+SUMMARY_C1_CELLS = ("c", "c_prime", "c_dprime")
+
+
 def all_figures(an: Analysis, tables: Sequence[Table], curve_data: dict):
     """(figures name -> PNG, captions, run ids per figure) of an :class:`pipi.analysis.Analysis`."""
     ev, b = an.evidence, an.headline
@@ -225,9 +243,15 @@ def all_figures(an: Analysis, tables: Sequence[Table], curve_data: dict):
         cells += [c for c in ev.cells(b) if c not in cells and not is_mechanism_arm(c)]
         title = f"Cells with runs ({b}): mean ± sd, dots = seeds (no sequence cells yet)"
     arms = [ev.arm(b, c) for c in cells]
+    # the paper's figure: the summary-stat C1 cells against (b), the RGB+C2 model their C1
+    # channel is added to ("flat" / -0.019), every other bar against (a)
+    against_b = {c: "b" for c in SUMMARY_C1_CELLS} if "b" in cells else {}
     figs["eight_cell"] = cell_bars(cells, cells, [a.macro for a in arms], [a.seeds for a in arms],
-                                   title=title)
-    caps["eight_cell"] = (title + ". Numbers above bars: delta of the mean against cell (a).")
+                                   title=title, references=against_b)
+    caps["eight_cell"] = (title + ". Numbers above bars: delta of the mean against cell (a)"
+                          + ("; for c, c' and c'' against cell (b), the RGB+C2 model their C1 "
+                             "channel is added to, as in the paper's figure" if against_b else "")
+                          + ".")
     runs["eight_cell"] = {a.cell: a.runs() for a in arms}
     if curve_data["arms"]:
         figs["roc"] = curves(curve_data["grid"], curve_data["arms"], kind="roc",

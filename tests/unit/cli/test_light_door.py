@@ -39,3 +39,13 @@ def test_the_table_is_the_commands_own_help():
     assert ENTRY_POINTS["train"] is command("train")
     with pytest.raises(KeyError):
         ENTRY_POINTS["serve"]   # a command, not an MLproject entry point
+
+
+def test_stage_help_imports_no_torch_and_the_command_still_stages(tmp_path):
+    code = ("import sys; from click.testing import CliRunner; import pipi.cli as c; "
+            "r = CliRunner().invoke(c.main, ['stage', '--help']); assert r.exit_code == 0; "
+            "assert '--root' in r.output; "
+            f"print('HEAVY', sorted(m for m in {HEAVY!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=90, check=True).stdout
+    assert out.strip().endswith("HEAVY []"), out

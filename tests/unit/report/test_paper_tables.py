@@ -389,3 +389,24 @@ def test_probe_rows_seed_percentile_equals_scipy(tmp_path):
     assert row["vs_a_seed_ci_percentile_low"] == pytest.approx(want.low, abs=1e-12)
     assert row["vs_a_seed_ci_percentile_high"] == pytest.approx(want.high, abs=1e-12)
     assert t.display.iloc[i]["95% percentile CI (seeds)"] == f"[{want.low:+.3f}, {want.high:+.3f}]"
+
+
+def test_the_eight_cell_figure_annotates_the_summary_c1_cells_against_b():
+    """Issue 42 item 4: the paper's figure labels c, c' and c'' against (b) ("flat" / -0.019,
+    the RGB+C2 model their C1 channel is added to) and every other bar against (a). Means of
+    the paper's eight-cell table: a 0.7598, b 0.7788, c 0.7774, c' 0.7787, c'' 0.7596,
+    e+ 0.8038; its text: c, c', c'' at -0.001, +0.001 (the table's means give -0.000),
+    -0.019 against (b), e+ at +0.044 against (a)."""
+    import numpy as np
+
+    from pipi.report.figures import SUMMARY_C1_CELLS, bar_deltas
+
+    cells = ["a", "b", "c", "c_prime", "c_dprime", "e_plus"]
+    means = np.array([0.7598, 0.7788, 0.7774, 0.7787, 0.7596, 0.8038])
+    got = bar_deltas(cells, means, "a", {c: "b" for c in SUMMARY_C1_CELLS})
+    assert {k: f"{v:+.3f}" for k, v in got.items()} == {
+        1: "+0.019", 2: "-0.001", 3: "-0.000", 4: "-0.019", 5: "+0.044"}
+    # pipi's old labels were all against (a): c read +0.018 where the paper reads -0.001
+    assert f"{means[2] - means[0]:+.3f}" == "+0.018"
+    # without (b) in the figure, every bar is against (a)
+    assert bar_deltas(["a", "c"], means[[0, 2]], "a", {"c": "b"}) == pytest.approx({1: 0.0176})
