@@ -55,6 +55,7 @@ def per_patient_table(an: Analysis) -> Table:
     ev, b = an.evidence, an.headline
     pairs, _ = present_pairs(an, BREAKDOWN_PAIRS, b)
     title = f"Per-patient lift (per-video macro-AUC, mean over seeds) ({b})"
+    level = an.options.confidence_level
     if not pairs:
         return no_runs("per_patient", title, "fig:per-patient",
                         f"none of the pairs {BREAKDOWN_PAIRS} has runs of both arms")
@@ -63,10 +64,14 @@ def per_patient_table(an: Analysis) -> Table:
         ra, na = ev.arm(b, ref), ev.arm(b, new)
         seeds = sorted(set(ra.seeds) & set(na.seeds))
         for vid, m, cls, r, n in group_macro_aucs(ev, ra, na, seeds, ev.videos):
+            ci = an.seed_bca(n - r) if cls else None   # the seeds resampled (the paper's BCa)
             rows.append({"reference": ref, "new": new, "video_id": vid, "n_frames": int(m.sum()),
                          "classes_scored": len(cls), "n_seeds": len(seeds),
                          "ref_macro_auc": float(np.mean(r)), "new_macro_auc": float(np.mean(n)),
-                         "lift": float(np.mean(n - r)), "n_positive": int(((n - r) > 0).sum())})
+                         "lift": float(np.mean(n - r)), "n_positive": int(((n - r) > 0).sum()),
+                         "lift_ci_low": ci.confidence_interval.low if ci else np.nan,
+                         "lift_ci_high": ci.confidence_interval.high if ci else np.nan,
+                         "ci_unstable": bool(ci.unstable) if ci else False})
             ids.append({ref: {s: ra.runs()[s] for s in seeds}, new: {s: na.runs()[s] for s in seeds}})
     data = pd.DataFrame(rows)
     order = data.sort_values(["reference", "new", "lift"], ascending=[True, True, False],
@@ -82,9 +87,17 @@ def per_patient_table(an: Analysis) -> Table:
         "lift": [fmt_delta(x) if c else "not scorable (one class)"
                  for x, c in zip(data["lift"], data["classes_scored"])],
         "k/n seeds +": [f"{p}/{n}" if c else "" for p, n, c in
-                        zip(data["n_positive"], data["n_seeds"], data["classes_scored"])]})
+                        zip(data["n_positive"], data["n_seeds"], data["classes_scored"])],
+        f"{level:.0%} CI (seeds, BCa)": [
+            "" if not np.isfinite(lo) else
+            f"[{fmt_delta(lo)}, {fmt_delta(hi)}]" + (" (unstable)" if u else "")
+            for lo, hi, u in zip(data["lift_ci_low"], data["lift_ci_high"],
+                                 data["ci_unstable"])]})
     notes = [("Per-video macro-AUC over the headline classes that have positive and negative "
-              "frames in that video, per seed, then averaged over the paired seeds.")]
+              "frames in that video, per seed, then averaged over the paired seeds."),
+             (f"CI: BCa bootstrap of the patient's mean lift, resampling the paired seeds "
+              f"({an.options.n_resamples} resamples; the test frames held fixed); with few "
+              "seeds it can be unstable and says so.")]
     for (r, n), g in data.groupby(["reference", "new"], sort=False):
         ok = g[g["classes_scored"] > 0]
         notes.append(f"({r}) vs ({n}): lift positive on {int((ok['lift'] > 0).sum())} of "
