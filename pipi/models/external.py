@@ -18,6 +18,10 @@ per-epoch ``last_model.pt``) are a dict with the state dict of its ``ImageClassi
 ``Sequential(Dropout, Linear)``). :func:`read_checkpoint` reads either form,
 :func:`load_external_state` maps the keys and orders the head's rows by ``class_names``, and
 :func:`file_settings` says what ``args`` fixes (backbone, image size, cell, prior).
+Its distillation files (``train_stage2_pi_distill.py``) hold ``ImageClassifierPIDistill``:
+``backbone.stem.*`` / ``backbone.body.*`` (ResNets: stem = conv1, bn1; body = layer1..4;
+EfficientNet and ConvNeXt: body = ``features``), ``distill_decoder.*`` and ``head.1.*``; they
+load as cell ``distill`` (the decoder, another form than pipi's, is not kept).
 """
 
 from __future__ import annotations
@@ -45,6 +49,9 @@ HEAD_KEYS: dict[str, str] = {"efficientnet_b0": "classifier.1", "resnet18": "fc"
                              "convnext_tiny": "classifier.2", "resnet50": "fc"}
 #: The published code's classifier head (``Sequential(Dropout, Linear)``) and trunk prefix.
 AUTHORS_HEAD, AUTHORS_TRUNK = "head.1.", "backbone."
+#: The published distillation model's auxiliary decoder (3x3 conv, GELU, 3x3 conv, GELU, 1x1
+#: conv; 64 channels): another form than pipi's, unused at deployment, so not kept.
+AUTHORS_DECODER = "distill_decoder."
 #: Prefixes a wrapper puts before every key (stripped, repeatedly, when all keys have one).
 WRAPPER_PREFIXES: tuple[str, ...] = ("module.", "model.", "_orig_mod.")
 #: Entries of a checkpoint dict that hold the state dict (first found wins).
@@ -188,6 +195,8 @@ def file_settings(ckpt: ExternalCheckpoint, path: Path) -> dict[str, Any]:
         out["image_size"] = int(size)
     use = args.get("use_physics_prior")
     if use is None:
+        if "distill_lambda" in args:   # train_stage2_pi_distill.py: 3-channel RGB + decoder
+            out["cell"] = "distill"
         return out
     out["cell"] = "pi" if use else "a"
     if not use:
@@ -235,8 +244,35 @@ def _is_authors(sd: Mapping[str, Tensor]) -> bool:
             and all(k.startswith((AUTHORS_TRUNK, AUTHORS_HEAD)) for k in sd))
 
 
+def _is_authors_distill(sd: Mapping[str, Tensor]) -> bool:
+    """The published code's ImageClassifierPIDistill keys: ``backbone.stem.*`` /
+    ``backbone.body.*`` (a torchvision backbone split into stem, body and pool),
+    ``distill_decoder.*`` and ``head.1.*`` (pipi's own distill model has ``head.weight``)."""
+    return (any(k.startswith(AUTHORS_HEAD) for k in sd)
+            and any(k.startswith(("backbone.body.", "backbone.stem.")) for k in sd)
+            and all(k.startswith(("backbone.stem.", "backbone.body.", AUTHORS_HEAD,
+                                  AUTHORS_DECODER)) for k in sd))
+
+
+def _distill_tv_key(key: str, arch: str) -> str:
+    """A published distillation trunk key as torchvision names it: ResNets' stem is
+    ``Sequential(conv1, bn1, relu, maxpool)`` and body ``Sequential(layer1..layer4)``;
+    EfficientNet's and ConvNeXt's body is ``features`` (no stem)."""
+    part, _, rest = key.partition(".")
+    index, _, tail = rest.partition(".")
+    if arch.startswith("resnet"):
+        if part == "stem":
+            return {"0": "conv1", "1": "bn1"}.get(index, f"stem.{index}") + "." + tail
+        return f"layer{int(index) + 1}.{tail}" if index.isdigit() else f"{part}.{rest}"
+    return f"features.{rest}" if part == "body" else f"{part}.{rest}"
+
+
 def _to_pipi_names(sd: dict[str, Tensor], arch: str) -> dict[str, Tensor]:
     """torchvision or published-code key names -> pipi frame model names (pipi's stay)."""
+    if _is_authors_distill(sd):
+        return {("head." + k[len(AUTHORS_HEAD):] if k.startswith(AUTHORS_HEAD)
+                 else "backbone.body." + _distill_tv_key(k[len(AUTHORS_TRUNK):], arch)): v
+                for k, v in sd.items() if not k.startswith(AUTHORS_DECODER)}
     if any(k.startswith("backbone.body.") for k in sd):
         return sd
     if _is_authors(sd):
@@ -305,7 +341,13 @@ def load_external_state(model: nn.Module, sd: Mapping[str, Tensor], *, arch: str
     stripped = _strip_wrappers(raw)
     prefix = next(iter(raw))[: len(next(iter(raw))) - len(next(iter(stripped)))]
     authors = _is_authors(stripped)
+    distill = _is_authors_distill(stripped)
+    if distill and arch == "convnext_tiny":
+        raise DataError(f"{source}: the published code's ConvNeXt-Tiny distillation model pools "
+                        "without ConvNeXt's final LayerNorm2d (its classifier is removed whole); "
+                        "pipi's ConvNeXt keeps it, so the answers would differ: not imported")
     theirs = _to_pipi_names(stripped, arch)
+    stripped = {k: v for k, v in stripped.items() if not (distill and k.startswith(AUTHORS_DECODER))}
     order = _class_order(class_names, source, classes) if class_names is not None else None
     expected = model.state_dict()
     optional = {k for k in expected if k.startswith("aux.")}  # distill's decoder
@@ -349,9 +391,10 @@ def load_external_state(model: nn.Module, sd: Mapping[str, Tensor], *, arch: str
                         f"model of cell {cell} ({len(classes)} classes): {detail}")
     model.load_state_dict({**{k: v for k, v in expected.items() if k in optional},
                            **theirs}, strict=True)
-    pipi_names = any(k.startswith("backbone.body.") for k in stripped)
-    form = ("pipi" if pipi_names else "published code (backbone.*, head.1.*)" if authors
-            else "torchvision")
+    pipi_names = not distill and any(k.startswith("backbone.body.") for k in stripped)
+    form = ("published distillation code (backbone.stem/body.*, distill_decoder.*, head.1.*)"
+            if distill else "pipi" if pipi_names
+            else "published code (backbone.*, head.1.*)" if authors else "torchvision")
     facts = {"key_form": (f"prefix {prefix}" if prefix else "no prefix") + f", {form} names",
              "class_order": ("the file's class_names" if order is not None
                              else "pipi's class order" if classes.is_kvasir
@@ -359,6 +402,8 @@ def load_external_state(model: nn.Module, sd: Mapping[str, Tensor], *, arch: str
     if optional:
         have = optional & set(theirs)
         facts["aux_head"] = ("loaded" if have == optional else "partly loaded" if have
+                             else "the file's decoder (distill_decoder.*, another form) not "
+                             "kept: initial weights; unused at deployment" if distill
                              else "absent (initial weights; unused at deployment)")
     return facts
 

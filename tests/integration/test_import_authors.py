@@ -243,3 +243,105 @@ def test_published_checkpoint_scores_as_the_published_code(arch, version, alpha,
             import_file(kind="checkpoint", file=best, backbone="resnet18", seed=43,
                         data=str(tiny_staged), profile="smoke", experiment=exp)
         assert len(mlflow.search_runs(experiment_names=[exp])) == n
+
+
+# --------------------------------------------------------------------------- distillation
+class AuthorsDistill(nn.Module):
+    """Built as the published ``ImageClassifierPIDistill`` is (issue 42): a torchvision model
+    split into ``stem`` (ResNet: conv1, bn1, relu, maxpool; else none), ``body`` (ResNet's four
+    layers, else ``features``) and ``pool``; ``head = Sequential(Dropout, Linear)``; a
+    ``distill_decoder`` of 3x3 conv, GELU, 3x3 conv, GELU, 1x1 conv with 64 channels; RGB in."""
+
+    def __init__(self, arch: str, classes: int = 14):
+        super().__init__()
+        m = torchvision.models.get_model(arch, weights=None)
+        trunk = nn.Module()
+        if arch.startswith("resnet"):
+            trunk.stem = nn.Sequential(m.conv1, m.bn1, m.relu, m.maxpool)
+            trunk.body = nn.Sequential(m.layer1, m.layer2, m.layer3, m.layer4)
+            dim = m.fc.in_features
+        else:
+            trunk.stem, trunk.body = nn.Identity(), m.features
+            dim = m.classifier[-1].in_features
+        trunk.pool = m.avgpool
+        self.backbone = trunk
+        self.head = nn.Sequential(nn.Dropout(0.2), nn.Linear(dim, classes))
+        self.distill_decoder = nn.Sequential(nn.Conv2d(dim, 64, 3, padding=1), nn.GELU(),
+                                             nn.Conv2d(64, 64, 3, padding=1), nn.GELU(),
+                                             nn.Conv2d(64, 1, 1))
+
+    def forward(self, x):   # deploy mode: the logits only
+        fmap = self.backbone.body(self.backbone.stem(x))
+        return self.head(self.backbone.pool(fmap).flatten(1))
+
+
+def _rgb(staged: Path, paths) -> torch.Tensor:
+    """The published RGB eval transform: Resize((S, S)), ToTensor, ImageNet normalisation."""
+    geom = transforms.Compose([transforms.Resize((SIZE, SIZE)), transforms.ToTensor()])
+    xs = []
+    for p in paths:
+        with Image.open(staged / p) as im:
+            xs.append((geom(im.convert("RGB")) - MEAN) / STD)
+    return torch.stack(xs)
+
+
+DISTILL_ARGS = {"data_dir": "./stage2_data", "epochs": 30, "batch_size": 24, "image_size": SIZE,
+                "lr": 1e-4, "pretrained": True, "seed": 42, "distill_lambda": 1.0,
+                "physics_alpha": 4.0, "physics_lambda_eff": None, "mixed_precision": True,
+                "scheduler": "cosine", "physics_prior_version": "v1"}
+
+
+@pytest.mark.parametrize("arch", ["resnet18", "efficientnet_b0"])
+def test_published_distillation_checkpoint_scores_as_the_published_code(arch, tiny_staged,
+                                                                        sqlite_tracking,
+                                                                        tmp_path):
+    """The released distillation checkpoints were refused ("missing 360"); both files import
+    from their args (cell distill, backbone, image size) with the published model's
+    probabilities on frames it tells apart."""
+    frames = pd.read_parquet(tiny_staged / "frames.parquet")
+    batch = _rgb(tiny_staged, frames.loc[frames["split"] == "train", "path"].iloc[::4])
+    torch.manual_seed(3)
+    model = AuthorsDistill(arch)
+    with torch.no_grad():   # BatchNorm statistics of real frames, logits of order one
+        for mod in model.modules():
+            if isinstance(mod, nn.BatchNorm2d):
+                mod.momentum = None
+        model.train()
+        model(batch)
+        model.eval()
+        spread = model(batch).std()
+        model.head[1].weight.div_(spread)
+        model.head[1].bias.div_(spread)
+    best, last = _save_both(model, tmp_path / arch, SHUFFLED, {**DISTILL_ARGS,
+                                                               "model_name": arch})
+    exp = f"import-distill-{arch}"
+    for path in (best, last):
+        res = import_file(kind="checkpoint", file=path, seed=42, data=str(tiny_staged),
+                          profile="smoke", experiment=exp, progress=False, register=False)
+        assert set(res.from_file) == {f"backbone={arch}", f"image_size={SIZE}", "cell=distill"}
+        run = mlflow.get_run(res.run_id)
+        assert run.data.params["cell"] == "distill"
+        assert "published distillation code" in run.data.tags["pipi.import.key_form"]
+        df = _predictions(res.run_id, tmp_path)
+        got = df[[f"prob_{k:02d}" for k in range(14)]].to_numpy()
+        with torch.no_grad():
+            probs = torch.softmax(model(_rgb(tiny_staged, df["path"])), 1).numpy()
+        lower = [n.lower() for n in SHUFFLED]
+        want = probs[:, [lower.index(c.lower()) for c in CLASSES]]
+        assert got.std(0).max() > 1e-3   # the frames are told apart
+        np.testing.assert_allclose(got, want, atol=1e-4)
+
+
+def test_a_published_convnext_distillation_checkpoint_is_refused_saying_why(tiny_staged,
+                                                                           sqlite_tracking,
+                                                                           tmp_path):
+    from pipi.errors import DataError
+
+    best, _ = _save_both(AuthorsDistill("convnext_tiny"), tmp_path / "cnx", FOLDERS,
+                         {**DISTILL_ARGS, "model_name": "convnext_tiny"})
+    with pytest.raises(DataError, match="without ConvNeXt's final LayerNorm2d") as err:
+        import_file(kind="checkpoint", file=best, seed=42, data=str(tiny_staged),
+                    profile="smoke", experiment="import-distill-cnx", progress=False,
+                    register=False)
+    assert "\n" not in str(err.value)
+    assert not mlflow.search_runs(experiment_names=["import-distill-cnx"]).shape[0]
