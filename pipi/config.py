@@ -34,14 +34,31 @@ DISTILL_TARGETS = ("frame", "augmented")
 #: How the ``probe`` cell trains its head: on features extracted once and cached (the
 #: published probe scripts), or through the frozen model every epoch (pipi's earlier recipe).
 PROBE_RECIPES = ("cached", "end_to_end")
+#: The learning-rate schedule of the epoch loop: cosine annealing over the epochs (the paper,
+#: and dinov2_linear_probe.py) or constant (biomedclip_linear_probe.py).
+LR_SCHEDULES = ("cosine", "constant")
+#: How the probe's frozen backbone sees a frame: ``frame`` (pipi's frame cache: Resize((S, S))
+#: bilinear), ``dinov2`` (dinov2_linear_probe.py: Resize(int(1.14 S)) bilinear, CenterCrop(S))
+#: or ``biomedclip`` (open_clip's BiomedCLIP preprocess: Resize(S) bicubic, CenterCrop(S)).
+PROBE_TRANSFORMS = ("frame", "dinov2", "biomedclip")
 #: The published probe scripts' recipes (dinov2_linear_probe.py, biomedclip_linear_probe.py):
-#: AdamW + cosine, best validation epoch of all (no early stop), no augmentation.
+#: AdamW, a plain Linear head on the cached features (no dropout), best validation epoch of
+#: all (no early stop), no augmentation. DINOv2: cosine, selected by val macro-AUC, its
+#: Resize + CenterCrop, fp32 features. BiomedCLIP: constant lr, selected by val macro-F1
+#: (over the classes present in val), open_clip's bicubic preprocess, features under fp16
+#: autocast on a GPU (fp32 on a CPU, as the script).
 PROBE_RECIPE = {
     "dinov2_vitb14": {"epochs": 40, "batch_size": 512, "lr": 1e-3, "weight_decay": 1e-4,
-                      "class_weights": True, "augment": False, "patience": 40},
+                      "class_weights": True, "augment": False, "patience": 40,
+                      "probe_transform": "dinov2"},
     "biomedclip_vitb16": {"epochs": 80, "batch_size": 256, "lr": 5e-4, "weight_decay": 1e-3,
-                          "class_weights": False, "augment": False, "patience": 80},
+                          "class_weights": False, "augment": False, "patience": 80,
+                          "select_metric": "macro_f1", "lr_schedule": "constant",
+                          "probe_transform": "biomedclip", "probe_fp16": True},
 }
+#: Fields logged (run params, config hash) only where they differ from these defaults, so
+#: runs that do not use them keep the params (and reuse keys) they had.
+QUIET_DEFAULTS = {"lr_schedule": "cosine", "probe_transform": "frame", "probe_fp16": False}
 #: Prior fields exposed flat (run params, MLproject parameters) -> PriorConfig field.
 PRIOR_PARAMS = {"alpha": "alpha", "lambda_eff": "lambda_eff", "hb_index": "hb_index",
                 "second_channel": "second_channel", "prior_mask": "mask"}
@@ -81,6 +98,9 @@ class TrainConfig:
                                      # the frozen model each epoch)
     select_metric: str = "macro_auc"  # checkpoint selection + early stopping on val: macro_auc
                                       # (paper) | macro_f1 (the published code)
+    lr_schedule: str = "cosine"      # cosine (paper) | constant (biomedclip_linear_probe.py)
+    probe_transform: str = "frame"   # the cached probe's view of a frame (PROBE_TRANSFORMS)
+    probe_fp16: bool = False         # the cached probe's features under fp16 autocast (GPU)
     # temporal / C3 (sequence cells)
     window: int = 16
     ae_epochs: int = 10
@@ -127,6 +147,10 @@ class TrainConfig:
                     and (value > 0 if name == "lr" else value >= 0)):
                 raise ConfigError(f"{name}={value!r}: must be a finite number "
                                   f"{'> 0' if name == 'lr' else '>= 0'}")
+        for name, allowed in (("lr_schedule", LR_SCHEDULES),
+                              ("probe_transform", PROBE_TRANSFORMS)):
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"{name}={getattr(self, name)!r}; use one of {list(allowed)}")
         if self.probe_recipe not in PROBE_RECIPES:
             raise ConfigError(f"probe_recipe={self.probe_recipe!r}; use one of "
                               f"{list(PROBE_RECIPES)}")
@@ -175,6 +199,9 @@ class TrainConfig:
         doc = asdict(self)
         for name in ("train_sources", "test_sources"):
             if not doc[name]:
+                doc.pop(name)
+        for name, default in QUIET_DEFAULTS.items():
+            if doc[name] == default:
                 doc.pop(name)
         if not self.classes:
             doc.pop("classes")
@@ -278,7 +305,8 @@ def make_config(*, cell: str, backbone: str = "efficientnet_b0", seed: int = 42,
 def run_params(cfg: TrainConfig) -> dict:
     """The flat run params of the run contract (also the basis of the config hash)."""
     p = {k: v for k, v in asdict(cfg).items() if k not in ("prior", "classes")
-         and not (k in ("train_sources", "test_sources") and not v)}
+         and not (k in ("train_sources", "test_sources") and not v)
+         and not (k in QUIET_DEFAULTS and v == QUIET_DEFAULTS[k])}
     if cfg.classes:
         p["classes"] = json.dumps(list(cfg.classes))
         keys = metric_keys(cfg.classes)

@@ -10,11 +10,8 @@ best validation macro-AUC over the evaluable classes, early stopping with ``pati
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import logging
 import math
-import os
 import random
 import tempfile
 import warnings
@@ -29,7 +26,7 @@ from sklearn.metrics import f1_score
 
 from pipi.classes import CLASSES, NUM_CLASSES
 from pipi.config import TrainConfig
-from pipi.data.cache import batches, build_cache, split_rows, to_float
+from pipi.data.cache import batches, build_cache, split_rows
 from pipi.data.progress import tqdm
 from pipi.data.staging import load_staged
 from pipi.errors import PipiError
@@ -58,6 +55,7 @@ from pipi.stats.auc import macro_auc, per_class_auc
 from pipi.stats.cv2024 import cv2024_metrics
 from pipi.training.checkpoint import plain_state
 from pipi.training.graphed import GraphedStep, capturable_adamw, make_capturable
+from pipi.training.probe import features_path, probe_features, published_features
 from pipi.training.result import FitResult
 
 log = logging.getLogger(__name__)
@@ -309,7 +307,8 @@ def fit_epochs(model, *, cfg: TrainConfig, gen: torch.Generator, train_epoch, pr
                val_frames: pd.DataFrame, classes: list[int], tracker=None,
                resume_state: dict | None = None, extra_state: dict | None = None,
                capturable: bool = False) -> dict:
-    """The epoch loop shared by every trained cell: AdamW + cosine annealing, validation
+    """The epoch loop shared by every trained cell: AdamW + cosine annealing (or a constant
+    rate: ``cfg.lr_schedule``), validation
     macro-AUC after each epoch, early stopping with ``cfg.patience``, best-epoch selection,
     per-epoch metrics and a resumable checkpoint through ``tracker``.
 
@@ -326,7 +325,9 @@ def fit_epochs(model, *, cfg: TrainConfig, gen: torch.Generator, train_epoch, pr
     else:
         optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr,
                                       weight_decay=cfg.weight_decay)
-    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg.epochs)
+    scheduler = (torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg.epochs)
+                 if cfg.lr_schedule == "cosine"
+                 else torch.optim.lr_scheduler.LambdaLR(optimizer, lambda epoch: 1.0))
     best = {"score": -math.inf, "epoch": -1, "state": None, "bad_epochs": 0}
     history: list[dict] = []
     start = 0
@@ -417,7 +418,8 @@ def run_frame_cell(cfg: TrainConfig, *, data: Path, resume_state: dict | None = 
     if cfg.cell_config.frozen and cfg.probe_recipe == "cached":
         return _run_cached_probe(cfg, model, inputs, cache, scored, manifest, split_idx,
                                  labels, weights, gen=gen, rt=rt, tracker=tracker,
-                                 resume_state=resume_state, cache_dir=cache_dir)
+                                 resume_state=resume_state, cache_dir=cache_dir, root=data,
+                                 progress=progress)
     scaler = rt.scaler()
     # data_path=device: the uint8 training set copied to the device once for the whole run
     train_images = (ResidentBatches(images["train"], dev, labels=labels["train"])
@@ -450,49 +452,21 @@ def run_frame_cell(cfg: TrainConfig, *, data: Path, resume_state: dict | None = 
                      manifest=manifest)
 
 
-def _features_path(cfg: TrainConfig, digest: str, cache_dir: Path | None) -> Path:
-    """Where the frozen backbone's features of a staged folder are cached: a digest of the
-    backbone, its weights (a file by path, size and mtime), the image size and the data."""
-    w = cfg.weights
-    if w not in ("imagenet", "none", "", None) and Path(w).is_file():
-        st = Path(w).stat()
-        w = f"{Path(w).resolve()}:{st.st_size}:{st.st_mtime_ns}"
-    key = json.dumps({"backbone": cfg.backbone, "weights": w, "image_size": cfg.image_size,
-                      "data_digest": digest, "format": 1}, sort_keys=True)
-    name = hashlib.sha256(key.encode()).hexdigest()[:24]
-    return (cache_dir or pipi_home() / "cache") / "features" / f"{name}.npy"
-
-
-@torch.no_grad()
-def probe_features(model, images: np.ndarray, inputs: FrameInputs, *, device, path: Path,
-                   batch_size: int = 128) -> np.ndarray:
-    """The frozen backbone's pooled features ``[N, D]`` of every row of a uint8 image array,
-    with the evaluation preprocessing; read from ``path`` when cached, else computed once and
-    written there (atomically)."""
-    if path.is_file():
-        return np.load(path)
-    model.eval()
-    out = []
-    for i in range(0, len(images), batch_size):
-        x, _ = inputs(to_float(images, np.arange(i, min(len(images), i + batch_size)), device),
-                      train=False)
-        out.append(model.embed(x).float().cpu().numpy())
-    feats = (np.concatenate(out) if out else np.zeros((0, model.head.in_features), np.float32))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp.npy")
-    np.save(tmp, feats.astype(np.float32))
-    os.replace(tmp, path)
-    return feats
-
-
 def _run_cached_probe(cfg, model, inputs, cache, frames, manifest, split_idx, labels, weights,
-                      *, gen, rt, tracker, resume_state, cache_dir) -> FitResult:
+                      *, gen, rt, tracker, resume_state, cache_dir, root,
+                      progress=False) -> FitResult:
     """The published probe recipe: features of the frozen backbone extracted once (cached on
-    disk by digest), the linear head trained on them (``cfg``'s epochs, batch, lr, weight
-    decay, class weights; best validation epoch)."""
+    disk by digest; the script's own preprocessing, :mod:`pipi.training.probe`), the plain
+    linear head trained on them as the scripts train it (``cfg``'s epochs, batch, lr, weight
+    decay, class weights, schedule and selection metric; no dropout; best validation epoch)."""
     dev = rt.device
-    path = _features_path(cfg, manifest["data_digest"], cache_dir)
-    feats = torch.from_numpy(probe_features(model, cache, inputs, device=dev, path=path)).to(dev)
+    path = features_path(cfg, manifest["data_digest"], cache_dir)
+    if cfg.probe_transform == "frame":
+        got = probe_features(model, cache, inputs, device=dev, path=path, fp16=cfg.probe_fp16)
+    else:
+        got = published_features(model, root, frames, inputs, cfg, device=dev, path=path,
+                                 progress=progress)
+    feats = torch.from_numpy(got).to(dev)
     f = {s: feats[torch.from_numpy(i)] for s, i in split_idx.items()}
     y = torch.from_numpy(labels["train"]).to(dev)
     classes, val_classes = split_classes(frames, "test"), split_classes(frames, "val")
@@ -506,7 +480,7 @@ def _run_cached_probe(cfg, model, inputs, cache, frames, manifest, split_idx, la
         total, n = 0.0, 0
         for i in steps:
             idx = perm[i:i + cfg.batch_size]
-            logits = model.head(model.dropout(f["train"][idx]))
+            logits = model.head(f["train"][idx])   # the scripts' head: a plain Linear
             loss = weighted_cross_entropy(logits, y[idx], weights)
             value = optimizer_step(loss, optimizer,
                                    where=f"epoch {epoch}, batch {i // cfg.batch_size}")
