@@ -92,11 +92,16 @@ def _json_problem(body: bytes) -> str | None:
     return None
 
 
-async def _answer(send, status: int, code: str, message: str) -> None:
+async def _answer(send, status: int, code: str, message: str, *, close: bool = False) -> None:
+    """An error answer; ``close``: the connection ends with it (a body left unread cannot be
+    followed by another request on it: uvicorn's h11 parser then logged a 25-line traceback
+    for the rest of a refused chunked body)."""
     body = json.dumps({"error_code": code, "message": message}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode())]})
+    headers = [(b"content-type", b"application/json"),
+               (b"content-length", str(len(body)).encode())]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -150,7 +155,7 @@ class RequestGuard:
             return await _answer(send, 413, "BAD_REQUEST",
                                  f"request body is over the limit of {self.max_bytes} bytes "
                                  f"(pipi serve --max-request-mb; {what} {body.size} bytes); "
-                                 "send fewer or smaller images")
+                                 "send fewer or smaller images", close=True)
         ctype = headers.get("content-type", "").split(";")[0].strip().lower()
         if ctype == "application/json":
             problem = await asyncio.to_thread(_json_problem, body)  # a big body: off the loop

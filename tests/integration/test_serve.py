@@ -295,6 +295,11 @@ def test_pipi_serve_refuses_an_oversized_body_without_reading_it(pipi_served):
     msg = json.loads(text)["message"]
     assert "refused after reading" in msg and "over the limit of 200000 bytes" in msg
     assert pipi_served.post(b'{"inputs": {"pixels": [[[[0, 0, 0]]]]}}')[0] == 400  # still up
+    # issue 41: the refused chunked body's unread rest left uvicorn's h11 parser logging a
+    # 25-line traceback; the 413 now closes the connection
+    time.sleep(1)
+    log = pipi_served.log_path.read_text(errors="replace")
+    assert "Traceback" not in log and "h11" not in log, log[-3000:]
 
 
 def test_pipi_serve_answers_as_mlflow_models_serve_does(pipi_served, frame_uri, mlflow_server,
