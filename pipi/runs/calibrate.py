@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 import math
 import multiprocessing as mp
-import os
 import queue as queue_mod
 import socket
 import time
@@ -104,9 +103,7 @@ def optimize(spec: TrialSpec, *, objective: CalibrationObjective | None = None,
 def _worker_env(spec: TrialSpec) -> None:
     if spec.threads:
         torch.set_num_threads(spec.threads)
-    if spec.code_version:
-        os.environ[tracking.CODE_VERSION_ENV] = spec.code_version  # the parent's reuse key
-    os.environ["MLFLOW_TRACKING_URI"] = spec.tracking_uri
+    tracking.use_code_version(spec.code_version)   # the parent's reuse key, as an argument
     tracking.configure(spec.tracking_uri)
 
 
@@ -239,9 +236,8 @@ def _train_trial(trial: optuna.Trial, spec: TrialSpec, result: WorkerResult,
         tracking.TAG_TRIAL_NUMBER: trial.number, tracking.TAG_WORKER: result.worker})
     trial.set_user_attr("run_id", rid)
     trial.set_user_attr("reused", False)
-    os.environ["MLFLOW_RUN_ID"] = rid  # train's pipi_run fills this run
-    try:
-        spec.train_fn(cfg, data=spec.data, progress=False, register=False,
+    try:   # train fills this run (handed as an argument, not through os.environ)
+        spec.train_fn(cfg, data=spec.data, progress=False, register=False, run_id=rid,
                       epoch_hook=epoch_reporter(
                           trial, None if target is None else _target_scorer(target, cfg)))
     except optuna.TrialPruned as exc:
@@ -255,8 +251,6 @@ def _train_trial(trial: optuna.Trial, spec: TrialSpec, result: WorkerResult,
             tracking.terminate_run(rid, "KILLED" if isinstance(exc, KeyboardInterrupt)
                                    else "FAILED", f"trial {trial.number}: {reason}")
         raise
-    finally:
-        os.environ.pop("MLFLOW_RUN_ID", None)
     result.trained.append(trial.number)
     tracking.set_run_tags(rid, {tracking.TAG_PRUNED: "false"})
     return _value(rid, spec, target)

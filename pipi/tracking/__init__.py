@@ -154,6 +154,7 @@ if TYPE_CHECKING:   # what each name is, for readers and type checkers; loaded o
         record_lost_run,
         server_gone,
         ui_hint,
+        use_code_version,
     )
     from pipi.tracking.tags import (
         DEFAULT_EXPERIMENT,
@@ -283,7 +284,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "registry": ('VERSION_TAGS', 'alias_version', 'check_aliases', 'download_model_files', 'image_schema', 'log_pyfunc_model', 'missing_version_tags', 'model_lock', 'model_uri_run_id', 'model_version', 'record_on_version', 'register_version', 'run_model_uri', 'run_version', 'set_aliases', 'set_registered_model_tags',),
     "runs": ('RETRY_VARS', 'RunTracker', 'active_experiment_id', 'active_run_id', 'child_runs', 'client', 'create_child_run', 'current_tracking_uri', 'default_experiment', 'download_artifact', 'downloaded', 'filter_value', 'find_finished_run', 'find_finished_runs', 'get_run', 'keep_killed_after_parent', 'launch_params', 'log_artifact', 'log_artifact_to_run', 'log_artifacts', 'log_dataset', 'log_dict', 'log_metrics', 'log_params', 'log_text', 'param_value', 'pipi_run', 'reported', 'resume_hint', 'set_run_tags', 'set_tags', 'tag_project_run', 'terminate_run', 'usable_run',),
     "signals": ('Terminated', 'install_signal_handlers', 'interrupt_reason', 'signals_deferred', 'signals_end_runs', 'signals_live',),
-    "store": ('CODE_VERSION_ENV', 'check_credentials', 'check_reachable', 'code_version', 'config_hash', 'configure', 'default_tracking_uri', 'flush_lost_runs', 'record_lost_run', 'server_gone', 'ui_hint',),
+    "store": ('CODE_VERSION_ENV', 'check_credentials', 'check_reachable', 'code_version', 'config_hash', 'configure', 'default_tracking_uri', 'flush_lost_runs', 'record_lost_run', 'server_gone', 'ui_hint', 'use_code_version',),
     "tags": ('DEFAULT_EXPERIMENT', 'HEARTBEAT_TAG', 'INHERITED_SOURCE_TAGS', 'TAG_AGGREGATE_N_RUNS', 'TAG_BACKBONE', 'TAG_BASELINE_TRIAL', 'TAG_BASE_CODE_VERSION', 'TAG_BASE_RUN', 'TAG_BEST_EPOCH', 'TAG_C3_RUN', 'TAG_CALIBRATE_MODE', 'TAG_CELL', 'TAG_CODE_VERSION', 'TAG_CONFIG_HASH', 'TAG_DATASET', 'TAG_DATA_DIGEST', 'TAG_DONOR_RUN', 'TAG_ENTRY_POINT', 'TAG_EVALUABLE_CLASSES', 'TAG_FAILED_CHILDREN', 'TAG_FAILURE', 'TAG_GALAR_FOLD', 'TAG_GALAR_SCOPE', 'TAG_HEARTBEAT', 'TAG_IMAGE_SIZE', 'TAG_IMPORT_PREFIX', 'TAG_NEEDED_BY', 'TAG_ON_CLASSIFIER_PATH', 'TAG_OPTUNA_STORAGE', 'TAG_OPTUNA_STUDY', 'TAG_OTHER_SEED', 'TAG_PAPER_VARIANT', 'TAG_PARENT_RUN', 'TAG_PERTURBATION', 'TAG_PERTURBATION_KIND', 'TAG_PERTURBATION_LEVEL', 'TAG_PREFIX', 'TAG_PREVIOUS_FAILURE', 'TAG_PRIOR_PARAMS', 'TAG_PRIOR_PARAMS_RUN', 'TAG_PROMOTE_BASELINE', 'TAG_PROMOTE_CI', 'TAG_PROMOTE_CI_UNIT', 'TAG_PROMOTE_CLASS_P_BH', 'TAG_PROMOTE_CRITERIA', 'TAG_PROMOTE_DATE', 'TAG_PROMOTE_DECISION', 'TAG_PROMOTE_DELTA', 'TAG_PROMOTE_ERROR', 'TAG_PROMOTE_EVIDENCE', 'TAG_PROMOTE_FORCE_REASON', 'TAG_PROMOTE_INTERVALS', 'TAG_PROMOTE_LOCK', 'TAG_PROMOTE_P_BOOTSTRAP', 'TAG_PROMOTE_RESTORED', 'TAG_PROMOTE_RUNS', 'TAG_PROMOTE_SEEDS', 'TAG_PRUNED', 'TAG_RECIPE', 'TAG_RECIPE_HASH', 'TAG_RESUMED_BY', 'TAG_RESUMED_RUN', 'TAG_REUSED_STAGED', 'TAG_SEED', 'TAG_SLURM_ATTEMPT', 'TAG_SLURM_JOB', 'TAG_SOURCE', 'TAG_SOURCE_FILE', 'TAG_SOURCE_KIND', 'TAG_SOURCE_LABEL', 'TAG_SOURCE_RUN', 'TAG_SOURCE_SHA', 'TAG_SPLIT_SHA', 'TAG_STUDY', 'TAG_SWEEP_ROLE', 'TAG_TARGET', 'TAG_TARGET_DATA_DIGEST', 'TAG_TEST_CLASSES', 'TAG_TRANSPLANT', 'TAG_TRANSPLANT_BLOCKS', 'TAG_TRANSPLANT_KIND', 'TAG_TRIAL_NUMBER', 'TAG_TRIAL_STATE', 'TAG_TTA_NOTE', 'TAG_VAL_CLASSES', 'TAG_VARIANT', 'TAG_WORKER',),
     "trials": ('log_finished_child', 'model_run_id', 'optimize_study',),
     "ui": ('EXPERIMENT_KIND', 'EXPERIMENT_KIND_TAG', 'FIGURES_DIR', 'MAX_FIGURE_BYTES', 'ML_VIEW_QUERY', 'NOTE_TAG', 'SHARED_VIEW_PREFIX', 'SYSTEM_METRICS_ENV', 'TRAINING_VIEW', 'TRAINING_VIEW_STATE', 'artifact_url', 'experiment_url', 'log_figures', 'mark_experiment', 'run_url', 'set_model_description', 'set_run_description', 'set_version_description', 'system_metrics_enabled',),
@@ -357,5 +358,5 @@ __all__ = [
     "set_registered_model_tags", "set_run_description", "set_run_tags", "set_tags",
     "set_version_description", "signals_deferred", "signals_end_runs", "signals_live",
     "split_datasets", "system_metrics_enabled", "tag_project_run", "terminate_run", "train_tags",
-    "ui_hint", "usable_run", "version_record",
+    "ui_hint", "usable_run", "use_code_version", "version_record",
 ]

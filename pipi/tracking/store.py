@@ -26,7 +26,7 @@ from pipi.tracking.ui import experiment_url, run_url
 __all__ = [
     "CODE_VERSION_ENV", "check_credentials", "check_reachable", "code_version", "config_hash",
     "configure", "default_tracking_uri", "flush_lost_runs", "record_lost_run", "server_gone",
-    "ui_hint",
+    "ui_hint", "use_code_version",
 ]
 
 log = logging.getLogger(__name__)
@@ -182,16 +182,27 @@ def ui_hint(run_id: str | None = None) -> str:
 
 # --------------------------------------------------------------------------- versions
 CODE_VERSION_ENV = "PIPI_CODE_VERSION"
+#: The code version a worker process was handed by its sweep (:func:`use_code_version`).
+_HANDED: list[str] = []
 
 
 def code_version() -> str:
     """Git commit of the project (with '-dirty' when modified), else the package version.
 
     It keys idempotent children, so every process of one sweep must agree on it: a sweep
-    hands its own value to its worker processes and SLURM jobs in ``PIPI_CODE_VERSION``,
-    which wins over git. Otherwise git is read once per process.
+    hands its own value to its worker processes (as an argument: :func:`use_code_version`)
+    and SLURM jobs (in ``PIPI_CODE_VERSION``, their environment), which win over git.
+    Otherwise git is read once per process.
     """
-    return os.environ.get(CODE_VERSION_ENV) or _git_code_version()
+    return (_HANDED[-1] if _HANDED else "") or os.environ.get(CODE_VERSION_ENV) or \
+        _git_code_version()
+
+
+def use_code_version(version: str) -> None:
+    """This process keys its runs with ``version`` (a worker process of a sweep, handed the
+    parent's value as an argument; nothing is written into the environment); "" forgets a
+    handed value (the environment's or git's again)."""
+    _HANDED[:] = [version] if version else []
 
 
 @functools.lru_cache(maxsize=1)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -244,13 +243,11 @@ def _spawn_child(child: Child, *, run_id: str, threads: int, data: str,
     under the sweep by the parent) with the ordinary ``train`` run of its configuration,
     keyed with the parent's code version (the parent looks children up by that key)."""
     torch.set_num_threads(threads)
-    os.environ[tracking.CODE_VERSION_ENV] = code_version
-    os.environ["MLFLOW_TRACKING_URI"] = tracking_uri
-    os.environ["MLFLOW_RUN_ID"] = run_id  # pipi_run attaches to it, as under `mlflow run`
+    tracking.use_code_version(code_version)   # handed as arguments, not through os.environ
     tracking.configure(tracking_uri)
     logging.basicConfig(level=logging.INFO,
                         format=f"%(asctime)s [{child.label}] %(levelname)s %(name)s: %(message)s")
-    return train(child.cfg, data=data, progress=False).run_id
+    return train(child.cfg, data=data, progress=False, run_id=run_id).run_id
 
 
 def _train_child(child: Child, *, data: Path, progress: bool, parent_run_id: str) -> str:

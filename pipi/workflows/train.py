@@ -304,13 +304,14 @@ def _with_model(summary: TrainSummary, logged: Mapping) -> TrainSummary:
 def train(cfg: TrainConfig, *, data: str | None = None, resume: str | None = None,
           experiment: str | None = None, register: bool = True, progress: bool = True,
           nested: bool = False, system_metrics: bool = False,
-          epoch_hook: Callable[[int, Mapping[str, float], object], None] | None = None
-          ) -> TrainSummary:
+          epoch_hook: Callable[[int, Mapping[str, float], object], None] | None = None,
+          run_id: str | None = None) -> TrainSummary:
     """Run one cell end to end inside an MLflow run and return a summary (:func:`request`,
-    then :func:`run`)."""
+    then :func:`run`). ``run_id``: a run created for it (a sweep's child, a calibrate
+    trial) that the training fills."""
     return run(request(cfg, data=data, resume=resume), experiment=experiment,
                register=register, progress=progress, nested=nested,
-               system_metrics=system_metrics, epoch_hook=epoch_hook)
+               system_metrics=system_metrics, epoch_hook=epoch_hook, run_id=run_id)
 
 
 def run_name(cfg: TrainConfig, root: Path) -> str:
@@ -322,8 +323,8 @@ def run_name(cfg: TrainConfig, root: Path) -> str:
 
 def run(req: TrainRequest, *, experiment: str | None = None, register: bool = True,
         progress: bool = True, nested: bool = False, system_metrics: bool = False,
-        epoch_hook: Callable[[int, Mapping[str, float], object], None] | None = None
-        ) -> TrainSummary:
+        epoch_hook: Callable[[int, Mapping[str, float], object], None] | None = None,
+        run_id: str | None = None) -> TrainSummary:
     """Train a request inside an MLflow run and return a summary.
 
     ``epoch_hook(epoch, metrics, model)`` is called after each epoch's metrics are logged,
@@ -363,7 +364,8 @@ def run(req: TrainRequest, *, experiment: str | None = None, register: bool = Tr
                 x for x in (req.resumed.tags.get(tracking.TAG_RESUMED_BY), wrapper) if x)
     work = tmpdir()
     try:
-        with tracking.pipi_run(entry_point="train", experiment=experiment, run_id=resume,
+        with tracking.pipi_run(entry_point="train", experiment=experiment,
+                               run_id=resume or run_id,
                                nested=nested, run_name=run_name(cfg, root),
                                tags=tags, log_system_metrics=system_metrics):
             if not resume:
