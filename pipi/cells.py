@@ -96,6 +96,13 @@ for _c in (
     CellConfig("e_plus", "C1_5ch + C2 + C3 (headline)", base_cell="pi", temporal=True, c3=True),
     CellConfig("e_dagger", "distill backbone + C2 + C3", base_cell="distill", temporal=True,
                c3=True),
+    # ---- the paper's limitation experiment: the C1 summaries on a backbone that saw no
+    # capsule frame (an ImageNet-only model, frozen: its probe run's backbone)
+    CellConfig("b_frozen", "C2 on a frozen ImageNet backbone (no capsule fine-tuning)",
+               base_cell="probe", temporal=True),
+    CellConfig("c1_frozen", "C1_8 (train-norm) + C2 on a frozen ImageNet backbone (no capsule "
+               "fine-tuning; the paper's limitation experiment)", base_cell="probe",
+               temporal=True, c1="c8"),
 ):
     register_cell(_c)
 

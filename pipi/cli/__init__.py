@@ -14,7 +14,6 @@ for; ``pipi --help`` lists the commands from :data:`COMMANDS` without importing 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import logging
 import os
 import sys
@@ -135,18 +134,28 @@ def setup_logging(verbose: bool = False) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+class _Deferred:
+    """A module imported on the first attribute access. Not an entry of ``sys.modules``
+    (importlib's ``LazyLoader`` is: anything that walks them, as ``inspect.getmodule`` does
+    while torch registers its operators, then executed the module mid-way through another
+    import, in a cycle)."""
+
+    def __init__(self, name: str):
+        self._name, self._module = name, None
+
+    def __getattr__(self, attr: str):
+        if self._module is None:
+            self._module = importlib.import_module(self._name)
+        return getattr(self._module, attr)
+
+    def __repr__(self) -> str:
+        return f"<deferred module {self._name!r}>"
+
+
 def lazy_module(name: str):
-    """Module ``name``, executed on its first attribute access (``importlib.util.LazyLoader``):
-    a command module names its workflow this way so that its ``--help`` imports none of it."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.find_spec(name)
-    loader = importlib.util.LazyLoader(spec.loader)
-    spec.loader = loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    loader.exec_module(module)
-    return module
+    """Module ``name``, imported on its first attribute access: a command module names its
+    workflow this way so that its ``--help`` imports none of it."""
+    return sys.modules.get(name) or _Deferred(name)
 
 
 def command(name: str) -> click.Command:

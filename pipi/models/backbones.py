@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from pipi.errors import ConfigError, reason_of
 
 __all__ = ["ARCHS", "FEATURE_DIMS", "PAPER_ARCHS", "PRIOR_INITS", "Backbone", "build_backbone", "check_weights",
-           "read_weights_file", "resolve_weights", "widen_first_conv"]
+           "imagenet_weights", "read_weights_file", "resolve_weights", "widen_first_conv"]
 
 log = logging.getLogger(__name__)
 
@@ -235,8 +235,15 @@ def resolve_weights(weights: str | Path | None) -> str | Path | None:
     return path
 
 
+def imagenet_weights(arch: str):
+    """The ImageNet weights ``weights=imagenet`` loads: torchvision's ``DEFAULT`` of the
+    architecture, as the published code asks for them (``IMAGENET1K_V1`` for EfficientNet-B0,
+    ResNet-18 and ConvNeXt-Tiny; ``IMAGENET1K_V2`` for ResNet-50)."""
+    return torchvision.models.get_model_weights(arch).DEFAULT
+
+
 def _load_imagenet(arch: str) -> nn.Module:
-    enum = torchvision.models.get_model_weights(arch).IMAGENET1K_V1
+    enum = imagenet_weights(arch)
     try:
         return torchvision.models.get_model(arch, weights=enum)
     except (urllib.error.URLError, OSError, RuntimeError) as exc:
@@ -316,7 +323,8 @@ def build_backbone(
     arch : str
         One of :data:`ARCHS`.
     weights : str, Path or None
-        ``"imagenet"`` (torchvision ``IMAGENET1K_V1``, downloaded on first use), a path to a
+        ``"imagenet"`` (torchvision's ``DEFAULT``: :func:`imagenet_weights`, downloaded on
+        first use), a path to a
         state_dict file (the torchvision 3-channel model, with or without its classifier; or a
         pipi checkpoint dict with a ``"state_dict"`` entry), or ``None`` / ``"none"`` for a
         random initialisation.

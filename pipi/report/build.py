@@ -64,7 +64,8 @@ def build_report(evidence: Evidence, options: AggregateOptions | None = None) ->
     an = Analysis(evidence, options)
     tables: list[Table] = [run_tables.coverage_table(an), headline.per_frame_table(an),
                            *headline.imported_per_frame_tables(an),
-                           headline.eight_cell_table(an), *headline.paired_tests_tables(an),
+                           headline.eight_cell_table(an), headline.limitation_table(an),
+                           *headline.paired_tests_tables(an),
                            *per_class.per_class_tables(an), breakdown.per_patient_table(an),
                            *[t for t in (per_source_table(an), loso_table(an))
                              if t is not None],

@@ -53,6 +53,9 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
     Study("probe", "frozen foundation backbone + linear probe (DINOv2, BiomedCLIP); pass "
           "weights=<published checkpoint> and one backbone per sweep", ("probe",),
           backbones=tuple(FOUNDATION)),
+    Study("limitation", "the paper's limitation experiment: C2 with and without the C1 "
+          "summaries on a frozen ImageNet ResNet-50 (no capsule fine-tuning)",
+          ("b_frozen", "c1_frozen"), backbones=("resnet50",)),
     Study("channel_infer", "inference-time channel ablation of finished pi runs",
           ("pi",), kind="channel_infer"),
     Study("pi_tta", "PI test-time adaptation probes (paper null result) of finished a runs",

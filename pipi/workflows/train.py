@@ -34,7 +34,7 @@ from pipi.config import (
 from pipi.data.cache import build_cache
 from pipi.errors import ConfigError
 from pipi.models import NormalAutoencoder
-from pipi.models.backbones import check_weights
+from pipi.models.backbones import ARCHS, check_weights, imagenet_weights
 from pipi.paths import pipi_home
 from pipi.report.descriptions import model_card, run_description, version_description
 from pipi.report.run_figures import cell_prior_figure, first_per_class, prediction_figures
@@ -373,6 +373,8 @@ def run(req: TrainRequest, *, experiment: str | None = None, register: bool = Tr
                 params = {**run_params(cfg), "data_dir": str(root)}
                 if seq:
                     params["base_cell"] = cfg.cell_config.base_cell
+                if cfg.weights == "imagenet" and cfg.backbone in ARCHS:   # which release
+                    params["weights.resolved"] = str(imagenet_weights(cfg.backbone))
                 tracking.log_params(params)
                 tracking.log_dict(cfg.to_dict(), "config.json")
                 # one dataset input per split; the test metrics link to the test one

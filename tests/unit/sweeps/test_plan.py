@@ -20,7 +20,8 @@ def test_eight_cell_plan_puts_bases_first():
     cells = [k.cfg.cell for k in kids]
     assert cells[:2] == ["a", "a"] and set(cells[2:6]) == {"pi", "distill"}
     assert [k.role for k in kids[2:6]] == ["base"] * 4
-    assert set(cells[6:]) == set(SEQUENCE_CELLS) and len(kids) == 2 * (1 + 2 + 9)
+    eight = set(SEQUENCE_CELLS) - {"b_frozen", "c1_frozen"}   # the limitation study's
+    assert set(cells[6:]) == eight and len(kids) == 2 * (1 + 2 + 9)
     assert len({k.config_hash for k in kids}) == len(kids)
     # the hash is the one `train` tags its run with (config + data digest + code version)
     from pipi import tracking
@@ -115,3 +116,11 @@ def test_a_childs_key_on_another_class_set_is_the_one_train_tags_its_run_with():
     assert kid.config_hash == tracking.config_hash(tracking.config_key(trained, "d" * 64))
     (plain,) = plan(ablate.get_study("per_frame"), **kw)
     assert plain.config_hash != kid.config_hash  # what the plan keyed before
+
+
+def test_the_limitation_plan_trains_the_frozen_probe_base_first():
+    kids = plan(ablate.get_study("limitation"), seeds=(41,), backbones=("resnet50",),
+                profile="smoke", weights="imagenet", digest="d" * 64)
+    assert [(k.cfg.cell, k.cfg.backbone, k.role) for k in kids] == [
+        ("probe", "resnet50", "base"), ("b_frozen", "resnet50", "study"),
+        ("c1_frozen", "resnet50", "study")]
