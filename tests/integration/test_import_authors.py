@@ -76,6 +76,13 @@ def _trained(arch: str, seed: int, batch: torch.Tensor) -> AuthorsModel:
     conv = model.backbone.features[0][0]
     with torch.no_grad():
         conv.weight[:, 3:] = torch.randn_like(conv.weight[:, 3:]) * conv.weight[:, :3].std()
+    return _settled(model, batch)
+
+
+def _settled(model: nn.Module, batch: torch.Tensor) -> nn.Module:
+    """``model`` with BatchNorm statistics of real frames (``batch``) and a head whose logits
+    on them are of order one (a fresh model in eval mode answers every frame alike)."""
+    with torch.no_grad():
         for mod in model.modules():
             if isinstance(mod, nn.BatchNorm2d):
                 mod.momentum = None
@@ -301,17 +308,7 @@ def test_published_distillation_checkpoint_scores_as_the_published_code(arch, ti
     frames = pd.read_parquet(tiny_staged / "frames.parquet")
     batch = _rgb(tiny_staged, frames.loc[frames["split"] == "train", "path"].iloc[::4])
     torch.manual_seed(3)
-    model = AuthorsDistill(arch)
-    with torch.no_grad():   # BatchNorm statistics of real frames, logits of order one
-        for mod in model.modules():
-            if isinstance(mod, nn.BatchNorm2d):
-                mod.momentum = None
-        model.train()
-        model(batch)
-        model.eval()
-        spread = model(batch).std()
-        model.head[1].weight.div_(spread)
-        model.head[1].bias.div_(spread)
+    model = _settled(AuthorsDistill(arch), batch)
     best, last = _save_both(model, tmp_path / arch, SHUFFLED, {**DISTILL_ARGS,
                                                                "model_name": arch})
     exp = f"import-distill-{arch}"
