@@ -69,6 +69,10 @@ def train(cell, seed, backbone, data, profile, weights, prior_params, resume, sy
     if s.registered:
         click.echo(f"registered {s.registered} (alias candidate: "
                    f"models:/{s.registered_name}@candidate)")
+        held = [(a, tracking.alias_version(s.registered_name, a))
+                for a in ("candidate", "champion", "previous-champion")]
+        click.echo(f"  aliases of {s.registered_name}: "
+                   + ", ".join(f"@{a} -> version {v}" for a, v in held if v))
     click.echo(tracking.ui_hint(s.run_id))
 
 

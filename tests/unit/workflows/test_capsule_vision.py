@@ -327,6 +327,8 @@ def test_pipi_train_prints_the_headline_classes_by_name(cv_staged, tmp_path, mon
                                     "--model-prefix", "cvtest"])
     assert res.exit_code == 0, res.output
     assert f"over 10 classes with test positives: {', '.join(CLASSES)}" in res.output
+    # issue 38: train says which version holds which alias afterwards
+    assert "aliases of cvtest-resnet18-a: @candidate -> version 1" in res.output
 
 
 HELD_OUT = {"train_sources": "KVASIR,KID,AIIMS", "test_sources": "SEE-AI"}
