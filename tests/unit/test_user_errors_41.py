@@ -199,3 +199,25 @@ def test_progress_bars_only_where_a_person_watches(monkeypatch, capsys):
             pass
         assert ("\r" in err.getvalue()) is drawn, (env, tty, err.getvalue())
         assert progress.tqdm(range(1), disable=True, file=err).disable
+
+
+class _Evil:   # an object a weights-only load must refuse
+    pass
+
+
+def test_a_pickle_is_refused_in_one_line_without_torchs_warning_before_it(tmp_path):
+    """torch printed "Detected pickle protocol 4 in the checkpoint ..." before import's own
+    line for a plain pickle file."""
+    import pickle
+    import warnings
+
+    from pipi.models.external import read_checkpoint
+
+    path = tmp_path / "model.pkl"
+    path.write_bytes(pickle.dumps({"weights": _Evil()}, protocol=4))
+    with warnings.catch_warnings(record=True) as caught, pytest.raises(DataError) as err:
+        warnings.simplefilter("always")
+        read_checkpoint(path)
+    assert not [str(w.message) for w in caught]
+    msg = str(err.value)
+    assert "\n" not in msg and str(path) in msg and "cannot read it as a torch state dict" in msg

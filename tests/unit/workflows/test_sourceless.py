@@ -88,9 +88,10 @@ def _check_run(run) -> None:
     assert json.loads(run.data.params["classes"]) == list(CLASSES)
 
 
+@pytest.mark.parametrize("form", ["folder", "table"])
 @pytest.mark.parametrize("cell", PER_FRAME)
-def test_every_per_frame_cell_trains_on_a_sourceless_folder(staged, store, cell):
-    s = train(_cfg(cell), data=str(staged["folder"]), register=False, progress=False)
+def test_every_per_frame_cell_trains_on_sourceless_data(staged, store, cell, form):
+    s = train(_cfg(cell), data=str(staged[form]), register=False, progress=False)
     run = MlflowClient().get_run(s.run_id)
     assert run.info.status == "FINISHED"
     _check_run(run)
