@@ -433,8 +433,8 @@ class LabServer:
 
     def start(self) -> LabServer:
         self.root.mkdir(parents=True, exist_ok=True)
-        if self.auth:   # the lab's store, log and auth database: the lab account's alone
-            os.chmod(self.root, 0o700)
+        if self.auth:   # nobody else lists the lab's folder (its files are 0600); o+x stays:
+            os.chmod(self.root, 0o711)   # the postgres user reaches its cluster through it
         try:
             if self.backend == "postgres":
                 dbs = ("mlflow", "mlflow_auth") if self.auth else ("mlflow",)

@@ -143,8 +143,9 @@ def test_another_local_user_is_refused_on_every_port_and_file(lab, other_user):
                 ("cat", str(next(p for p in paths if p.suffix == ".dat")))):
         r = _as(other_user, *cmd)
         assert r.returncode != 0 and "Permission denied" in r.stderr, (cmd, r.stdout)
-    # issue 41: the lab's root, its server log and its auth config are the lab account's only
-    assert stat.S_IMODE(lab.root.stat().st_mode) == 0o700
+    # issue 41: nobody else lists the lab's folder (o+x only: the postgres user reaches its
+    # cluster through it), and its server log and auth config are the lab account's only
+    assert stat.S_IMODE(lab.root.stat().st_mode) == 0o711
     for name in ("mlflow-server.log", "basic_auth.ini"):
         assert stat.S_IMODE((lab.root / name).stat().st_mode) == 0o600, name
     r = _as(other_user, "cat", str(lab.root / "basic_auth.ini"))
