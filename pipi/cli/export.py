@@ -8,7 +8,7 @@ import click
 
 from pipi import tracking
 from pipi.cli.common import PipiCommand, PipiGroup, setup_logging
-from pipi.workflows.export import export_cv2024
+from pipi.workflows.export import export_cv2024, sheet_target
 
 
 @click.group(cls=PipiGroup)
@@ -29,6 +29,7 @@ def export() -> None:
 def cv2024(run_id: str, out: Path, split: str, fmt: str | None) -> None:
     """The challenge's prediction sheet: image_path as the dataset wrote it, one probability
     column per class in the class order, predicted_class (Eval_metrics_gen_excel.py reads it)."""
+    sheet_target(out, fmt)   # a bad --out or --format: one line, before the store is opened
     setup_logging()
     tracking.configure()
     res = export_cv2024(run_id, out, split=split, fmt=fmt)

@@ -14,7 +14,7 @@ from pipi.errors import ConfigError, DataError
 from pipi.predictions import read_predictions, read_schema
 from pipi.report.cv2024_sheet import SHEET_FORMATS, challenge_sheet, write_sheet
 
-__all__ = ["ExportResult", "export_cv2024"]
+__all__ = ["ExportResult", "export_cv2024", "sheet_target"]
 
 SPLITS = ("test", "val")
 
@@ -35,14 +35,9 @@ def export_cv2024(run_id: str, out: Path, *, split: str = "test", fmt: str | Non
     if split not in SPLITS:
         raise ConfigError(f"split={split!r}: use one of {list(SPLITS)}")
     out = Path(out)
-    named = out.suffix.lstrip(".").lower() if out.suffix.lower() in (".xlsx", ".csv") else None
-    if fmt and named and fmt != named:
-        raise ConfigError(f"--format {fmt} with --out {out}: the name says {named}; name the "
-                          f"file .{fmt} or drop --format")
-    fmt = fmt or named or "xlsx"
+    fmt = sheet_target(out, fmt)
     if fmt not in SHEET_FORMATS:
         raise ConfigError(f"format={fmt!r}: use one of {list(SHEET_FORMATS)}")
-    _check_writable(out)
     if str(run_id).startswith("models:/"):   # a registered version or alias: its run
         run_id = tracking.model_uri_run_id(run_id)
     work = Path(tempfile.mkdtemp(prefix="pipi-export-"))
@@ -58,6 +53,18 @@ def export_cv2024(run_id: str, out: Path, *, split: str = "test", fmt: str | Non
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return ExportResult(out, run_id, split, len(sheet), classes)
+
+
+def sheet_target(out: Path, fmt: str | None) -> str:
+    """The sheet's format (``fmt``, else ``out``'s suffix, else xlsx), refused in one line
+    where the two disagree or ``out``'s folder cannot be written (before any download)."""
+    out = Path(out)
+    named = out.suffix.lstrip(".").lower() if out.suffix.lower() in (".xlsx", ".csv") else None
+    if fmt and named and fmt != named:
+        raise ConfigError(f"--format {fmt} with --out {out}: the name says {named}; name the "
+                          f"file .{fmt} or drop --format")
+    _check_writable(out)
+    return fmt or named or "xlsx"
 
 
 def _check_writable(out: Path) -> None:
