@@ -4,7 +4,6 @@ with torchvision's DEFAULT ImageNet weights (V2 for ResNet-50), and aggregate's 
 
 from __future__ import annotations
 
-import mlflow
 import numpy as np
 import pytest
 from fakes import local_runs
@@ -12,11 +11,9 @@ from sklearn.metrics import roc_auc_score
 
 from pipi import analysis
 from pipi.cells import get_cell
-from pipi.config import make_config
 from pipi.models.backbones import imagenet_weights
 from pipi.report import build_report
 from pipi.sweeps.plan import get_study
-from pipi.workflows.train import train
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("test_limitation")]
 
@@ -30,19 +27,6 @@ def test_the_cells_the_study_and_the_weights():
     assert st.cells == ("b_frozen", "c1_frozen") and st.backbones == ("resnet50",)
     assert str(imagenet_weights("resnet50")) == "ResNet50_Weights.IMAGENET1K_V2"
     assert str(imagenet_weights("efficientnet_b0")) == "EfficientNet_B0_Weights.IMAGENET1K_V1"
-
-
-def test_c1_frozen_trains_on_resnet50_and_registers(sqlite_tracking, tiny_staged, monkeypatch):
-    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
-    monkeypatch.setenv("PIPI_MODEL_PREFIX", "pipi")
-    mlflow.set_experiment("limitation")
-    s = train(make_config(cell="c1_frozen", backbone="resnet50", profile="smoke",
-                          weights="none"), data=str(tiny_staged), progress=False)
-    run = mlflow.get_run(s.run_id)
-    assert run.info.status == "FINISHED" and run.data.params["base_cell"] == "probe"
-    assert s.registered_name == "pipi-resnet50-c1_frozen"
-    base = mlflow.get_run(s.base_run_id)
-    assert base.data.tags["pipi.cell"] == "probe" and base.data.tags["pipi.backbone"] == "resnet50"
 
 
 def test_aggregate_prints_the_limitation_row(tmp_path):

@@ -1,0 +1,25 @@
+"""``c1_frozen`` (issue 42 item 3) trains on ResNet-50 at the smoke profile, its frozen
+``probe`` base trained first as a dependency, and registers."""
+
+from __future__ import annotations
+
+import mlflow
+import pytest
+
+from pipi.config import make_config
+from pipi.workflows.train import train
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("test_limitation_train")]
+
+
+def test_c1_frozen_trains_on_resnet50_and_registers(sqlite_tracking, tiny_staged, monkeypatch):
+    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
+    monkeypatch.setenv("PIPI_MODEL_PREFIX", "pipi")
+    mlflow.set_experiment("limitation")
+    s = train(make_config(cell="c1_frozen", backbone="resnet50", profile="smoke",
+                          weights="none"), data=str(tiny_staged), progress=False)
+    run = mlflow.get_run(s.run_id)
+    assert run.info.status == "FINISHED" and run.data.params["base_cell"] == "probe"
+    assert s.registered_name == "pipi-resnet50-c1_frozen"
+    base = mlflow.get_run(s.base_run_id)
+    assert base.data.tags["pipi.cell"] == "probe" and base.data.tags["pipi.backbone"] == "resnet50"
