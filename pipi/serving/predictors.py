@@ -92,6 +92,28 @@ class FramePredictor:
         return df
 
 
+class FrameModule(torch.nn.Module):
+    """A registered per-frame model as a plain torch module: ``forward(x01)`` takes RGB
+    floats in [0, 1], ``[N, 3, H, W]`` at any size, and returns the class probabilities
+    ``[N, K]`` exactly as the pyfunc computes them (resized to ``image_size`` as the
+    training cache resizes, the backbone's normalisation, the prior inside for the
+    5-channel cells). ``network`` is the bare classifier, ``inputs`` its input transform,
+    ``class_names`` the output order."""
+
+    def __init__(self, network: torch.nn.Module, inputs: FrameInputs, cfg):
+        super().__init__()
+        self.network, self.inputs, self.cfg = network.eval(), inputs, cfg
+        self.class_names, self.image_size = tuple(cfg.class_set.names), cfg.image_size
+
+    def forward(self, x01: torch.Tensor, *, strip_prior: bool = False) -> torch.Tensor:
+        if x01.shape[-2:] != (self.image_size, self.image_size):
+            x01 = torch.nn.functional.interpolate(x01, size=(self.image_size,) * 2,
+                                                  mode="bilinear", align_corners=False,
+                                                  antialias=True)
+        x, _ = self.inputs(x01, train=False, strip_prior=strip_prior)
+        return torch.softmax(self.network(x).float(), dim=1)
+
+
 class SequencePredictor:
     """A logged sequence model (``sequence_model.pt``: base backbone + temporal head (+ C3
     autoencoder) with the train-split statistics)."""

@@ -21,8 +21,10 @@ from mlflow.pyfunc import scoring_server
 
 from pipi.errors import ConfigError
 from pipi.serving.guard import DEFAULT_MAX_BYTES, RequestGuard
+from pipi.serving.predictors import FrameModule
 
-__all__ = ["ServeRequest", "app_from_env", "load_served_model", "scoring_app", "serve"]
+__all__ = ["ServeRequest", "app_from_env", "load_module", "load_served_model", "scoring_app",
+           "serve"]
 
 #: How the parent hands the model and the limit to uvicorn's worker processes.
 ENV_MODEL_PATH = "PIPI_SERVE_MODEL_PATH"
@@ -54,6 +56,21 @@ def load_served_model(path: str):
     except MlflowException as exc:
         raise ConfigError(f"{path}: not a loadable MLflow model "
                           f"({' '.join(exc.message.split())[:300]})") from None
+
+
+def load_module(model_uri: str) -> FrameModule:
+    """The torch module of a registered per-frame model (``models:/NAME@ALIAS``,
+    ``models:/NAME/VERSION``, ``runs:/...`` or a folder): :class:`FrameModule`, whose
+    ``forward`` on RGB in [0, 1] at the model's image size gives the pyfunc's probabilities;
+    ``network`` is the bare classifier. One line for a sequence cell's model (it takes
+    clips) or a model that is not pipi's."""
+    pred = getattr(load_served_model(model_uri).unwrap_python_model(), "predictor", None)
+    if pred is None or not hasattr(pred, "model") or not hasattr(pred, "inputs"):
+        what = (f"a sequence cell's model ({pred.cfg.cell}: it takes clips)"
+                if pred is not None and hasattr(pred, "cfg") else "not a pipi frame model")
+        raise ConfigError(f"{model_uri}: {what}; load_module serves the per-frame cells "
+                          "(a, pi, pblood_only, phi_only, distill, probe)")
+    return FrameModule(pred.model, pred.inputs, pred.cfg)
 
 
 def app_from_env() -> RequestGuard:
