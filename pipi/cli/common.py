@@ -14,7 +14,7 @@ from pipi.config import (
     SELECT_METRICS,
     TRAIN_OVERRIDES,
 )
-from pipi.cli import PipiCommand, PipiGroup, setup_logging
+from pipi.cli import PipiCommand, PipiGroup, setup_logging  # noqa: F401 (re-exported)
 from pipi.models.backbones import ARCHS, PRIOR_INITS
 from pipi.models.timm_backbones import FOUNDATION
 from pipi.prior import DEFAULT_ALPHA, HB_INDICES, PRIOR_MASKS, SECOND_CHANNELS
