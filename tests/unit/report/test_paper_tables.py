@@ -410,3 +410,36 @@ def test_the_eight_cell_figure_annotates_the_summary_c1_cells_against_b():
     assert f"{means[2] - means[0]:+.3f}" == "+0.018"
     # without (b) in the figure, every bar is against (a)
     assert bar_deltas(["a", "c"], means[[0, 2]], "a", {"c": "b"}) == pytest.approx({1: 0.0176})
+
+
+def test_the_report_draws_the_eight_cell_bars_with_the_papers_references(tmp_path,
+                                                                        monkeypatch):
+    """The eight-cell figure of a report on runs of every ablation cell: the bars of c, c'
+    and c'' are labelled against (b), the others against (a), and the caption says so."""
+    from fakes import evidence_of
+
+    from pipi import analysis
+    from pipi.report import build_report, figures
+
+    seen = {}
+    real = figures.cell_bars
+
+    def spy(cells, labels, per_seed, seeds, **kw):
+        if "ablation" in kw.get("title", "").lower():
+            means = np.array([v.mean() for v in per_seed])
+            seen["labels"] = {cells[i]: d for i, d in figures.bar_deltas(
+                cells, means, kw.get("reference", "a"), kw.get("references")).items()}
+            seen["means"] = dict(zip(cells, means))
+        return real(cells, labels, per_seed, seeds, **kw)
+
+    monkeypatch.setattr(figures, "cell_bars", spy)
+    cells = ("a", "b", "c", "c_prime", "c_dprime", "e_plus")
+    runs, dirs = make_runs(tmp_path, {c: (41, 42) for c in cells})
+    rep = build_report(evidence_of(runs, dirs), analysis.AggregateOptions(n_resamples=20))
+    m, got = seen["means"], seen["labels"]
+    for c in ("c", "c_prime", "c_dprime"):
+        assert got[c] == pytest.approx(m[c] - m["b"])
+    for c in ("b", "e_plus"):
+        assert got[c] == pytest.approx(m[c] - m["a"])
+    assert "a" not in got
+    assert "for c, c' and c'' against cell (b)" in rep.captions["eight_cell"]
