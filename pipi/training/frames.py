@@ -303,6 +303,11 @@ def is_capsule_vision(manifest: dict | None) -> bool:
 
 
 # --------------------------------------------------------------------------- the run
+#: The metrics the epoch loop logs once per epoch (step = epoch): the selected epoch's
+#: values are there, so the final metrics of a run never log them a second time.
+EPOCH_SERIES = ("train/loss", "val/macro_auc", "val/macro_f1", "train/lr")
+
+
 def fit_epochs(model, *, cfg: TrainConfig, gen: torch.Generator, train_epoch, predict_val,
                val_frames: pd.DataFrame, classes: list[int], tracker=None,
                resume_state: dict | None = None, extra_state: dict | None = None,
@@ -363,9 +368,8 @@ def fit_epochs(model, *, cfg: TrainConfig, gen: torch.Generator, train_epoch, pr
         else:
             best["bad_epochs"] += 1
         if tracker is not None:
-            tracker.log_metrics({"train/loss": loss, "val/macro_auc": vauc,
-                                 "val/macro_f1": vm["val/macro_f1"], "train/lr": lr}, step=epoch,
-                                model=model)
+            tracker.log_metrics(dict(zip(EPOCH_SERIES, (loss, vauc, vm["val/macro_f1"], lr))),
+                                step=epoch, model=model)
             # tensors and plain data only: resume reads it with weights_only=True
             tracker.log_checkpoint(plain_state({
                 "config": cfg.to_dict(), "epoch": epoch, "model": model.state_dict(),

@@ -54,6 +54,7 @@ from pipi.tracking.logged_model import (
 )
 from pipi.training.checkpoint import read_checkpoint
 from pipi.training.frames import (
+    EPOCH_SERIES,
     run_frame_cell,
     scored_split,
     source_names,
@@ -266,8 +267,6 @@ class TrainSummary:
     base_run_id: str | None = None       # a sequence cell: the per-frame run it builds on
 
 
-#: Metrics the fit logs once per epoch (step = epoch); the selected epoch's values are there.
-EPOCH_SERIES = ("train/loss", "val/macro_auc", "val/macro_f1", "train/lr")
 #: The fields of :class:`TrainSummary` the logged model fills.
 _MODEL_FIELDS = ("model_uri", "model_id", "registered", "registered_name", "registered_version")
 

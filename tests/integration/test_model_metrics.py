@@ -11,7 +11,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from pipi.config import make_config
-from pipi.workflows.train import EPOCH_SERIES, train
+from pipi.training.frames import EPOCH_SERIES
+from pipi.workflows.train import train
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -165,7 +165,7 @@ def resolve_classes(rows: pd.DataFrame, req: ImageStageRequest) -> tuple[pd.Data
 
 
 def _check_classes(rows: pd.DataFrame, classes: list[str], req: ImageStageRequest) -> None:
-    """Every class is a safe folder name (:func:`pipi.names.path_part`), no two differ only in
+    """Every class is a safe folder name (:func:`pipi.paths.path_part`), no two differ only in
     case, and no two share a metric key; each refusal names where the name came from."""
     first = rows.drop_duplicates("class").set_index("class")["where"]
 
@@ -217,7 +217,7 @@ def _frames(scan: Scan, rows: pd.DataFrame, shas: dict[str, str], multilabel: bo
 
 def _staged_paths(rows: pd.DataFrame, scan: Scan) -> list[str]:
     """``<split>/<Class>/<below the class folder>`` (folders) or ``<split>/<Class>/[<Source>/]
-    <file>`` (tables), every part a safe name (:func:`pipi.names.path_part`); a clash (case
+    <file>`` (tables), every part a safe name (:func:`pipi.paths.path_part`); a clash (case
     ignored: the disk may ignore it) gets the frame's short hash before the suffix."""
     out, seen = [], set()
     for r in rows.itertuples(index=False):
@@ -392,7 +392,7 @@ def _check_apart(root: Path, out: Path) -> None:
 
 def _sources(rows: pd.DataFrame) -> pd.DataFrame:
     """Each row's source a safe folder name; where some images name a source and others none,
-    those get :data:`pipi.names.UNKNOWN_SOURCE`. Sources that differ only in case are refused."""
+    those get :data:`pipi.paths.UNKNOWN_SOURCE`. Sources that differ only in case are refused."""
     named = rows["source"] != ""
     for src, where in rows.loc[named].drop_duplicates("source")[["source", "where"]].itertuples(
             index=False):
