@@ -206,3 +206,12 @@ def galar_staged(tmp_path_factory, pipi_home) -> Path:
     out = tmp_path_factory.mktemp("galar-st") / "staged"
     stage_galar(rel, out, progress=False)
     return out
+
+
+@pytest.fixture()
+def training_store(sqlite_tracking, monkeypatch):
+    """The module's SQLite store for a test that trains in this process: outside any
+    `mlflow run` (no MLFLOW_RUN_ID to attach to) and under the default model prefix."""
+    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
+    monkeypatch.setenv("PIPI_MODEL_PREFIX", "pipi")
+    return sqlite_tracking

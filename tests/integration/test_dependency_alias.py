@@ -15,10 +15,7 @@ from pipi.workflows import train as workflow
 pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("test_dependency_alias")]
 
 
-def test_the_base_a_sequence_cell_trains_moves_no_alias(sqlite_tracking, tiny_staged,
-                                                        monkeypatch):
-    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
-    monkeypatch.setenv("PIPI_MODEL_PREFIX", "pipi")
+def test_the_base_a_sequence_cell_trains_moves_no_alias(training_store, tiny_staged):
     mlflow.set_experiment("dependency-alias")
     kw = dict(backbone="resnet18", profile="smoke", weights="none", image_size=32)
     mine = workflow.train(make_config(cell="a", seed=1, **kw), data=str(tiny_staged),

@@ -12,9 +12,7 @@ from pipi.workflows.train import train
 pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("test_limitation_train")]
 
 
-def test_c1_frozen_trains_on_resnet50_and_registers(sqlite_tracking, tiny_staged, monkeypatch):
-    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
-    monkeypatch.setenv("PIPI_MODEL_PREFIX", "pipi")
+def test_c1_frozen_trains_on_resnet50_and_registers(training_store, tiny_staged):
     mlflow.set_experiment("limitation")
     s = train(make_config(cell="c1_frozen", backbone="resnet50", profile="smoke",
                           weights="none"), data=str(tiny_staged), progress=False)

@@ -20,10 +20,7 @@ from pipi.workflows.train import train
 pytestmark = [pytest.mark.timeout(600), pytest.mark.xdist_group("test_load_module")]
 
 
-def test_the_module_gives_the_pyfuncs_probabilities(sqlite_tracking, tiny_staged,
-                                                    monkeypatch):
-    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
-    monkeypatch.setenv("PIPI_MODEL_PREFIX", "pipi")
+def test_the_module_gives_the_pyfuncs_probabilities(training_store, tiny_staged):
     mlflow.set_experiment("load-module")
     cfg = make_config(cell="pi", backbone="resnet18", profile="smoke", weights="none",
                       image_size=32, seed=3)

@@ -17,9 +17,7 @@ from pipi.workflows.train import train
 pytestmark = pytest.mark.timeout(300)
 
 
-def test_the_model_is_logged_at_its_epoch_and_no_metric_repeats(sqlite_tracking, tiny_staged,
-                                                                 monkeypatch):
-    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
+def test_the_model_is_logged_at_its_epoch_and_no_metric_repeats(training_store, tiny_staged):
     mlflow.set_experiment("model-metrics")
     cfg = make_config(cell="a", backbone="resnet18", profile="smoke", weights="none",
                       image_size=32, epochs=4, patience=4, lr=3e-3)
