@@ -357,16 +357,24 @@ def train_params(cfg: TrainConfig, *, data: str | None = None) -> dict:
     return out
 
 
+#: The ``--env-manager`` values of ``mlflow run`` a recipe may name.
+ENV_MANAGERS = ("local", "virtualenv", "uv", "conda")
+
+
 def recipe_command(cfg: TrainConfig, *, data: str | None = None,
-                   precision: str | None = None) -> str:
+                   precision: str | None = None, env_manager: str = "local") -> str:
     """The command that reproduces a run (tag ``pipi.recipe`` and the registry's ``recipe``).
 
     ``precision``: what ``precision=auto`` resolved to on the machine that ran it; mixed
     precision (bf16/fp16) is then named in the command, so the recipe says how the run computed
-    and reproduces it on any machine (fp32, the paper's, needs no mention)."""
+    and reproduces it on any machine (fp32, the paper's, needs no mention). ``env_manager``:
+    the environment the run was computed in (``mlflow run``'s ``--env-manager``; ``local`` for
+    ``pipi train`` and ``--env-manager local``)."""
     if cfg.precision == "auto" and precision not in (None, "auto", "fp32"):
         cfg = replace(cfg, precision=precision)
-    args = ["mlflow", "run", ".", "-e", "train", "--env-manager", "local"]
+    if env_manager not in ENV_MANAGERS:
+        raise ConfigError(f"env_manager={env_manager!r}: one of {', '.join(ENV_MANAGERS)}")
+    args = ["mlflow", "run", ".", "-e", "train", "--env-manager", env_manager]
     for k, v in train_params(cfg, data=data).items():
         args += ["-P", f"{k}={v}"]
     return shlex.join(args)
@@ -377,6 +385,6 @@ def recipe_key(cfg: TrainConfig, data_digest: str) -> dict:
     return {"config": run_params(cfg), "data_digest": data_digest}
 
 
-__all__ = ["CROSS_BACKBONE", "PAPER_SEEDS", "PROFILES", "PROFILE_CHOICES", "SEQUENCE_RECIPE",
+__all__ = ["CROSS_BACKBONE", "ENV_MANAGERS", "PAPER_SEEDS", "PROFILES", "PROFILE_CHOICES", "SEQUENCE_RECIPE",
            "TRAIN_OVERRIDES", "TrainConfig", "make_config", "overrides_of", "recipe_command",
            "recipe_key", "replace", "resolve_profile", "run_params", "train_params"]

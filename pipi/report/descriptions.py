@@ -71,8 +71,10 @@ def model_card(*, cell: str, backbone: str, name: str | None = None,
              "its evidence, aliases `candidate` (newest) and `champion` (promoted by "
              "`mlflow run . -e promote`).", "", "## Inputs", ""]
     if c.is_sequence:
-        lines += ["A clip of consecutive RGB frames of one video (`T x H x W x 3` uint8, "
-                  "1 <= T <= 16), a batch of clips, or a list of clips of different lengths. "
+        lines += ["Clips of consecutive RGB frames of one video (`T x H x W x 3` uint8, "
+                  "1 <= T <= 16), one per row of the `pixels` column (clips of different "
+                  "lengths may share a request), or the base64 JPEG/PNG frames of one clip "
+                  "under an `image` column, a row per frame. "
                   f"Output: one row per frame with {_outputs(class_names)} and "
                   "`predicted_class`.", ""]
     else:

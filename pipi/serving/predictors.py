@@ -13,7 +13,8 @@ strip-and-serve recipe; no effect on 3-channel cells); ``heatmap`` (``distill`` 
 
 **Sequence cells** (:class:`SequencePredictor`): a clip of consecutive frames of one video
 (``T x H x W x 3``, ``1 <= T <= MAX_CLIP_FRAMES``), a batch of clips ``B x T x H x W x 3``, or a
-list of clips of different lengths; output one row per frame (``clip``, ``frame``,
+list of clips of different lengths (the registered model's schema admits them one clip per row
+of ``pixels``, or one clip's base64 frames a row each under ``image``); output one row per frame (``clip``, ``frame``,
 probabilities, ``predicted_class``). The window rule is in :mod:`pipi.serving.sequence_clip`.
 """
 

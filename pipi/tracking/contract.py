@@ -66,14 +66,16 @@ def data_tags(manifest: Mapping[str, Any]) -> dict:
 
 
 def train_tags(cfg: TrainConfig, manifest: Mapping[str, Any], *, data: str | None = None,
-               precision: str | None = None) -> dict:
+               precision: str | None = None, env_manager: str = "local") -> dict:
     """The tags of a training run: data, arm, config and recipe hashes, the recipe command
-    (naming the resolved ``precision`` when ``auto`` gave mixed precision)."""
+    (naming the resolved ``precision`` when ``auto`` gave mixed precision, and the
+    ``env_manager`` the run computed in: :func:`pipi.tracking.runs.launch_env_manager`)."""
     digest = manifest["data_digest"]
     return {**data_tags(manifest), TAG_CELL: cfg.cell, TAG_BACKBONE: cfg.backbone,
             TAG_SEED: str(cfg.seed), TAG_CONFIG_HASH: config_hash(config_key(cfg, digest)),
             TAG_RECIPE_HASH: config_hash(recipe_key(cfg, digest)),
-            TAG_RECIPE: recipe_command(cfg, data=data, precision=precision)}
+            TAG_RECIPE: recipe_command(cfg, data=data, precision=precision,
+                                       env_manager=env_manager)}
 
 
 def evaluation_key(*, study: str, variant: str, source_run_id: str, data_digest: str,

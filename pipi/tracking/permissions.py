@@ -24,7 +24,7 @@ import mlflow
 
 from pipi.errors import ConfigError, TrackingError
 
-__all__ = ["MODEL_PREFIX_ENV", "check_can_create_runs", "check_can_register", "model_prefix",
+__all__ = ["DEFAULT_MODEL_PREFIX", "MODEL_PREFIX_ENV", "check_can_create_runs", "check_can_register", "model_prefix",
            "set_model_prefix"]
 
 MODEL_PREFIX_ENV = "PIPI_MODEL_PREFIX"

@@ -48,8 +48,9 @@ def log_pyfunc_model(*, python_model: Path, artifacts: dict[str, str], input_exa
     The signature declares the outputs, ``params`` and, for a per-frame model
     (``image_columns``), the input columns the UI shows and MLflow checks (:func:`image_schema`):
     ``image``, a base64 JPEG/PNG string, or ``pixels``, one ``H x W x 3`` array (any size;
-    ``pipi.serving.model_input`` checks the values itself). A sequence model takes clips, which
-    no column schema can say: no input schema.
+    ``pipi.serving.model_input`` checks the values itself). A sequence model declares the same
+    two columns (the UI's Inputs (2), where it said Inputs (0)): ``image`` holds the base64
+    frames of one clip, a row per frame; ``pixels`` one clip per row, a ``T x H x W x 3`` array.
     """
     from mlflow.models import ModelSignature, infer_signature
 

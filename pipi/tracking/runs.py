@@ -16,9 +16,11 @@ from typing import Any
 
 import mlflow
 from mlflow.data.dataset_source_registry import get_registered_sources, resolve_dataset_source
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from pipi.errors import ArtifactStoreError, ServerGoneError, TrackingError
+from pipi.paths import PROJECT_ROOT
 from pipi.tracking.liveness import heartbeat
 from pipi.tracking.permissions import check_can_create_runs
 from pipi.tracking.records import RunRecord, run_record
@@ -32,7 +34,7 @@ __all__ = [
     "RETRY_VARS", "RunTracker", "active_experiment_id", "active_run_id", "child_runs", "client",
     "create_child_run", "current_tracking_uri", "default_experiment", "download_artifact",
     "downloaded", "filter_value", "find_finished_run", "find_finished_runs", "get_run",
-    "keep_killed_after_parent", "launch_params", "log_artifact", "log_artifact_to_run",
+    "keep_killed_after_parent", "entry_point_params", "launch_env_manager", "launch_params", "log_artifact", "log_artifact_to_run",
     "log_artifacts", "log_dataset", "log_dict", "log_metrics", "log_params", "log_text",
     "param_value", "pipi_run", "reported", "resume_hint", "set_run_tags", "set_tags",
     "tag_project_run", "terminate_run", "usable_run",
@@ -286,6 +288,26 @@ def param_value(v: Any) -> str:
     return "" if v is None else str(v)
 
 
+#: What ``mlflow run`` tags its run with when it builds an environment (not with ``local``).
+_PROJECT_ENV_TAG = "mlflow.project.env"
+
+
+def launch_env_manager() -> str:
+    """The ``--env-manager`` of the ``mlflow run`` that launched this process: what MLflow
+    tagged its run with (``mlflow.project.env``: ``virtualenv``, ``uv``, ``conda``), ``local``
+    when it tagged none (``--env-manager local``) or outside ``mlflow run`` (``pipi train``
+    computes in the environment it runs in). The recipe tag names it, so the command it
+    gives builds the environment the run was computed in."""
+    env_run = os.environ.get("MLFLOW_RUN_ID")
+    if not env_run:
+        return "local"
+    try:
+        used = MlflowClient().get_run(env_run).data.tags.get(_PROJECT_ENV_TAG, "local")
+    except MlflowException:
+        return "local"
+    return used if used in ("virtualenv", "uv", "conda") else "local"
+
+
 def launch_params(options: Mapping[str, Any]) -> dict[str, str]:
     """A launcher's options as ``mlflow run`` logs its MLproject parameters: each value in
     :func:`param_value`'s form, shell-quoted (``''`` for empty) as MLflow quotes it.
@@ -294,6 +316,23 @@ def launch_params(options: Mapping[str, Any]) -> dict[str, str]:
     same request hold the same params: the options as requested (``batch_size=auto``) and,
     by :func:`log_params`, what pipi resolved them to (``batch_size.resolved=16``)."""
     return {k: shlex.quote(param_value(v)) for k, v in options.items()}
+
+
+def entry_point_params(entry_point: str, request: Mapping[str, Any]) -> dict[str, str]:
+    """What ``mlflow run . -e <entry_point> -P k=v ...`` logs for ``request``: MLflow's own
+    computation from the project's MLproject (every parameter, its default filled in, values
+    shell-quoted). A run that pipi starts itself (a sequence cell's base, a sweep's child
+    trained in this process) logs these first, so it holds the params a top-level run of the
+    same request holds (issue 38). Without the MLproject (pipi installed as a package alone):
+    the request in :func:`launch_params`' form."""
+    from mlflow.projects._project_spec import load_project
+
+    request = {k: param_value(v) for k, v in request.items()}
+    if not (PROJECT_ROOT / "MLproject").is_file():
+        return launch_params(request)
+    ep = load_project(str(PROJECT_ROOT)).get_entry_point(entry_point)
+    params, _extra = ep.compute_parameters(request, storage_dir=None)
+    return dict(params)
 
 
 def _same_param(logged: str, new: str) -> bool:

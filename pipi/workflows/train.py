@@ -30,6 +30,7 @@ from pipi.config import (
     resolve_profile,
     run_params,
     synthetic_preset,
+    train_params,
 )
 from pipi.data.cache import build_cache
 from pipi.errors import ConfigError
@@ -313,6 +314,22 @@ def train(cfg: TrainConfig, *, data: str | None = None, resume: str | None = Non
                system_metrics=system_metrics, epoch_hook=epoch_hook, run_id=run_id)
 
 
+def request_form(cfg: TrainConfig, data: str | None) -> dict[str, str]:
+    """The options that ask for ``cfg`` on ``data``, as ``mlflow run . -e train`` logs them
+    (every MLproject parameter; :func:`pipi.tracking.entry_point_params`): what a run that no
+    launcher parsed (a sequence cell's base, a sweep's child or a calibrate trial trained in
+    this process) logs, so that its params read as a top-level run's do: ``batch_size=auto``
+    beside ``batch_size.resolved=16`` (issue 38). Empty for a configuration no command asks
+    for (``max_batches`` set outside the smoke profile)."""
+    try:
+        request = train_params(cfg, data=None if data in (None, "", "synthetic") else str(data))
+    except ConfigError:
+        return {}
+    if tracking.model_prefix() != tracking.DEFAULT_MODEL_PREFIX:
+        request["model_prefix"] = tracking.model_prefix()
+    return tracking.entry_point_params("train", request)
+
+
 def run_name(cfg: TrainConfig, root: Path) -> str:
     """``<cell>-s<seed>-<profile>-<data short name>-<backbone>``: what tells runs apart in
     the UI's name column, what differs most often first (the runs table cuts a name at about
@@ -343,7 +360,8 @@ def run(req: TrainRequest, *, experiment: str | None = None, register: bool = Tr
             log.info("cell %s builds on the FINISHED %s run %s", cfg.cell,
                      cfg.cell_config.base_cell, base_id)
     tags = {**tracking.train_tags(cfg, manifest, data=None if data in (None, "", "synthetic")
-                                  else str(root), precision=runtime.precision), **req.tags}
+                                  else str(root), precision=runtime.precision,
+                                  env_manager=tracking.launch_env_manager()), **req.tags}
     registered_name(cfg)  # a name MLflow accepts (ConfigError otherwise), before the fit
     if register:  # on an auth server, a model another member registered: say so before the fit
         tracking.check_can_register(registered_name(cfg))
@@ -367,8 +385,8 @@ def run(req: TrainRequest, *, experiment: str | None = None, register: bool = Tr
                                run_id=resume or run_id,
                                nested=nested, run_name=run_name(cfg, root),
                                tags=tags, log_system_metrics=system_metrics):
-            if not resume:
-                tracking.log_params(req.options)
+            if not resume:   # the request form first (a nested or in-process run too)
+                tracking.log_params(req.options or request_form(cfg, data))
                 params = {**run_params(cfg), "data_dir": str(root)}
                 if seq:
                     params["base_cell"] = cfg.cell_config.base_cell
@@ -385,7 +403,8 @@ def run(req: TrainRequest, *, experiment: str | None = None, register: bool = Tr
             tracking.log_params(runtime.params())  # on resume: `.resolved` if it moved
             tracker = tracking.RunTracker(work / "ckpt", epoch_hook=epoch_hook)
             if seq:
-                summary, test = _fit_sequence(cfg, root=root, frames=frames, manifest=manifest,
+                summary, test = _fit_sequence(cfg, root=root, data=data, frames=frames,
+                                              manifest=manifest,
                                               base_id=base_id, tracker=tracker, work=work,
                                               resume_state=resume_state, register=register,
                                               progress=progress, tags=tags,
@@ -463,23 +482,25 @@ def _prior_figure(cfg: TrainConfig, *, root: Path, frames: pd.DataFrame, manifes
 
 # --------------------------------------------------------------------------- sequence cells
 def train_base_run(cfg: TrainConfig, *, staged: StagedData, register: bool,
-                   progress: bool) -> str:
+                   progress: bool, data: str | None = None) -> str:
     """The run id of the base per-frame run of a sequence cell that has none (``run`` looked
     for it), trained now, nested, on the staged data already loaded (its index not read
-    again)."""
+    again). ``data``: the sequence run's ``data`` option, which the base run's request form
+    repeats."""
     bcfg = base_config(cfg)
     log.info("no FINISHED %s run for backbone %s, seed %d: training it first",
              bcfg.cell, bcfg.backbone, bcfg.seed)
     needed_by = tracking.active_run_id() if tracking.active_experiment_id() else ""
     req = TrainRequest(bcfg.with_classes(class_set_of(staged.manifest)), staged,
-                       runtime_of(bcfg), data=str(staged.root),
+                       runtime_of(bcfg), data=data if data is not None else str(staged.root),
                        tags={tracking.TAG_NEEDED_BY: needed_by} if needed_by else {})
     summary = run(req, register=register, progress=progress,
                   nested=tracking.active_experiment_id() is not None)
     return summary.run_id
 
 
-def _fit_sequence(cfg: TrainConfig, *, root: Path, frames: pd.DataFrame, manifest: dict,
+def _fit_sequence(cfg: TrainConfig, *, root: Path, data: str | None, frames: pd.DataFrame,
+                  manifest: dict,
                   base_id: str | None, tracker, work: Path, resume_state: dict | None,
                   register: bool, progress: bool, tags: dict, device: torch.device,
                   test_ds=None) -> tuple[TrainSummary, pd.DataFrame]:
@@ -488,7 +509,7 @@ def _fit_sequence(cfg: TrainConfig, *, root: Path, frames: pd.DataFrame, manifes
     test predictions."""
     digest = manifest["data_digest"]
     if base_id is None:
-        base_id = train_base_run(cfg, staged=StagedData(root, frames, manifest),
+        base_id = train_base_run(cfg, staged=StagedData(root, frames, manifest), data=data,
                                  register=register, progress=progress)
     base_code = tracking.get_run(base_id).tags.get(tracking.TAG_CODE_VERSION, "")
     tracking.set_tags({tracking.TAG_BASE_RUN: base_id, tracking.TAG_BASE_CODE_VERSION: base_code})
@@ -542,7 +563,7 @@ def _log_sequence_model(cfg: TrainConfig, head, norms: dict, sources: dict, work
     return log_and_register(cfg, {"bundle": str(work / "sequence_model.pt"),
                              "config": str(cpath)}, example, out_example, test_auc, register,
                              tags, params=None, work=work, test_metrics=test_metrics,
-                             test_dataset=test_ds,
+                             test_dataset=test_ds, image_columns=True,
                              extra={"base_run_id": sources[tracking.TAG_BASE_RUN],
                                     "window": cfg.window, "max_clip_frames": MAX_CLIP_FRAMES},
                              description=description, step=step)

@@ -83,8 +83,10 @@ def test_b_plus_is_registered_and_reproduces_its_run_in_a_fresh_process(b_plus, 
         "import mlflow, numpy as np\n"
         f"m = mlflow.pyfunc.load_model('{b_plus.registered}')\n"
         f"clip = np.load('{tmp_path / 'clip.npy'}')\n"
-        "df = m.predict(clip)\n"
-        "short = m.predict([clip[:2], clip])\n"
+        "df = m.predict({'pixels': [clip]})\n"
+        "short = m.predict({'pixels': [clip[:2], clip]})\n"
+        "names = [c.name for c in m.metadata.get_input_schema().inputs]\n"
+        "assert names == ['image', 'pixels'], names\n"
         "assert list(short['clip']) == [0, 0, 1, 1, 1, 1], short\n"
         "df.to_json('" + str(tmp_path / "out.json") + "', orient='records')\n"
         "print(len(df), df['predicted_class'].iloc[0])\n", tracking)

@@ -111,3 +111,53 @@ def test_a_project_run_pipi_did_no_work_in_says_what_it_was(store_uri, monkeypat
     run = c.get_run(rid)
     assert run.info.run_name == "stage synthetic-demo (reused, no-op)"
     assert run.data.tags["mlflow.note.content"] == "nothing staged"
+
+
+def test_a_run_no_launcher_parsed_logs_the_request_form_mlflow_run_logs():
+    """Issue 38 item 6: a sequence cell's base (trained nested) and a sweep's in-process child
+    logged only the resolved values (47 params against 62); they log the options that ask for
+    their configuration, as `mlflow run . -e train` logs them for that request."""
+    from pipi.config import make_config, train_params
+    from pipi.training.sequence import base_config
+    from pipi.workflows.train import request_form
+
+    seq = make_config(cell="b_plus", seed=7, backbone="resnet18", profile="smoke",
+                      weights="none", image_size=48)
+    base = base_config(seq)
+    form = request_form(base, "/tmp/my data/staged")
+    want = _mlflow_run_params({**train_params(base, data="/tmp/my data/staged")})
+    assert form == want
+    assert form["cell"] == base.cell and form["seed"] == "7" and form["image_size"] == "48"
+    assert form["batch_size"] == "auto" and form["data"] == "'/tmp/my data/staged'"
+    # the same request `pipi train` parses logs the same params
+    assert form == _pipi_train_params({k: str(v) for k, v in
+                                       train_params(base, data="/tmp/my data/staged").items()})
+    # the default data (synthetic) is the MLproject's default, as a request without -P data
+    assert request_form(base, None)["data"] == "synthetic"
+
+
+def test_the_recipe_names_the_environment_mlflow_run_built(store_uri, monkeypatch):
+    """Issue 38 item 8: the `pipi.recipe` tag said `--env-manager local` under MLflow's default
+    environment; it names what `mlflow run` tagged its run with (`mlflow.project.env`)."""
+    from pipi.config import make_config, recipe_command
+    from pipi.errors import ConfigError
+
+    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
+    mlflow.set_tracking_uri(store_uri)
+    try:
+        assert tracking.launch_env_manager() == "local"          # pipi train: this process
+        c = mlflow.MlflowClient()
+        exp = c.create_experiment("env")
+        built = c.create_run(exp, tags={"mlflow.project.env": "virtualenv"}).info.run_id
+        local = c.create_run(exp).info.run_id                    # --env-manager local tags none
+        monkeypatch.setenv("MLFLOW_RUN_ID", built)
+        assert tracking.launch_env_manager() == "virtualenv"
+        monkeypatch.setenv("MLFLOW_RUN_ID", local)
+        assert tracking.launch_env_manager() == "local"
+    finally:
+        mlflow.set_tracking_uri(None)
+    cfg = make_config(cell="pi", profile="smoke")
+    assert "--env-manager virtualenv" in recipe_command(cfg, env_manager="virtualenv")
+    assert "--env-manager local" in recipe_command(cfg)
+    with pytest.raises(ConfigError, match="env_manager"):
+        recipe_command(cfg, env_manager="docker")
