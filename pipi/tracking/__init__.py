@@ -98,6 +98,7 @@ if TYPE_CHECKING:   # what each name is, for readers and type checkers; loaded o
         run_version,
         set_aliases,
         set_registered_model_tags,
+        version_model_id,
     )
     from pipi.tracking.runs import (
         RETRY_VARS,
@@ -284,7 +285,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "permissions": ('DEFAULT_MODEL_PREFIX', 'MODEL_PREFIX_ENV', 'check_can_create_runs', 'check_can_register', 'model_prefix', 'set_model_prefix',),
     "queries": ('RUN_COLUMNS', 'download_predictions', 'experiment_id', 'experiment_name', 'has_artifact', 'load_runs',),
     "records": ('LIVE_STATUSES', 'RunRecord', 'VersionRecord', 'resolved_param', 'run_record', 'unquote_param', 'version_record',),
-    "registry": ('VERSION_TAGS', 'alias_version', 'check_aliases', 'download_model_files', 'image_schema', 'log_pyfunc_model', 'missing_version_tags', 'model_lock', 'model_uri_run_id', 'model_version', 'record_on_version', 'register_version', 'run_model_uri', 'run_version', 'set_aliases', 'set_registered_model_tags',),
+    "registry": ('VERSION_TAGS', 'alias_version', 'check_aliases', 'download_model_files', 'image_schema', 'log_pyfunc_model', 'missing_version_tags', 'model_lock', 'model_uri_run_id', 'model_version', 'record_on_version', 'register_version', 'run_model_uri', 'run_version', 'set_aliases', 'set_registered_model_tags', 'version_model_id',),
     "runs": ('RETRY_VARS', 'RunTracker', 'active_experiment_id', 'active_run_id', 'child_runs', 'client', 'create_child_run', 'current_tracking_uri', 'default_experiment', 'download_artifact', 'downloaded', 'filter_value', 'find_finished_run', 'find_finished_runs', 'get_run', 'entry_point_params', 'keep_killed_after_parent', 'launch_env_manager', 'launch_params', 'log_artifact', 'log_artifact_to_run', 'log_artifacts', 'log_dataset', 'log_dict', 'log_metrics', 'log_params', 'log_text', 'param_value', 'pipi_run', 'reported', 'resume_hint', 'set_run_tags', 'set_tags', 'tag_project_run', 'terminate_run', 'usable_run',),
     "signals": ('Terminated', 'install_signal_handlers', 'interrupt_reason', 'signals_deferred', 'signals_end_runs', 'signals_live',),
     "store": ('CODE_VERSION_ENV', 'check_credentials', 'check_reachable', 'code_version', 'config_hash', 'configure', 'default_tracking_uri', 'flush_lost_runs', 'record_lost_run', 'server_gone', 'ui_hint', 'use_code_version',),

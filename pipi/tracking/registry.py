@@ -29,7 +29,7 @@ __all__ = [
     "VERSION_TAGS", "alias_version", "check_aliases", "download_model_files", "image_schema",
     "log_pyfunc_model", "missing_version_tags", "model_lock", "model_uri_run_id", "model_version",
     "record_on_version", "register_version", "run_model_uri", "run_version", "set_aliases",
-    "set_registered_model_tags",
+    "set_registered_model_tags", "version_model_id",
 ]
 
 
@@ -122,7 +122,7 @@ def register_version(name: str, model_info, *, run_id: str, tags: Mapping[str, A
                           {k: v for k, v in tags.items() if k not in (mv.tags or {})},
                           description=description if description and not mv.description
                           else None)
-        link_version(getattr(mv, "model_id", None), name, str(mv.version))
+        link_version(version_model_id(mv), name, str(mv.version))
         return str(mv.version)
     if model_info is None:
         raise TrackingError(f"model={name}: run {run_id} has no version to complete")
@@ -136,6 +136,19 @@ def register_version(name: str, model_info, *, run_id: str, tags: Mapping[str, A
                                 description=description, model_id=model_id)
     link_version(model_id, name, str(mv.version))
     return str(mv.version)
+
+
+def version_model_id(mv) -> str | None:
+    """The logged model a version was registered from: ``mv.model_id`` where the registry
+    keeps it, else the id in its ``models:/<model id>`` source (MLflow's SQL registry store
+    keeps only the source: a version read back from it has ``model_id`` None)."""
+    mid = getattr(mv, "model_id", None)
+    if mid:
+        return mid
+    source = str(getattr(mv, "source", "") or "")
+    if source.startswith("models:/m-"):
+        return source.removeprefix("models:/").split("/", 1)[0]
+    return None
 
 
 def link_version(model_id: str | None, name: str, version: str) -> None:

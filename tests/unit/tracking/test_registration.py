@@ -162,3 +162,17 @@ def test_a_version_is_linked_to_its_logged_model_as_register_model_links_it(
 class _Echo(mlflow.pyfunc.PythonModel):
     def predict(self, context, model_input, params=None):
         return model_input
+
+
+def test_a_version_read_back_from_a_sql_registry_names_its_logged_model_by_its_source():
+    """MLflow's SQL registry store keeps a version's source (``models:/m-<id>``) but not its
+    ``model_id``: a resume completing such a version linked nothing (the tour test found a
+    version whose ``model_id`` read back None)."""
+    from types import SimpleNamespace
+
+    from pipi.tracking import version_model_id
+
+    assert version_model_id(SimpleNamespace(model_id="m-1", source="x")) == "m-1"
+    assert version_model_id(SimpleNamespace(model_id=None, source="models:/m-abc")) == "m-abc"
+    assert version_model_id(SimpleNamespace(model_id=None, source="runs:/r/model")) is None
+    assert version_model_id(SimpleNamespace(source="models:/pipi-x/3")) is None
