@@ -19,8 +19,7 @@ from typing import Any
 from pipi.cells import get_cell
 from pipi.classes import KVASIR, ClassSet
 from pipi.errors import ConfigError
-from pipi.models.backbones import ARCHS
-from pipi.models.timm_backbones import FOUNDATION, is_timm_arch
+from pipi.models.specs import ARCHS, FOUNDATION, is_timm_arch
 from pipi.paths import metric_keys
 from pipi.prior import PriorConfig
 from pipi.runtime import check_runtime

@@ -50,7 +50,9 @@ def ablate(study, seeds, backbones, cells, profile, executor, parallel, data, we
            prior_params, model_prefix, experiment, **kw):
     """Sweep cells x seeds x backbones as nested runs; idempotent (docs/entry-points.md, "ablate")."""
     setup_logging()
-    tracking.set_model_prefix(model_prefix)  # the children (local or SLURM) inherit it
+    # the children get it: in this process as a context value, in a worker process or a
+    # SLURM task as an argument (issue 39: not through os.environ)
+    click.get_current_context().with_resource(tracking.using_model_prefix(model_prefix))
     overrides = overrides_from(kw)
     parse_list(seeds, cast=int, name="seeds")
     cfg = make_config(cell="a", profile="paper" if profile == "auto" else profile, **overrides)

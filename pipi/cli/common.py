@@ -15,8 +15,7 @@ from pipi.config import (
     TRAIN_OVERRIDES,
 )
 from pipi.cli import PipiCommand, PipiGroup, setup_logging  # noqa: F401 (re-exported)
-from pipi.models.backbones import ARCHS, PRIOR_INITS
-from pipi.models.timm_backbones import FOUNDATION
+from pipi.models.specs import ARCHS, FOUNDATION, PRIOR_INITS
 from pipi.prior import DEFAULT_ALPHA, HB_INDICES, PRIOR_MASKS, SECOND_CHANNELS
 from pipi.runtime import DATA_PATHS, GRAPHS, PRECISIONS, SWITCHES
 

@@ -70,7 +70,7 @@ def _run(kind: str, *, file, cell, backbone, seed, data, profile, image_size, la
          model_prefix, experiment, alpha, lambda_eff, hb_index, second_channel,
          prior_mask) -> None:
     setup_logging()
-    tracking.set_model_prefix(model_prefix)
+    click.get_current_context().with_resource(tracking.using_model_prefix(model_prefix))
     if not file:
         raise ConfigError(f"pass --file: the {kind} file to import")
     tracking.configure()

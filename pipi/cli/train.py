@@ -49,7 +49,8 @@ def train(cell, seed, backbone, data, profile, weights, prior_params, resume, sy
     """Train one cell and register its model (the run contract: docs/run-contract.md)."""
     setup_logging()
     system_metrics = tracking.system_metrics_enabled(system_metrics)
-    tracking.set_model_prefix(model_prefix)
+    # the prefix reaches the training as a context value, for this command only (issue 39)
+    click.get_current_context().with_resource(tracking.using_model_prefix(model_prefix))
     # one request: every option checked before anything is staged, loaded or started, the
     # config built once, the data, prior and runtime resolved once; the workflow trains it
     req = workflow.request_from_options(

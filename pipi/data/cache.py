@@ -24,14 +24,12 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+from pipi.data.normalization import IMAGENET_MEAN, IMAGENET_STATS, IMAGENET_STD  # noqa: F401
 from pipi.data.progress import tqdm  # light: tqdm itself is imported when a bar is made
 from pipi.errors import DataError
 
 log = logging.getLogger(__name__)
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
-IMAGENET_STATS = (IMAGENET_MEAN, IMAGENET_STD)
 
 
 def decode_at(im: Image.Image, size: int) -> None:

@@ -1,31 +1,49 @@
-"""Neural-network modules: backbones, per-frame heads, C2 temporal encoder, C3 autoencoder."""
+"""Neural-network modules: backbones, per-frame heads, C2 temporal encoder, C3 autoencoder.
 
-from pipi.models.autoencoder import NormalAutoencoder, residual_features
-from pipi.models.backbones import (
-    ARCHS,
-    FEATURE_DIMS,
-    PRIOR_INITS,
-    Backbone,
-    build_backbone,
-    widen_first_conv,
-)
-from pipi.models.heads import AuxDecoder, DistillClassifier, FrameClassifier, distill_loss
-from pipi.models.temporal import SequenceHead, TemporalEncoder, sinusoidal_encoding
+The face is light (issue 39): importing ``pipi.models`` or its torch-free
+:mod:`pipi.models.specs` (architecture names, foundation towers, transplant subsets) loads no
+torch; a name below is imported from its module on first use (PEP 562, as ``pipi.tracking``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:   # what each name is, for readers and type checkers; loaded on first use
+    from pipi.models.autoencoder import NormalAutoencoder, residual_features
+    from pipi.models.backbones import Backbone, build_backbone, widen_first_conv
+    from pipi.models.heads import AuxDecoder, DistillClassifier, FrameClassifier, distill_loss
+    from pipi.models.specs import ARCHS, FEATURE_DIMS, PRIOR_INITS
+    from pipi.models.temporal import SequenceHead, TemporalEncoder, sinusoidal_encoding
+
+#: The submodule each public name lives in.
+_MODULES: dict[str, tuple[str, ...]] = {
+    "autoencoder": ("NormalAutoencoder", "residual_features"),
+    "backbones": ("Backbone", "build_backbone", "widen_first_conv"),
+    "heads": ("AuxDecoder", "DistillClassifier", "FrameClassifier", "distill_loss"),
+    "specs": ("ARCHS", "FEATURE_DIMS", "PRIOR_INITS"),
+    "temporal": ("SequenceHead", "TemporalEncoder", "sinusoidal_encoding"),
+}
+_WHERE = {name: mod for mod, names in _MODULES.items() for name in names}
+
+
+def __getattr__(name: str):
+    """A public name imported from its submodule on first use (then cached here)."""
+    mod = _WHERE.get(name)
+    if mod is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{mod}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))
+
 
 __all__ = [
-    "ARCHS",
-    "FEATURE_DIMS",
-    "PRIOR_INITS",
-    "AuxDecoder",
-    "Backbone",
-    "DistillClassifier",
-    "FrameClassifier",
-    "NormalAutoencoder",
-    "SequenceHead",
-    "TemporalEncoder",
-    "build_backbone",
-    "distill_loss",
-    "residual_features",
-    "sinusoidal_encoding",
-    "widen_first_conv",
+    "ARCHS", "FEATURE_DIMS", "PRIOR_INITS", "AuxDecoder", "Backbone", "DistillClassifier",
+    "FrameClassifier", "NormalAutoencoder", "SequenceHead", "TemporalEncoder", "build_backbone",
+    "distill_loss", "residual_features", "sinusoidal_encoding", "widen_first_conv",
 ]

@@ -22,23 +22,12 @@ import torchvision
 from torch import Tensor, nn
 
 from pipi.errors import ConfigError, reason_of
+from pipi.models.specs import ARCHS, FEATURE_DIMS, PAPER_ARCHS, PRIOR_INITS
 
 __all__ = ["ARCHS", "FEATURE_DIMS", "PAPER_ARCHS", "PRIOR_INITS", "Backbone", "build_backbone", "check_weights",
            "imagenet_weights", "read_weights_file", "resolve_weights", "widen_first_conv"]
 
 log = logging.getLogger(__name__)
-
-#: ``resnet50`` (ImageNet weights only; the published code's fourth backbone and the paper's
-#: C1 limitation experiment) is built and loaded exactly as ``resnet18``.
-ARCHS: tuple[str, ...] = ("efficientnet_b0", "resnet18", "convnext_tiny", "resnet50")
-#: The three backbones of the paper's cross-backbone replication.
-PAPER_ARCHS: tuple[str, ...] = ARCHS[:3]
-# Width of the pooled embedding, i.e. the channel count of the pre-pool feature map.
-FEATURE_DIMS: dict[str, int] = {"efficientnet_b0": 1280, "resnet18": 512, "convnext_tiny": 768,
-                                "resnet50": 2048}
-# How the prior channels of a widened first conv start: "kaiming" as the paper states,
-# "zeros" as the published code does (a widened model then starts as the RGB model).
-PRIOR_INITS: tuple[str, ...] = ("kaiming", "zeros")
 
 # Prefixes stripped from checkpoint keys: DDP ("module."), torch.compile ("_orig_mod."),
 # a pipi frame classifier ("backbone.") and a pipi Backbone ("body.").

@@ -46,7 +46,8 @@ import torch
 from torch import nn
 
 from pipi.errors import ConfigError
-from pipi.models.backbones import ARCHS, Backbone, find_backbone
+from pipi.models.backbones import Backbone, find_backbone
+from pipi.models.specs import SUBSETS, Subset
 
 __all__ = [
     "CHANNEL_NAMES",
@@ -77,70 +78,6 @@ NORM_KINDS: dict[str, tuple[type[nn.Module], ...]] = {
 }
 
 
-@dataclass(frozen=True)
-class Subset:
-    """A block subset of the subset-block transplant.
-
-    Attributes
-    ----------
-    name : str
-        Letter of the paper's table (``"B"`` .. ``"F"``).
-    label : str
-        What the subset is (``"early"``, ``"mid"``, ``"late"``, ``"head"``, ``"all-but-stem"``).
-    blocks : tuple of str
-        Module paths inside the torchvision model (``Backbone.body``), e.g. ``"features.6"``.
-    head : bool
-        Whether pipi's linear classifier (``head``; the paper's "classifier") is included.
-    """
-
-    name: str
-    label: str
-    blocks: tuple[str, ...]
-    head: bool
-
-    @property
-    def description(self) -> str:
-        """The "blocks" column of the paper's table: ``"features.8 + classifier"``."""
-        parts = [", ".join(self.blocks)] if self.blocks else []
-        if self.head:
-            parts.append("classifier")
-        return " + ".join(parts)
-
-
-def _subsets(early, mid, late, head_blocks, *, all_blocks) -> dict[str, Subset]:
-    return {
-        "B": Subset("B", "early", tuple(early), False),
-        "C": Subset("C", "mid", tuple(mid), False),
-        "D": Subset("D", "late", tuple(late), False),
-        "E": Subset("E", "head", tuple(head_blocks), True),
-        "F": Subset("F", "all-but-stem", tuple(all_blocks), True),
-    }
-
-
-def _features(*idx: int) -> list[str]:
-    return [f"features.{i}" for i in idx]
-
-
-#: Subsets per backbone (see the module docstring for the reasoning of the non-paper ones).
-SUBSETS: dict[str, dict[str, Subset]] = {
-    "efficientnet_b0": _subsets(
-        _features(1, 2), _features(3, 4, 5), _features(6, 7), _features(8),
-        all_blocks=_features(*range(1, 9)),
-    ),
-    "resnet18": _subsets(
-        ["layer1"], ["layer2", "layer3"], ["layer4"], [],
-        all_blocks=["layer1", "layer2", "layer3", "layer4"],
-    ),
-    "resnet50": _subsets(  # the same stages as ResNet-18 (bottleneck blocks)
-        ["layer1"], ["layer2", "layer3"], ["layer4"], [],
-        all_blocks=["layer1", "layer2", "layer3", "layer4"],
-    ),
-    "convnext_tiny": _subsets(
-        _features(1), _features(2, 3, 4, 5), _features(6, 7), ["classifier.0"],
-        all_blocks=[*_features(*range(1, 8)), "classifier.0"],
-    ),
-}
-assert set(SUBSETS) == set(ARCHS), "every backbone needs its transplant subsets"
 
 
 @dataclass(frozen=True, eq=False)

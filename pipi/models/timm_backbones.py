@@ -24,49 +24,21 @@ from __future__ import annotations
 
 import importlib
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 
 from torch import Tensor, nn
 
-from pipi.data.cache import IMAGENET_STATS as _IMAGENET_STATS
+from pipi.data.normalization import CLIP_STATS, IMAGENET_STATS, Stats
 from pipi.errors import ConfigError
 from pipi.models.backbones import Backbone, read_weights_file, resolve_weights, widen_first_conv
+from pipi.models.specs import FOUNDATION, TIMM_PREFIX, FoundationSpec, is_timm_arch
 
-__all__ = ["CLIP_STATS", "FOUNDATION", "IMAGENET_STATS", "TIMM_PREFIX", "Stats", "TimmBackbone",
+__all__ = ["CLIP_STATS", "FOUNDATION", "IMAGENET_STATS", "TIMM_PREFIX", "FoundationSpec", "Stats",
+           "TimmBackbone",
            "build_timm_backbone", "input_stats", "is_timm_arch"]
 
 log = logging.getLogger(__name__)
 
-TIMM_PREFIX = "timm:"
-
-
-#: per-channel (mean, std) of an RGB input in [0, 1]
-Stats = tuple[tuple[float, float, float], tuple[float, float, float]]
-IMAGENET_STATS: Stats = _IMAGENET_STATS
-#: OpenAI CLIP's, which open_clip (and so BiomedCLIP's image tower) was trained with
-CLIP_STATS: Stats = ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711))
-
-
-@dataclass(frozen=True)
-class FoundationSpec:
-    """A foundation-model tower: the timm model, its embedding width, its published form and
-    the input normalisation it was trained with."""
-
-    timm_name: str
-    embed_dim: int          # width of the embedding the linear probe reads
-    num_classes: int        # timm head: 0 (none) or the projection width
-    source: str             # the published weights file the filter converts
-    stats: Stats = IMAGENET_STATS
-
-
-FOUNDATION: dict[str, FoundationSpec] = {
-    "dinov2_vitb14": FoundationSpec("vit_base_patch14_dinov2", 768, 0,
-                                    "DINOv2's released dinov2_vitb14 state dict"),
-    "biomedclip_vitb16": FoundationSpec("vit_base_patch16_224", 512, 512,
-                                        "BiomedCLIP's open_clip checkpoint (visual.* keys)",
-                                        CLIP_STATS),
-}
 
 
 def input_stats(arch: str) -> Stats:
@@ -85,11 +57,6 @@ def input_stats(arch: str) -> Stats:
         if mean is not None and std is not None and len(mean) == len(std) == 3:
             return tuple(map(float, mean)), tuple(map(float, std))
     return IMAGENET_STATS
-
-
-def is_timm_arch(arch: str) -> bool:
-    """Whether ``arch`` is built by timm (a foundation tower or ``timm:<name>``)."""
-    return isinstance(arch, str) and (arch in FOUNDATION or arch.startswith(TIMM_PREFIX))
 
 
 def _timm():

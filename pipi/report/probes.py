@@ -6,7 +6,7 @@ test frames (delta = probe - reference; both bootstrap intervals, the sign-flip 
 from __future__ import annotations
 
 from pipi.analysis import Analysis
-from pipi.models.timm_backbones import FOUNDATION
+from pipi.models.specs import FOUNDATION
 from pipi.report.rows import ci_header, seed_ci_header
 from pipi.report.tables import fmt_ci, fmt_delta, fmt_mean_sd, fmt_p
 from pipi.stats import sign_flip_test

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from pipi.analysis import Analysis, compare_pairs
-from pipi.models.surgery import SUBSETS
+from pipi.models.specs import SUBSETS
 from pipi.report.rows import base_run_notes, ci_cols, delta_cis, no_runs, run_map, seed_ci_note
 from pipi.report.tables import Table, fmt_auc, fmt_delta, fmt_mean_sd
 from pipi.tracking.tags import TAG_DONOR_RUN, TAG_SOURCE_RUN, TAG_TRANSPLANT_KIND

@@ -101,6 +101,8 @@ def train_command(cfg, *, run_id: str, experiment_id: str, data: Path) -> str:
             "--run-id", run_id, "--experiment-id", experiment_id]
     for k, v in train_params(cfg, data=str(data)).items():
         args += ["-P", f"{k}={v}"]
+    if tracking.model_prefix() != tracking.DEFAULT_MODEL_PREFIX:   # an argument, not the env
+        args += ["-P", f"model_prefix={tracking.model_prefix()}"]
     return shlex.join(args)
 
 

@@ -62,7 +62,7 @@ if TYPE_CHECKING:   # what each name is, for readers and type checkers; loaded o
         check_can_create_runs,
         check_can_register,
         model_prefix,
-        set_model_prefix,
+        using_model_prefix,
     )
     from pipi.tracking.queries import (
         RUN_COLUMNS,
@@ -282,7 +282,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "datasets": ('DatasetRef', 'SPLIT_CONTEXTS', 'log_model_metrics', 'log_split_datasets', 'split_datasets',),
     "liveness": ('claim_for_resume', 'heartbeat', 'heartbeat_interval', 'live_holder', 'release_claim',),
     "parent": ('end_with_mlflow_run', 'mlflow_run_ancestor',),
-    "permissions": ('DEFAULT_MODEL_PREFIX', 'MODEL_PREFIX_ENV', 'check_can_create_runs', 'check_can_register', 'model_prefix', 'set_model_prefix',),
+    "permissions": ('DEFAULT_MODEL_PREFIX', 'MODEL_PREFIX_ENV', 'check_can_create_runs', 'check_can_register', 'model_prefix', 'using_model_prefix',),
     "queries": ('RUN_COLUMNS', 'download_predictions', 'experiment_id', 'experiment_name', 'has_artifact', 'load_runs',),
     "records": ('LIVE_STATUSES', 'RunRecord', 'VersionRecord', 'resolved_param', 'run_record', 'unquote_param', 'version_record',),
     "registry": ('VERSION_TAGS', 'alias_version', 'check_aliases', 'download_model_files', 'image_schema', 'log_pyfunc_model', 'missing_version_tags', 'model_lock', 'model_uri_run_id', 'model_version', 'record_on_version', 'register_version', 'run_model_uri', 'run_version', 'set_aliases', 'set_registered_model_tags', 'version_model_id',),

@@ -13,19 +13,22 @@ or without credentials, they do nothing (the probe and MLflow deal with those).
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import re
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
+from contextvars import ContextVar
 
 import mlflow
 
 from pipi.errors import ConfigError, TrackingError
 
 __all__ = ["DEFAULT_MODEL_PREFIX", "MODEL_PREFIX_ENV", "check_can_create_runs", "check_can_register", "model_prefix",
-           "set_model_prefix"]
+           "using_model_prefix"]
 
 MODEL_PREFIX_ENV = "PIPI_MODEL_PREFIX"
 DEFAULT_MODEL_PREFIX = "pipi"
@@ -34,20 +37,33 @@ _PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _CAN_UPDATE = ("EDIT", "MANAGE")
 
 
+#: The prefix a command chose (``--model-prefix``), for the code it calls: a context value
+#: (:func:`using_model_prefix`), never written into ``os.environ`` (issue 39).
+_CHOSEN: ContextVar[str | None] = ContextVar("pipi_model_prefix", default=None)
+
+
 def model_prefix() -> str:
-    """The first part of registered model names: ``$PIPI_MODEL_PREFIX``, else ``pipi``."""
-    prefix = os.environ.get(MODEL_PREFIX_ENV, "").strip() or DEFAULT_MODEL_PREFIX
+    """The first part of registered model names: the one a command chose
+    (:func:`using_model_prefix`), else ``$PIPI_MODEL_PREFIX``, else ``pipi``."""
+    prefix = (_CHOSEN.get() or os.environ.get(MODEL_PREFIX_ENV, "")).strip() \
+        or DEFAULT_MODEL_PREFIX
     if not _PREFIX.match(prefix):
         raise ConfigError(f"model prefix {prefix!r} ({MODEL_PREFIX_ENV} / model_prefix): use "
                           "letters, digits, '_', '.' or '-' (at most 64), e.g. alice")
     return prefix
 
 
-def set_model_prefix(prefix: str | None) -> str:
-    """Use ``prefix`` (if given) for this process and the processes it starts; return it."""
-    if prefix and prefix.strip():
-        os.environ[MODEL_PREFIX_ENV] = prefix.strip()
-    return model_prefix()
+@contextlib.contextmanager
+def using_model_prefix(prefix: str | None) -> Iterator[str]:
+    """Register under ``prefix`` inside the block (None or blank: the prefix already in use);
+    yields the prefix, checked. A command's ``--model-prefix`` reaches the code it calls this
+    way, and a process it starts gets it as an argument (``-P model_prefix=``): pipi writes
+    no prefix into ``os.environ``."""
+    token = _CHOSEN.set(prefix.strip() if prefix and prefix.strip() else _CHOSEN.get())
+    try:
+        yield model_prefix()
+    finally:
+        _CHOSEN.reset(token)
 
 
 def _credentials() -> tuple[str, str] | None:

@@ -214,7 +214,8 @@ def run_ablation(*, study: str = "eight_cell", seeds: Sequence[int] | str = PAPE
                 c, data=root, progress=progress, parent_run_id=pid), parallel=parallel,
                 spawn_child=_spawn_child, parent_run_id=pid,
                 spawn_kwargs={"data": str(root), "tracking_uri": tracking.current_tracking_uri(),
-                              "code_version": tracking.code_version()})
+                              "code_version": tracking.code_version(),
+                              "model_prefix": tracking.model_prefix()})
         kw = {"data": root, "digest": digest, "parent_run_id": pid, "progress": progress,
               "retries": retries}
         if st.kind == "channel_infer":
@@ -238,16 +239,18 @@ def run_ablation(*, study: str = "eight_cell", seeds: Sequence[int] | str = PAPE
 
 
 def _spawn_child(child: Child, *, run_id: str, threads: int, data: str,
-                 tracking_uri: str, code_version: str) -> str:
+                 tracking_uri: str, code_version: str, model_prefix: str) -> str:
     """A worker process of ``parallel > 1``: fill the child run ``run_id`` (created nested
     under the sweep by the parent) with the ordinary ``train`` run of its configuration,
-    keyed with the parent's code version (the parent looks children up by that key)."""
+    keyed with the parent's code version (the parent looks children up by that key) and
+    registered under the parent's model prefix (both handed as arguments)."""
     torch.set_num_threads(threads)
     tracking.use_code_version(code_version)   # handed as arguments, not through os.environ
     tracking.configure(tracking_uri)
     logging.basicConfig(level=logging.INFO,
                         format=f"%(asctime)s [{child.label}] %(levelname)s %(name)s: %(message)s")
-    return train(child.cfg, data=data, progress=False, run_id=run_id).run_id
+    with tracking.using_model_prefix(model_prefix):
+        return train(child.cfg, data=data, progress=False, run_id=run_id).run_id
 
 
 def _train_child(child: Child, *, data: Path, progress: bool, parent_run_id: str) -> str:

@@ -86,6 +86,9 @@ class TrainRequest:
     # the launcher's options as requested (tracking.launch_params), logged before the resolved
     # params: `pipi train` then logs what `mlflow run -e train` logs for the same request
     options: Mapping[str, str] = field(default_factory=dict)
+    # the registered models' prefix ("": the one in use, tracking.model_prefix); a resume
+    # takes its run's
+    model_prefix: str = ""
 
     @property
     def resume(self) -> str | None:
@@ -103,13 +106,13 @@ def request(cfg: TrainConfig | None, *, data: str | None = None, resume: str | N
         prefix = resumed.params.get("model_prefix", "")
         if prefix and prefix != tracking.model_prefix():   # it registers under its own names
             log.info("resuming run %s with its model prefix %s", resume, prefix)
-            tracking.set_model_prefix(prefix)
         staged = resume_data(resumed, data)
         saved, state = load_resume(resumed)
         if cfg is not None and saved != cfg:
             log.warning("resuming run %s with its own configuration, not the one passed", resume)
         return TrainRequest(saved, staged, runtime_of(saved), data=data, resumed=resumed,
-                            resume_state=state, base_run_id=resumed.base_run_id or None)
+                            resume_state=state, base_run_id=resumed.base_run_id or None,
+                            model_prefix=prefix)
     if prior is not None:
         cfg = prior.apply(cfg)
     staged = load_data(data, preset=synthetic_preset(cfg.profile))
@@ -341,6 +344,18 @@ def run(req: TrainRequest, *, experiment: str | None = None, register: bool = Tr
         progress: bool = True, nested: bool = False, system_metrics: bool = False,
         epoch_hook: Callable[[int, Mapping[str, float], object], None] | None = None,
         run_id: str | None = None) -> TrainSummary:
+    """Train a request inside an MLflow run and return a summary (:func:`_run`), registering
+    under the request's model prefix (a resumed run's own)."""
+    with tracking.using_model_prefix(req.model_prefix or None):
+        return _run(req, experiment=experiment, register=register, progress=progress,
+                    nested=nested, system_metrics=system_metrics, epoch_hook=epoch_hook,
+                    run_id=run_id)
+
+
+def _run(req: TrainRequest, *, experiment: str | None, register: bool, progress: bool,
+         nested: bool, system_metrics: bool,
+         epoch_hook: Callable[[int, Mapping[str, float], object], None] | None,
+         run_id: str | None) -> TrainSummary:
     """Train a request inside an MLflow run and return a summary.
 
     ``epoch_hook(epoch, metrics, model)`` is called after each epoch's metrics are logged,

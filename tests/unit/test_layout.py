@@ -334,3 +334,145 @@ def test_no_run_object_reads_outside_tracking():
         if not rel.startswith("tracking/") and (reads := run_object_reads(path.read_text())):
             found[rel] = reads
     assert not found, found
+
+
+# --------------------------------------------------------------------------- light doors
+#: What a door may not load (issue 39): the command line's help, the statistics over a table
+#: and the report read names and numbers, not models or a tracking store.
+HEAVY = ("torch", "torchvision", "mlflow")
+#: The doors that open light: their module-level import closure holds none of :data:`HEAVY`.
+LIGHT_DOORS = ("pipi.cli", "pipi.tracking", "pipi.tracking.tags", "pipi.tracking.records",
+               "pipi.analysis", "pipi.report", "pipi.models", "pipi.models.specs",
+               "pipi.cells", "pipi.classes", "pipi.paths")
+
+
+@functools.cache
+def _heavy_statements(path: Path, mtime_ns: int, size: int) -> tuple[str, ...]:
+    """The :data:`HEAVY` packages ``path`` imports at module level (not under ``if``/``try``,
+    not in a function: those run when called, as a lazy face's are)."""
+    out = []
+    for node in _tree(path).body:
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                 [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+        out += [n for n in names if n.split(".")[0] in HEAVY]
+    return tuple(out)
+
+
+def heavy_doors(modules: dict[str, Path], doors=LIGHT_DOORS) -> list[str]:
+    """Each door whose module-level imports reach a :data:`HEAVY` package, with the chain
+    (importing ``a.b.c`` runs the ``__init__`` of ``a`` and ``a.b`` first)."""
+    def with_parents(m: str) -> list[str]:
+        parts = m.split(".")
+        return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+    out = []
+    for door in doors:
+        seen, queue = {door: [door]}, [door]
+        for p in with_parents(door)[:-1]:
+            seen.setdefault(p, [p, door])
+            queue.append(p)
+        found = None
+        while queue and found is None:
+            m = queue.pop(0)
+            path = modules.get(m)
+            if path is None:
+                continue
+            st = path.stat()
+            heavy = _heavy_statements(path, st.st_mtime_ns, st.st_size)
+            if heavy:
+                found = f"{door} loads {heavy[0]}: " + " -> ".join(seen[m])
+                break
+            for d in sorted(_imports(path, modules)[0]):
+                for q in with_parents(d):
+                    if q not in seen:
+                        seen[q] = [*seen[m], q]
+                        queue.append(q)
+        if found:
+            out.append(found)
+    return out
+
+
+def test_the_doors_open_light():
+    """Issue 39: `pipi --help`, the tracking face, the statistics and the report load none of
+    torch, torchvision, mlflow at import (their heavy parts load on first use)."""
+    found = heavy_doors(_modules())
+    assert not found, "\n".join(found)
+
+
+def test_a_heavy_import_behind_a_door_is_caught(tmp_path):
+    """Planted: a report module importing a module that imports torch at its top."""
+    heavy = tmp_path / "heavy.py"
+    heavy.write_text("import numpy\nimport torch\n")
+    lazy = tmp_path / "lazy.py"
+    lazy.write_text("def f():\n    import torch\n    return torch\n")
+    planted = tmp_path / "planted.py"
+    planted.write_text("from pipi.report.heavy_part import x\nfrom pipi.report.lazy_part import f\n")
+    modules = {**_modules(), "pipi.report.heavy_part": heavy, "pipi.report.lazy_part": lazy,
+               "pipi.report.planted": planted}
+    assert heavy_doors(modules, doors=("pipi.report.planted", "pipi.report.lazy_part")) == [
+        "pipi.report.planted loads torch: pipi.report.planted -> pipi.report.heavy_part"]
+
+
+# --------------------------------------------------------------------------- hand-offs
+#: The run hand-off variables pipi may not write into its own process environment (issue 39):
+#: a callee gets the run, the tracking URI, the code version and the model prefix as
+#: arguments (or, for the prefix, a context value: tracking.using_model_prefix).
+HANDOFF_VARS = ("MLFLOW_RUN_ID", "MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_ID",
+                "PIPI_CODE_VERSION", "PIPI_MODEL_PREFIX", "CODE_VERSION_ENV", "MODEL_PREFIX_ENV")
+#: The one write left: MLflow's ``end_run`` unsets ``MLFLOW_RUN_ID`` when a side run ends
+#: inside ``mlflow run``; pipi puts back the value MLflow's launcher set (never one of its own).
+HANDOFF_RESTORES = {("pipi.tracking.runs", "MLFLOW_RUN_ID")}
+
+
+def handoff_writes(modules: dict[str, Path]) -> list[str]:
+    """``os.environ[NAME] = ...``, ``os.environ.setdefault(NAME, ...)`` and
+    ``os.environ.update({NAME: ...})`` of a :data:`HANDOFF_VARS` name, as 'module writes NAME'."""
+    def name_of(node) -> str | None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.Name):
+            return node.id
+        if isinstance(node, ast.Attribute):
+            return node.attr
+        return None
+
+    def is_environ(node) -> bool:
+        return ast.unparse(node) in ("os.environ", "environ")
+
+    out = []
+    for m, path in sorted(modules.items()):
+        for node in ast.walk(_tree(path)):
+            names = []
+            if isinstance(node, ast.Assign):
+                names = [name_of(t.slice) for t in node.targets
+                         if isinstance(t, ast.Subscript) and is_environ(t.value)]
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                  and is_environ(node.func.value) and node.args):
+                if node.func.attr == "setdefault":
+                    names = [name_of(node.args[0])]
+                elif node.func.attr == "update" and isinstance(node.args[0], ast.Dict):
+                    names = [name_of(k) for k in node.args[0].keys if k is not None]
+            out += [f"{m} writes {n}" for n in names
+                    if n in HANDOFF_VARS and (m, n) not in HANDOFF_RESTORES]
+    return out
+
+
+def test_no_run_hand_off_goes_through_the_process_environment():
+    found = handoff_writes(_modules())
+    assert not found, "\n".join(found)
+
+
+def test_a_planted_hand_off_write_is_caught(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text("import os\nfrom pipi.tracking.permissions import MODEL_PREFIX_ENV\n"
+                       "os.environ['MLFLOW_RUN_ID'] = 'r'\n"
+                       "os.environ[MODEL_PREFIX_ENV] = 'lab'\n"
+                       "os.environ.setdefault('MLFLOW_TRACKING_URI', 'x')\n"
+                       "os.environ.update({'PIPI_CODE_VERSION': 'v', 'OTHER': '1'})\n"
+                       "os.environ['OMP_NUM_THREADS'] = '1'\n")
+    modules = {"pipi.workflows.planted": planted}
+    assert handoff_writes(modules) == [
+        "pipi.workflows.planted writes MLFLOW_RUN_ID",
+        "pipi.workflows.planted writes MODEL_PREFIX_ENV",
+        "pipi.workflows.planted writes MLFLOW_TRACKING_URI",
+        "pipi.workflows.planted writes PIPI_CODE_VERSION"]

@@ -10,7 +10,7 @@ import pytest
 from pipi.config import TrainConfig
 from pipi.errors import ConfigError
 from pipi.tracking.logged_model import registered_name
-from pipi.tracking.permissions import MODEL_PREFIX_ENV, set_model_prefix
+from pipi.tracking.permissions import MODEL_PREFIX_ENV, using_model_prefix
 from pipi.tracking.probe import _mlflow_run_experiment
 from pipi.workflows.promote import _check_name
 
@@ -22,12 +22,18 @@ def _cfg() -> TrainConfig:
 def test_the_prefix_is_pipi_unless_the_member_chooses_one(monkeypatch):
     monkeypatch.delenv(MODEL_PREFIX_ENV, raising=False)
     assert registered_name(_cfg()) == "pipi-resnet18-pi"
-    assert set_model_prefix("") == "pipi"  # -P model_prefix= left empty: the environment's
+    with using_model_prefix("") as p:   # -P model_prefix= left empty: the environment's
+        assert p == "pipi"
     monkeypatch.setenv(MODEL_PREFIX_ENV, "alice")
     assert registered_name(_cfg()) == "alice-resnet18-pi"
-    assert set_model_prefix("lab.b-2") == "lab.b-2"
-    assert registered_name(_cfg()) == "lab.b-2-resnet18-pi"
-    _check_name(registered_name(_cfg()))  # promote takes the prefixed name
+    with using_model_prefix("lab.b-2") as p:
+        assert p == "lab.b-2" and registered_name(_cfg()) == "lab.b-2-resnet18-pi"
+        _check_name(registered_name(_cfg()))  # promote takes the prefixed name
+        with using_model_prefix(None):        # a callee that names none keeps the command's
+            assert registered_name(_cfg()) == "lab.b-2-resnet18-pi"
+    # issue 39: the command's prefix ends with it and never reached the process environment
+    assert registered_name(_cfg()) == "alice-resnet18-pi"
+    assert os.environ[MODEL_PREFIX_ENV] == "alice"
 
 
 @pytest.mark.parametrize("bad", ["-x", "a b", "a/b", "x" * 65, "é"])
@@ -55,22 +61,26 @@ def test_the_experiment_mlflow_run_creates_its_run_in(monkeypatch, argv, env, ex
     assert sys.argv  # untouched
 
 
-@pytest.mark.parametrize(("entry", "args", "error"), [
-    ("ablate", ["--seeds", "x"], "seeds"),
-    ("import", ["--kind", "checkpoint"], "pass --file"),
+@pytest.mark.parametrize(("entry", "args", "probe"), [
+    ("ablate", ["--seeds", "x"], "pipi.cli.ablate.parse_list"),
+    ("import", ["--kind", "checkpoint", "--file", "x.pt"], "pipi.tracking.configure"),
 ])
 def test_ablate_and_import_take_the_prefix_before_anything_else(monkeypatch, entry, args,
-                                                                 error):
-    """``-P model_prefix=`` of ``ablate`` reaches its children through the environment, as
-    for ``train``; ``import`` registers checkpoints under it."""
+                                                                 probe):
+    """``-P model_prefix=`` of ``ablate`` and ``import`` is in use before their first step
+    (ablate's children and import's registration read it there), for the command only:
+    issue 39, it no longer goes through the process environment."""
     from click.testing import CliRunner
 
+    from pipi import tracking
     from pipi.cli import ENTRY_POINTS
+    from pipi.errors import ConfigError
 
-    # setenv first so monkeypatch records the variable's state before the test and restores it
-    # (a delenv of an unset variable records nothing: the CLI's "bob" would outlive the test)
-    monkeypatch.setenv(MODEL_PREFIX_ENV, "pipi")
-    monkeypatch.delenv(MODEL_PREFIX_ENV)
+    monkeypatch.delenv(MODEL_PREFIX_ENV, raising=False)
+
+    def seen(*a, **k):
+        raise ConfigError(f"prefix in use: {tracking.model_prefix()}")
+    monkeypatch.setattr(probe, seen)
     r = CliRunner().invoke(ENTRY_POINTS[entry], [*args, "--model-prefix", "bob"])
-    assert r.exit_code != 0 and error in r.output, r.output
-    assert os.environ.get(MODEL_PREFIX_ENV) == "bob"
+    assert r.exit_code != 0 and "prefix in use: bob" in r.output, r.output
+    assert MODEL_PREFIX_ENV not in os.environ and tracking.model_prefix() == "pipi"

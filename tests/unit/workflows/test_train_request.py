@@ -148,7 +148,10 @@ def test_a_resume_reads_the_resumed_run_once(sqlite_tracking, tiny_staged, tmp_p
     assert req.resume == rid and req.cfg == cfg and req.base_run_id == "b" * 32
     assert req.staged.digest == manifest["data_digest"]
     # issue 38 item 9: the printed resume command registers under the run's own prefix
-    assert workflow.registered_name(req.cfg) == "qa-resnet18-b"
+    assert req.model_prefix == "qa"
+    with tracking.using_model_prefix(req.model_prefix):
+        assert workflow.registered_name(req.cfg) == "qa-resnet18-b"
+    assert workflow.registered_name(req.cfg) == "pipi-resnet18-b"   # for that run only
 
     def pipi_run(**kw):
         started.update(kw)
