@@ -57,7 +57,10 @@ PROBE_RECIPE = {
 }
 #: Fields logged (run params, config hash) only where they differ from these defaults, so
 #: runs that do not use them keep the params (and reuse keys) they had.
-QUIET_DEFAULTS = {"lr_schedule": "cosine", "probe_transform": "frame", "probe_fp16": False}
+QUIET_DEFAULTS = {"lr_schedule": "cosine", "probe_transform": "frame", "probe_fp16": False,
+                  "decoder": "pipi"}
+#: The distill cell's auxiliary decoders (pipi.models.heads.DECODERS, named here without torch).
+DECODERS = ("pipi", "code")
 #: Prior fields exposed flat (run params, MLproject parameters) -> PriorConfig field.
 PRIOR_PARAMS = {"alpha": "alpha", "lambda_eff": "lambda_eff", "hb_index": "hb_index",
                 "second_channel": "second_channel", "prior_mask": "mask"}
@@ -87,6 +90,9 @@ class TrainConfig:
     prior: PriorConfig = field(default_factory=PriorConfig)
     prior_init: str = "kaiming"      # extra first-conv channels: kaiming (paper) | zeros (code)
     distill_lambda: float = 1.0      # weight of the auxiliary BCE (distill cell)
+    decoder: str = "pipi"            # the distill cell's decoder (the paper: "a small decoder
+                                     # head"): pipi (1x1 conv, BN, GELU, 3x3 conv) | code (the
+                                     # published code's 3x3-GELU-3x3-GELU-1x1, 64 channels)
     distill_target: str = "frame"    # the distill cell's P_blood target: frame (the paper:
                                      # the frame's own colours, moved with flip/rotation) |
                                      # augmented (the published code: after colour jitter)
@@ -153,6 +159,8 @@ class TrainConfig:
         if self.probe_recipe not in PROBE_RECIPES:
             raise ConfigError(f"probe_recipe={self.probe_recipe!r}; use one of "
                               f"{list(PROBE_RECIPES)}")
+        if self.decoder not in DECODERS:
+            raise ConfigError(f"decoder={self.decoder!r}; use one of {list(DECODERS)}")
         if self.distill_target not in DISTILL_TARGETS:
             raise ConfigError(f"distill_target={self.distill_target!r}; use one of "
                               f"{list(DISTILL_TARGETS)}")
@@ -324,7 +332,7 @@ def run_params(cfg: TrainConfig) -> dict:
 #: Options of ``mlflow run . -e train`` beyond cell/seed/backbone/profile/weights/data.
 TRAIN_OVERRIDES = ("epochs", "image_size", "lr", "batch_size", "patience", "alpha",
                    "lambda_eff", "hb_index", "second_channel", "prior_mask", "prior_init",
-                   "distill_lambda", "distill_target", "weight_decay", "class_weights",
+                   "distill_lambda", "distill_target", "decoder", "weight_decay", "class_weights",
                    "augment", "probe_recipe", "select_metric", "device", "precision", "channels_last",
                    "compile", "deterministic", "graph", "data_path", "train_sources",
                    "test_sources")
@@ -384,6 +392,6 @@ def recipe_key(cfg: TrainConfig, data_digest: str) -> dict:
     return {"config": run_params(cfg), "data_digest": data_digest}
 
 
-__all__ = ["CROSS_BACKBONE", "ENV_MANAGERS", "PAPER_SEEDS", "PROFILES", "PROFILE_CHOICES", "SEQUENCE_RECIPE",
+__all__ = ["CROSS_BACKBONE", "DECODERS", "ENV_MANAGERS", "PAPER_SEEDS", "PROFILES", "PROFILE_CHOICES", "SEQUENCE_RECIPE",
            "TRAIN_OVERRIDES", "TrainConfig", "make_config", "overrides_of", "recipe_command",
            "recipe_key", "replace", "resolve_profile", "run_params", "train_params"]

@@ -317,8 +317,9 @@ def fluence_map(
     height, width : int
         Image size in pixels (>= 1).
     lambda_eff : float or None
-        Attenuation length in pixels; ``None`` gives ``0.25 x sqrt((H-1)**2 + (W-1)**2)`` so that
-        the corner pixels get exactly ``e**-2``. A 1 x 1 image gets ``Phi = 1``.
+        Attenuation length in pixels; ``None`` gives ``0.25 x sqrt(H**2 + W**2)`` (the published
+        implementation's), so the corner pixels get slightly more than ``e**-2`` (0.1365 at
+        224 x 224, not 0.1353; module docstring). A 1 x 1 image gets ``Phi = 1``.
     device, dtype
         Where and how the map is returned.
 
@@ -411,8 +412,8 @@ def prior_channels(
     >>> p = prior_channels(x)
     >>> tuple(p.shape)
     (2, 2, 224, 224)
-    >>> round(float(p[0, 1, 0, 0]), 4)  # Phi in a corner: e**-2
-    0.1353
+    >>> round(float(p[0, 1, 0, 0]), 4)  # Phi in a corner: slightly above e**-2 = 0.1353
+    0.1365
     """
     cfg = PriorConfig(
         alpha=alpha,

@@ -8,6 +8,7 @@ import click
 
 from pipi.cells import CELLS
 from pipi.config import (
+    DECODERS,
     DISTILL_TARGETS,
     PROBE_RECIPES,
     PROFILE_CHOICES,
@@ -115,6 +116,10 @@ train_override_options = [
                  show_default=True, help="The distill cell's P_blood target: frame (paper: the "
                  "prior of the frame before colour jitter, moved with its flip/rotation) or "
                  "augmented (the published code: the prior of the augmented input)."),
+    click.option("--decoder", type=choice(DECODERS), default="pipi", show_default=True,
+                 help="The distill cell's auxiliary decoder: pipi (1x1 conv, BN, GELU, 3x3 conv) "
+                 "or code (the published code's 3x3-GELU-3x3-GELU-1x1, 64 channels; an "
+                 "imported distillation checkpoint keeps its decoder with it)."),
     click.option("--weight-decay", type=Auto(float, minimum=0), default="auto",
                  show_default=True, help="AdamW weight decay (auto: the recipe's)."),
     click.option("--class-weights", type=AutoBool(), default="auto", show_default=True,

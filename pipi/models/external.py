@@ -52,6 +52,8 @@ AUTHORS_HEAD, AUTHORS_TRUNK = "head.1.", "backbone."
 #: The published distillation model's auxiliary decoder (3x3 conv, GELU, 3x3 conv, GELU, 1x1
 #: conv; 64 channels): another form than pipi's, unused at deployment, so not kept.
 AUTHORS_DECODER = "distill_decoder."
+#: Where pipi's ``decoder=code`` model keeps the published decoder (models.heads.CodeDecoder).
+CODE_DECODER = "aux.layers."
 #: Prefixes a wrapper puts before every key (stripped, repeatedly, when all keys have one).
 WRAPPER_PREFIXES: tuple[str, ...] = ("module.", "model.", "_orig_mod.")
 #: Entries of a checkpoint dict that hold the state dict (first found wins).
@@ -172,7 +174,8 @@ def file_settings(ckpt: ExternalCheckpoint, path: Path) -> dict[str, Any]:
 
     ``model_name`` -> ``backbone``, ``image_size``, ``use_physics_prior`` -> ``cell`` (``pi``
     or ``a``; ``pblood_only`` / ``phi_only`` when ``ablate_input_channels`` zeroed channel 4 /
-    3) and, for a +PI file, the prior: ``hb_index`` (``code`` for
+    3), ``decoder=code`` for the published distillation layout (its decoder is kept) and,
+    for a +PI file, the prior: ``hb_index`` (``code`` for
     ``physics_prior_version=v1``, ``code_v2`` for v2), ``second_channel=log_gb_phi``,
     ``alpha`` (``physics_alpha``; at least 6 for v2, as the code applies it) and
     ``lambda_eff`` (``physics_lambda_eff``; ``None`` is 0.25 x the diagonal). Keys the file
@@ -180,6 +183,8 @@ def file_settings(ckpt: ExternalCheckpoint, path: Path) -> dict[str, Any]:
     (an unknown backbone or prior version, a v2 pivot other than 0.30).
     """
     args, out = ckpt.args, {}
+    if _is_authors_distill(_strip_wrappers(dict(ckpt.state))):
+        out["decoder"] = "code"   # the published distillation layout: its decoder is kept
     if not args:
         return out
     name = args.get("model_name")
@@ -269,10 +274,11 @@ def _distill_tv_key(key: str, arch: str) -> str:
 
 def _to_pipi_names(sd: dict[str, Tensor], arch: str) -> dict[str, Tensor]:
     """torchvision or published-code key names -> pipi frame model names (pipi's stay)."""
-    if _is_authors_distill(sd):
+    if _is_authors_distill(sd):   # the decoder as -P decoder=code names it (aux.layers.*)
         return {("head." + k[len(AUTHORS_HEAD):] if k.startswith(AUTHORS_HEAD)
+                 else CODE_DECODER + k[len(AUTHORS_DECODER):] if k.startswith(AUTHORS_DECODER)
                  else "backbone.body." + _distill_tv_key(k[len(AUTHORS_TRUNK):], arch)): v
-                for k, v in sd.items() if not k.startswith(AUTHORS_DECODER)}
+                for k, v in sd.items()}
     if any(k.startswith("backbone.body.") for k in sd):
         return sd
     if _is_authors(sd):
@@ -347,9 +353,12 @@ def load_external_state(model: nn.Module, sd: Mapping[str, Tensor], *, arch: str
                         "without ConvNeXt's final LayerNorm2d (its classifier is removed whole); "
                         "pipi's ConvNeXt keeps it, so the answers would differ: not imported")
     theirs = _to_pipi_names(stripped, arch)
-    stripped = {k: v for k, v in stripped.items() if not (distill and k.startswith(AUTHORS_DECODER))}
-    order = _class_order(class_names, source, classes) if class_names is not None else None
     expected = model.state_dict()
+    if distill and not any(k.startswith(CODE_DECODER) for k in expected):
+        # a model with pipi's own decoder: the file's decoder has no place in it (not kept)
+        stripped = {k: v for k, v in stripped.items() if not k.startswith(AUTHORS_DECODER)}
+        theirs = {k: v for k, v in theirs.items() if not k.startswith(CODE_DECODER)}
+    order = _class_order(class_names, source, classes) if class_names is not None else None
     optional = {k for k in expected if k.startswith("aux.")}  # distill's decoder
     missing = [k for k in expected if k not in theirs and k not in optional]
     unexpected = [k for k in theirs if k not in expected]
@@ -402,8 +411,9 @@ def load_external_state(model: nn.Module, sd: Mapping[str, Tensor], *, arch: str
     if optional:
         have = optional & set(theirs)
         facts["aux_head"] = ("loaded" if have == optional else "partly loaded" if have
-                             else "the file's decoder (distill_decoder.*, another form) not "
-                             "kept: initial weights; unused at deployment" if distill
+                             else "the file's decoder (distill_decoder.*) not kept: the model "
+                             "has pipi's decoder (decoder=code keeps it); initial weights, "
+                             "unused at deployment" if distill
                              else "absent (initial weights; unused at deployment)")
     return facts
 

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from pipi.errors import ConfigError
 from pipi.models.backbones import Backbone
 
-__all__ = ["AuxDecoder", "DistillClassifier", "FrameClassifier", "distill_loss"]
+__all__ = ["DECODERS", "AuxDecoder", "CodeDecoder", "DistillClassifier", "FrameClassifier", "distill_loss"]
 
 
 def _check_head_args(num_classes: int, dropout: float) -> None:
@@ -86,6 +86,29 @@ class AuxDecoder(nn.Module):
         return self.out(self.act(self.norm(self.reduce(fmap))))
 
 
+class CodeDecoder(nn.Module):
+    """The published code's decoder (``ImageClassifierPIDistill.distill_decoder``), ``-P
+    decoder=code``: 3x3 conv C -> ``width`` (bias), GELU, 3x3 conv ``width`` -> ``width``,
+    GELU, 1x1 conv ``width`` -> 1; (B, C, h, w) -> (B, 1, h, w). ``layers`` holds them at the
+    published indices (0, 2, 4), so an imported ``distill_decoder.*`` loads as ``aux.layers.*``.
+    """
+
+    def __init__(self, in_channels: int, *, width: int = 64) -> None:
+        super().__init__()
+        self.layers = nn.Sequential(
+            nn.Conv2d(in_channels, width, kernel_size=3, padding=1), nn.GELU(),
+            nn.Conv2d(width, width, kernel_size=3, padding=1), nn.GELU(),
+            nn.Conv2d(width, 1, kernel_size=1))
+
+    def forward(self, fmap: Tensor) -> Tensor:
+        return self.layers(fmap)
+
+
+#: The distill cell's decoders (the paper says only "a small decoder head"): ``pipi``
+#: (:class:`AuxDecoder`, the default) and ``code`` (:class:`CodeDecoder`, the published code's).
+DECODERS = {"pipi": AuxDecoder, "code": CodeDecoder}
+
+
 class DistillClassifier(nn.Module):
     """RGB classifier trained with an auxiliary P_blood head that is dropped at deployment.
 
@@ -102,11 +125,16 @@ class DistillClassifier(nn.Module):
         Number of output classes ``K``.
     dropout : float
         Dropout before the linear head.
+    decoder : str
+        The auxiliary decoder, a key of :data:`DECODERS`.
     """
 
-    def __init__(self, backbone: Backbone, num_classes: int, *, dropout: float = 0.2) -> None:
+    def __init__(self, backbone: Backbone, num_classes: int, *, dropout: float = 0.2,
+                 decoder: str = "pipi") -> None:
         super().__init__()
         _check_head_args(num_classes, dropout)
+        if decoder not in DECODERS:
+            raise ConfigError(f"decoder={decoder!r}; use one of {list(DECODERS)}")
         if backbone.in_channels != 3:
             raise ConfigError(
                 "DistillClassifier needs a 3-channel RGB backbone (the prior is only a "
@@ -116,7 +144,7 @@ class DistillClassifier(nn.Module):
         self.num_classes = int(num_classes)
         self.dropout = nn.Dropout(dropout)
         self.head = nn.Linear(backbone.feature_dim, self.num_classes)
-        self.aux = AuxDecoder(backbone.feature_dim)
+        self.aux = DECODERS[decoder](backbone.feature_dim)
         self.deploy_mode = False
 
     @property

@@ -37,7 +37,7 @@ def build_frame_model(cfg: TrainConfig) -> torch.nn.Module:
                                   in_channels=cell.input_channels, prior_init=cfg.prior_init)
     k = len(cfg.class_set)
     if cell.distill:
-        return DistillClassifier(backbone, k)
+        return DistillClassifier(backbone, k, decoder=cfg.decoder)
     if cell.frozen:  # linear probe: frozen features, a plain linear head
         return FrameClassifier(backbone, k, dropout=0.0, frozen=True)
     return FrameClassifier(backbone, k)

@@ -85,7 +85,7 @@ log = logging.getLogger(__name__)
 SPLITS = ("train", "val", "test")
 #: TrainConfig fields a sequence run shares with the per-frame run it builds on.
 SHARED_WITH_BASE = ("weights", "image_size", "hflip", "rotation_deg", "jitter", "prior",
-                    "prior_init", "distill_lambda", "distill_target", "classes")
+                    "prior_init", "distill_lambda", "distill_target", "decoder", "classes")
 #: Fields of the base run that must match for its embeddings to be reused (params, as logged).
 BASE_MATCH_PARAMS = ("weights", "image_size", "alpha", "lambda_eff", "hb_index",
                      "second_channel", "prior_mask", "prior_init", "distill_lambda")

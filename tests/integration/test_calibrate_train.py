@@ -20,6 +20,7 @@ import pandas as pd
 import pytest
 from sklearn.metrics import roc_auc_score
 
+from pipi.tracking import resolved_param
 from pipi.calibration.objective import calibration_fold
 from pipi.calibration.study import open_storage
 from pipi.data.staging import load_staged
@@ -202,13 +203,14 @@ def test_the_grid_scored_on_a_galar_calibration_fold_reuses_every_run(
     # computes its own prior), scikit-learn scores the fold's headline classes
     fold = calibration_fold(gframes, gman, f"galar:{system}")
     assert set(fold.rows) <= set(np.flatnonzero(gframes["vendor_fold"] == "calibration"))
-    size = int(mlflow.get_run(r.run_id).data.params["image_size"])
+    # read as every run is read (the request form image_size=auto beside .resolved)
+    size = int(resolved_param(mlflow.get_run(r.run_id).data.params, "image_size"))
     images = build_cache(galar_staged, gframes, size=size, digest=gman["data_digest"],
                          cache_dir=Path(os.environ["PIPI_HOME"]) / "cache", progress=False)
     values = set()
     for t in study.trials:
         run = mlflow.get_run(t.user_attrs["run_id"])
-        assert int(run.data.params["image_size"]) == size
+        assert int(resolved_param(run.data.params, "image_size")) == size
         py = mlflow.pyfunc.load_model(f"models:/{run.outputs.model_outputs[0].model_id}")
         rgb = np.asarray(images[fold.rows]).transpose(0, 2, 3, 1)   # the cache is N x 3 x S x S
         p = py.predict(pd.DataFrame({"pixels": list(rgb)})).to_numpy()

@@ -315,9 +315,11 @@ def test_published_distillation_checkpoint_scores_as_the_published_code(arch, ti
     for path in (best, last):
         res = import_file(kind="checkpoint", file=path, seed=42, data=str(tiny_staged),
                           profile="smoke", experiment=exp, progress=False, register=False)
-        assert set(res.from_file) == {f"backbone={arch}", f"image_size={SIZE}", "cell=distill"}
+        assert set(res.from_file) == {f"backbone={arch}", f"image_size={SIZE}", "cell=distill",
+                                      "decoder=code"}
         run = mlflow.get_run(res.run_id)
-        assert run.data.params["cell"] == "distill"
+        assert run.data.params["cell"] == "distill" and run.data.params["decoder"] == "code"
+        assert run.data.tags["pipi.import.aux_head"] == "loaded"   # its decoder is kept
         assert "published distillation code" in run.data.tags["pipi.import.key_form"]
         df = _predictions(res.run_id, tmp_path)
         got = df[[f"prob_{k:02d}" for k in range(14)]].to_numpy()

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
+from pipi.tracking import resolved_param
 from pipi.cells import SEQUENCE_CELLS
 from pipi.config import make_config
 from pipi.data.cache import build_cache
@@ -24,7 +25,8 @@ def _contract(run_id: str, staged: Path, cell: str, tmp: Path) -> mlflow.entitie
     run = mlflow.get_run(run_id)
     assert run.info.status == "FINISHED"
     p, t = run.data.params, run.data.tags
-    assert p["cell"] == cell and p["window"] == "4" and float(p["lr"]) == 1e-4
+    assert p["cell"] == cell and p["window"] == "4"
+    assert float(resolved_param(p, "lr")) == 1e-4   # lr=auto beside lr.resolved
     for tag in ("pipi.entry_point", "pipi.data_digest", "pipi.code_version", "pipi.config_hash",
                 "pipi.base_run_id", "pipi.evaluable_classes", "pipi.cell", "pipi.seed"):
         assert tag in t, tag

@@ -230,3 +230,60 @@ def test_a_checkpoint_of_kvasir_s_classes_is_refused_against_another_class_set(a
         f"{bare}: its head has 14 outputs; the staged data's class set has 3 (Erosion, "
         "Bleeding, Angioectasia); import it against data staged with its 14 classes, or save "
         "class_names beside it")
+
+
+class _AuthorsDistillResNet(nn.Module):
+    """As the published ImageClassifierPIDistill is built on ResNet-18: the torchvision model
+    split into ``backbone.stem`` / ``backbone.body`` / ``backbone.pool``, ``head =
+    Sequential(Dropout, Linear)`` and ``distill_decoder`` (3x3 conv, GELU, 3x3 conv, GELU,
+    1x1 conv, 64 channels), written here from the published layout."""
+
+    def __init__(self, classes: int = 14) -> None:
+        super().__init__()
+        m = torchvision.models.resnet18(weights=None)
+        self.backbone = nn.Module()
+        self.backbone.stem = nn.Sequential(m.conv1, m.bn1, m.relu, m.maxpool)
+        self.backbone.body = nn.Sequential(m.layer1, m.layer2, m.layer3, m.layer4)
+        self.backbone.pool = m.avgpool
+        self.head = nn.Sequential(nn.Dropout(0.2), nn.Linear(512, classes))
+        self.distill_decoder = nn.Sequential(nn.Conv2d(512, 64, 3, padding=1), nn.GELU(),
+                                             nn.Conv2d(64, 64, 3, padding=1), nn.GELU(),
+                                             nn.Conv2d(64, 1, 1))
+
+    def decode(self, x):
+        return self.distill_decoder(self.backbone.body(self.backbone.stem(x)))
+
+
+def test_decoder_code_keeps_the_published_distillation_decoder(tmp_path):
+    """Issue 42 item 8: ``decoder=code`` is the published decoder, so an imported distillation
+    checkpoint keeps it: pipi's auxiliary map equals the published model's on frames whose maps
+    differ; with pipi's own decoder the file's is not kept, and says so."""
+    torch.manual_seed(0)
+    theirs = _AuthorsDistillResNet().train()
+    x = torch.rand(6, 3, 64, 64)
+    with torch.no_grad():
+        theirs.decode(x)   # BN statistics of these frames
+    theirs.eval()
+    path = tmp_path / "best_model.pt"
+    torch.save({"model_state": theirs.state_dict(), "class_names": list(CLASSES),
+                "args": {**ARGS, "use_physics_prior": None, "distill_lambda": 1.0}}, path)
+    ckpt = read_checkpoint(path)
+    got = file_settings(ckpt, path)
+    assert got["decoder"] == "code" and got["cell"] == "distill"
+    cfg = make_config(cell="distill", backbone="resnet18", profile="smoke", weights="none",
+                      decoder="code")
+    model = build_frame_model(cfg).eval()
+    facts = load_external_state(model, ckpt.state, arch="resnet18", cell="distill",
+                                class_names=ckpt.class_names, source=str(path))
+    assert facts["aux_head"] == "loaded"
+    with torch.no_grad():
+        want = theirs.decode(x)
+        _, mine = model(x)
+    assert want.std() > 1e-3                        # maps that differ across frames
+    torch.testing.assert_close(mine, want, atol=1e-5, rtol=1e-5)
+    # pipi's own decoder: the file's is not kept, and the facts say so
+    other = build_frame_model(make_config(cell="distill", backbone="resnet18", profile="smoke",
+                                          weights="none")).eval()
+    facts = load_external_state(other, ckpt.state, arch="resnet18", cell="distill",
+                                class_names=ckpt.class_names, source=str(path))
+    assert "not kept" in facts["aux_head"] and "decoder=code" in facts["aux_head"]
