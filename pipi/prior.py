@@ -317,9 +317,8 @@ def fluence_map(
     height, width : int
         Image size in pixels (>= 1).
     lambda_eff : float or None
-        Attenuation length in pixels; ``None`` gives ``0.25 x sqrt(H**2 + W**2)`` (the published
-        implementation's), so the corner pixels get slightly more than ``e**-2`` (0.1365 at
-        224 x 224, not 0.1353; module docstring). A 1 x 1 image gets ``Phi = 1``.
+        Attenuation length in pixels; ``None``: 0.25 x the diagonal (module docstring: the
+        corners get 0.1365 at 224 x 224, slightly above ``e**-2``). 1 x 1 gives ``Phi = 1``.
     device, dtype
         Where and how the map is returned.
 
