@@ -117,6 +117,16 @@ def _layer(module: str, order=None) -> int | None:
     return best[0] if best else None
 
 
+def _planted(tmp_path: Path, sources: dict[str, str]) -> dict[str, Path]:
+    """pipi's modules plus planted ones (module name -> source), written under ``tmp_path``."""
+    out = _modules()
+    for name, text in sources.items():
+        path = tmp_path / f"{name.replace('.', '_')}.py"
+        path.write_text(text)
+        out[name] = path
+    return out
+
+
 def upward_imports(modules: dict[str, Path]) -> list[str]:
     """Every module-level import that points to a higher layer, as 'a imports b'."""
     out = []
@@ -163,14 +173,10 @@ def test_every_module_has_a_rank():
 def test_the_library_ranks_are_strict(tmp_path):
     """Planted imports across the library's ranks are caught: the data room reaching up into
     models, serving into training; the reverse directions are allowed."""
-    up = tmp_path / "up.py"
-    up.write_text("from pipi.models.heads import make_head\n")
-    down = tmp_path / "down.py"
-    down.write_text("from pipi.data.cache import build_cache\n")
-    srv = tmp_path / "srv.py"
-    srv.write_text("from pipi.training.frames import run_frame_cell\n")
-    modules = {**_modules(), "pipi.data.staging.up": up, "pipi.models.down": down,
-               "pipi.serving.srv": srv}
+    modules = _planted(tmp_path, {
+        "pipi.data.staging.up": "from pipi.models.heads import make_head\n",
+        "pipi.models.down": "from pipi.data.cache import build_cache\n",
+        "pipi.serving.srv": "from pipi.training.frames import run_frame_cell\n"})
     found = [x for x in upward_imports(modules)
              if x.startswith(("pipi.data.staging.up", "pipi.models.down", "pipi.serving.srv"))]
     assert found == ["pipi.data.staging.up imports pipi.models.heads, a layer above it",
@@ -401,14 +407,11 @@ def test_the_doors_open_light():
 
 def test_a_heavy_import_behind_a_door_is_caught(tmp_path):
     """Planted: a report module importing a module that imports torch at its top."""
-    heavy = tmp_path / "heavy.py"
-    heavy.write_text("import numpy\nimport torch\n")
-    lazy = tmp_path / "lazy.py"
-    lazy.write_text("def f():\n    import torch\n    return torch\n")
-    planted = tmp_path / "planted.py"
-    planted.write_text("from pipi.report.heavy_part import x\nfrom pipi.report.lazy_part import f\n")
-    modules = {**_modules(), "pipi.report.heavy_part": heavy, "pipi.report.lazy_part": lazy,
-               "pipi.report.planted": planted}
+    modules = _planted(tmp_path, {
+        "pipi.report.heavy_part": "import numpy\nimport torch\n",
+        "pipi.report.lazy_part": "def f():\n    import torch\n    return torch\n",
+        "pipi.report.planted": "from pipi.report.heavy_part import x\n"
+                               "from pipi.report.lazy_part import f\n"})
     assert heavy_doors(modules, doors=("pipi.report.planted", "pipi.report.lazy_part")) == [
         "pipi.report.planted loads torch: pipi.report.planted -> pipi.report.heavy_part"]
 
