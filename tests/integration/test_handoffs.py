@@ -29,7 +29,7 @@ def test_a_worker_fills_its_run_from_arguments_and_leaves_the_environment(sqlite
     try:
         got = _spawn_child(Child(cfg=cfg, config_hash="h"), run_id=rid, threads=1,
                            data=str(tiny_staged), tracking_uri=sqlite_tracking,
-                           code_version="handed-1")
+                           code_version="handed-1", model_prefix="lab-w")
     finally:
         torch.set_num_threads(threads)
         tracking.use_code_version("")
@@ -37,5 +37,8 @@ def test_a_worker_fills_its_run_from_arguments_and_leaves_the_environment(sqlite
     run = tracking.get_run(rid)
     assert run.status == "FINISHED" and run.code_version == "handed-1"
     assert run.params["cell"] == "a"
+    # the prefix came as an argument: the run registered under it, the environment untouched
+    assert run.params["model_prefix"] == "lab-w"
+    assert tracking.model_prefix() != "lab-w"
     assert dict(os.environ) == before
     assert tracking.code_version() != "handed-1"   # forgotten again
