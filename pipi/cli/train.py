@@ -38,14 +38,18 @@ from pipi.workflows import train as workflow
 @with_options(train_override_options)
 @prior_params_option
 @click.option("--resume", default="", help="Run id of an interrupted run to continue.")
+@click.option("--base-run", default="",
+              help="A sequence cell's base: this FINISHED run (train or import) of its base "
+                   "cell, backbone, data and image size, instead of the one pipi finds or "
+                   "trains (e.g. e_dagger on an imported distillation checkpoint).")
 @click.option("--system-metrics", default="auto", show_default=True,
               help="true: log MLflow's system metrics (CPU, memory, disk, network; GPU with "
                    "nvidia-ml-py) as system/* metrics of the run; auto: $PIPI_SYSTEM_METRICS "
                    "(default false). Needs psutil (docs/mlflow-ui.md).")
 @model_prefix_option
 @experiment_option
-def train(cell, seed, backbone, data, profile, weights, prior_params, resume, system_metrics,
-          model_prefix, experiment, **kw):
+def train(cell, seed, backbone, data, profile, weights, prior_params, resume, base_run,
+          system_metrics, model_prefix, experiment, **kw):
     """Train one cell and register its model (the run contract: docs/run-contract.md)."""
     setup_logging()
     system_metrics = tracking.system_metrics_enabled(system_metrics)
@@ -55,7 +59,8 @@ def train(cell, seed, backbone, data, profile, weights, prior_params, resume, sy
     # config built once, the data, prior and runtime resolved once; the workflow trains it
     req = workflow.request_from_options(
         cell=cell, backbone=backbone, seed=seed, profile=profile, data=data, weights=weights,
-        prior_params=prior_params, resume=resume or None, connect=tracking.configure,
+        prior_params=prior_params, resume=resume or None, base_run=base_run or None,
+        connect=tracking.configure,
         **overrides_from(kw))
     # the options as `mlflow run -e train` logs them, whichever launcher parsed them
     req = dataclasses.replace(req, options=requested_options(click.get_current_context()))

@@ -126,7 +126,7 @@ def request(cfg: TrainConfig | None, *, data: str | None = None, resume: str | N
 def request_from_options(*, cell: str, backbone: str, seed: int, profile: str,
                          data: str | None, weights: str, prior_params: str = "",
                          resume: str | None = None, connect: Callable[[], object] | None = None,
-                         **overrides) -> TrainRequest:
+                         base_run: str | None = None, **overrides) -> TrainRequest:
     """The request of ``pipi train`` / ``mlflow run . -e train``, every option checked once.
 
     The configuration is built once, after ``profile=auto`` is resolved (from the data: a
@@ -134,8 +134,12 @@ def request_from_options(*, cell: str, backbone: str, seed: int, profile: str,
     ``connect`` (the CLI's connection to the tracking server) is called once the options are
     checked, before a calibrate run is read or the synthetic data staged. ``prior_params``
     sets alpha and lambda_eff (lambda_eff at the resolved image size); ``resume`` continues
-    a run on its own recipe and data (the recipe options are then not used)."""
+    a run on its own recipe and data (the recipe options are then not used); ``base_run``
+    names a sequence cell's base run (:func:`check_base_run`)."""
     if resume:
+        if base_run:
+            raise ConfigError(f"base_run={base_run}: a resumed run keeps its own base run; "
+                              "pass resume alone")
         if connect is not None:
             connect()
         return request(None, data=data, resume=resume)
@@ -170,7 +174,32 @@ def request_from_options(*, cell: str, backbone: str, seed: int, profile: str,
     cfg = cfg.with_classes(class_set_of(staged.manifest))  # the head predicts the data's classes
     check_sources(cfg, staged)
     return TrainRequest(cfg, staged, runtime, data=data,
-                        tags=dict(prior.tags) if prior is not None else {})
+                        tags=dict(prior.tags) if prior is not None else {},
+                        base_run_id=check_base_run(base_run, cfg, staged) if base_run else None)
+
+
+def check_base_run(run_id: str, cfg: TrainConfig, staged: StagedData) -> str:
+    """``base_run``: a FINISHED ``train`` or ``import`` run of the sequence cell's base cell,
+    on its backbone, data and image size (a ConfigError in one line naming what differs).
+    An imported run serves as a trained one: ``e_dagger`` builds on a released distillation
+    checkpoint brought in with ``import``."""
+    cc = cfg.cell_config
+    if not cc.is_sequence:
+        raise ConfigError(f"base_run={run_id}: cell {cfg.cell} is a per-frame cell; base_run "
+                          "names the per-frame run a sequence cell builds on")
+    run = tracking.usable_run(run_id, what="base_run", finished=True)
+    checks = [("entry point", run.entry_point, ("train", "import")),
+              ("cell", run.cell, (cc.base_cell,)), ("backbone", run.backbone, (cfg.backbone,)),
+              ("image size", tracking.resolved_param(run.params, "image_size"),
+               (str(cfg.image_size),))]
+    wrong = [f"{what} {got or 'none'} (cell {cfg.cell} needs {' or '.join(want)})"
+             for what, got, want in checks if got not in want]
+    if run.data_digest != staged.digest:
+        wrong.append(f"data digest {run.data_digest[:12] or 'none'} (the staged data's is "
+                     f"{staged.digest[:12]})")
+    if wrong:
+        raise ConfigError(f"base_run={run_id}: not a base of this request: " + "; ".join(wrong))
+    return run.run_id
 
 
 def check_sources(cfg: TrainConfig, staged: StagedData) -> None:

@@ -344,3 +344,35 @@ def test_a_published_convnext_distillation_checkpoint_is_refused_saying_why(tiny
                     register=False)
     assert "\n" not in str(err.value)
     assert not mlflow.search_runs(experiment_names=["import-distill-cnx"]).shape[0]
+
+
+def test_e_dagger_builds_on_an_imported_distillation_run(tiny_staged, sqlite_tracking, tmp_path):
+    """Issue 42: `e_dagger` could not start from the released distillation bases (its base was
+    found among `train` runs only); `-P base_run=<import run>` names it, checked first."""
+    from pipi.errors import ConfigError
+    from pipi.workflows import train as workflow
+
+    frames = pd.read_parquet(tiny_staged / "frames.parquet")
+    batch = _rgb(tiny_staged, frames.loc[frames["split"] == "train", "path"].iloc[::4])
+    torch.manual_seed(4)
+    model = _settled(AuthorsDistill("resnet18"), batch)
+    # C3 (e_dagger) takes sizes that are multiples of 32: a file trained at 64 px
+    best, _ = _save_both(model, tmp_path / "d", SHUFFLED, {**DISTILL_ARGS, "image_size": 64,
+                                                           "model_name": "resnet18"})
+    imported = import_file(kind="checkpoint", file=best, seed=42, data=str(tiny_staged),
+                           profile="smoke", experiment="e-dagger-import", progress=False,
+                           register=False)
+    opts = dict(backbone="resnet18", seed=42, profile="smoke", data=str(tiny_staged),
+                weights="none", image_size=64)
+    with pytest.raises(ConfigError, match=r"cell distill \(cell b_plus needs pi\)") as err:
+        workflow.request_from_options(cell="b_plus", base_run=imported.run_id, **opts)
+    assert "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match=r"image size 64 \(cell e_dagger needs 32\)"):
+        workflow.request_from_options(cell="e_dagger", base_run=imported.run_id,
+                                      **{**opts, "image_size": 32})
+    req = workflow.request_from_options(cell="e_dagger", base_run=imported.run_id, **opts)
+    s = workflow.run(req, experiment="e-dagger-import", register=False, progress=False)
+    run = mlflow.get_run(s.run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["pipi.base_run_id"] == imported.run_id
+    assert s.base_run_id == imported.run_id and 0.0 <= s.test_macro_auc <= 1.0
