@@ -44,6 +44,7 @@ from pipi.probes.tta import (
     fit_probe,
     variants_for,
 )
+from pipi.runs.checks import check_sources
 from pipi.runs.data import load_data
 from pipi.runs.evaluate import (
     CHANNEL_VARIANTS,
@@ -69,7 +70,7 @@ from pipi.sweeps.plan import (
     summary_frames,
 )
 from pipi.sweeps.slurm import run_slurm
-from pipi.workflows.train import check_sources, train
+from pipi.workflows.train import train
 
 log = logging.getLogger(__name__)
 
