@@ -42,6 +42,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                "MLflow as a run (MLproject `import`)."),
     "promote": ("promote", "promote", "Gate a registered version on cross-seed evidence; exit 0 "
                 "promoted, 1 refused."),
+    "predict": ("predict", "predict", "Score a folder of frames or a staged split with a "
+                "registered model into a parquet file."),
     "robustness": ("robustness", "robustness", "Score finished runs on the test split under the "
                    "paper's perturbations (docs/entry-points.md)."),
     "serve": ("serve", "serve", "Serve a model with MLflow's scoring server and pipi's request "
@@ -59,7 +61,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 #: The MLproject entry points (``entrypoints/<name>.py`` runs ``ENTRY_POINTS[name]``).
 ENTRY_POINT_NAMES = ("stage", "train", "ablate", "transplant", "galar", "calibrate",
-                     "robustness", "aggregate", "promote", "import")
+                     "robustness", "aggregate", "promote", "import", "predict")
 
 
 def _fail(message: str) -> None:

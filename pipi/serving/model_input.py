@@ -44,7 +44,7 @@ from PIL import Image, UnidentifiedImageError
 from pipi.data.cache import decode_at
 from pipi.errors import DataError
 
-__all__ = ["IMAGE_KEY", "MIN_SIDE", "PIXELS_KEY", "InputError", "Limits", "check_image", "clips_from_input",
+__all__ = ["IMAGE_KEY", "MIN_SIDE", "PIXELS_KEY", "InputError", "Limits", "check_image", "clips_from_input", "decode_file",
            "decode_image", "encode_image", "encode_png", "images_from_input"]
 
 #: Column (``dataframe_records``) or key (``inputs``) that holds the images of a request.
@@ -84,6 +84,12 @@ def decode_image(data: str | bytes, *, where: str, limits: Limits) -> np.ndarray
     except (binascii.Error, ValueError):
         raise InputError(f"{where}: not valid base64 (send the JPEG or PNG file's bytes "
                          "base64-encoded)") from None
+    return decode_file(raw, where=where, limits=limits, after="after base64 decoding")
+
+
+def decode_file(raw: bytes, *, where: str, limits: Limits, after: str = "") -> np.ndarray:
+    """A JPEG/PNG file's bytes -> ``uint8`` ``H x W x 3`` RGB, as a request's image is
+    decoded (``pipi predict`` reads frames from disk this way)."""
     try:
         with Image.open(io.BytesIO(raw)) as im:
             if im.format not in FORMATS:
@@ -100,8 +106,8 @@ def decode_image(data: str | bytes, *, where: str, limits: Limits) -> np.ndarray
         raise InputError(f"{where}: an image of {size}, over the limit of {limits.max_pixels} "
                          "pixels per image (PIPI_SERVE_MAX_PIXELS)") from None
     except (UnidentifiedImageError, OSError, SyntaxError):
-        raise InputError(f"{where}: not a JPEG or PNG image ({len(raw)} bytes after base64 "
-                         "decoding)") from None
+        raise InputError(f"{where}: not a JPEG or PNG image ({len(raw)} bytes"
+                         + (f" {after}" if after else "") + ")") from None
     return arr
 
 

@@ -89,6 +89,7 @@ class Tour:
     train_ids: list[str] = field(default_factory=list)
     aggregates: dict[str, str] = field(default_factory=dict)   # launcher -> run id
     promote_exit: int | None = None
+    exam: Path | None = None
     candidate_after_loop: str = ""
 
 
@@ -179,6 +180,19 @@ def tour(sqlite_store, tiny_staged, tmp_path_factory) -> Tour:
         # promote, as the tour writes it
         code, out = _in_process("promote", _params(_line("promote")))
         t.promote_exit = code
+        # a whole exam through the tour's predict line (the alias the README says to serve)
+        frames = frames.iloc[:5]
+        for i, p in enumerate(frames["path"]):
+            dst = home / "exam" / f"frame{i}.jpg"
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            dst.write_bytes((tiny_staged / p).read_bytes())
+        pred = _params(_line("predict"))
+        alias = "champion" if t.promote_exit == 0 else "candidate"
+        code, out = _in_process("predict", {**pred, "model": pred["model"].replace(
+            "@champion", f"@{alias}"), "images": str(home / "exam"),
+            "out": str(home / "exam.parquet"), "workers": "0"})
+        assert code == 0, out[-3000:]
+        t.exam = home / "exam.parquet"
         mlflow.set_tracking_uri(None)
     return t
 
@@ -277,10 +291,18 @@ def test_model_metrics_are_the_best_epoch_and_no_metric_has_two_values(tour):
             assert got["val/macro_auc"] == pytest.approx(val[best]), r.info.run_name
 
 
+def test_the_tour_s_predict_line_scores_the_exam(tour):
+    got = pd.read_parquet(tour.exam)
+    assert len(got) == 5 and got["video_id"].nunique() == 1
+    _, runs = _runs(tour)
+    (pred,) = [r for r in runs if r.data.tags.get(tracking.TAG_ENTRY_POINT) == "predict"]
+    assert pred.data.params["model_name"] == MODEL and pred.data.metrics["predict/frames"] == 5
+
+
 def test_every_run_says_what_it_is_and_the_output_is_quiet(tour):
     _, runs = _runs(tour)
     known = re.compile(r"^(a|pi|b_plus)-(s\d+-smoke-|efficientnet_b0-s\d+-released$)"
-                       r"|^aggregate ")
+                       r"|^aggregate |^predict ")
     odd = [r.info.run_name for r in runs if not known.match(r.info.run_name)]
     assert not odd, odd
     for out in tour.outputs:

@@ -14,7 +14,7 @@ from pipi.cli import CLI_ONLY_OPTIONS, ENTRY_POINTS
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = yaml.safe_load((ROOT / "MLproject").read_text())
 EXPECTED = {"stage", "train", "ablate", "transplant", "galar", "calibrate", "robustness",
-            "aggregate", "promote", "import"}
+            "aggregate", "promote", "import", "predict"}
 
 
 def test_every_entry_point_is_declared():

@@ -41,7 +41,7 @@ def test_the_table_is_the_commands_own_help():
         cmd = main.get_command(ctx, name)
         assert cmd is command(name) and cmd.name == name
         assert " ".join((cmd.help or "").split("\n\n")[0].split()) == text, name
-    assert set(ENTRY_POINTS) <= set(COMMANDS) and len(ENTRY_POINTS) == 10
+    assert set(ENTRY_POINTS) <= set(COMMANDS) and len(ENTRY_POINTS) == 11
     assert ENTRY_POINTS["train"] is command("train")
     with pytest.raises(KeyError):
         ENTRY_POINTS["serve"]   # a command, not an MLproject entry point

@@ -1,0 +1,42 @@
+"""`pipi predict` / `mlflow run . -e predict`: a registered model scores a whole exam."""
+
+from __future__ import annotations
+
+import click
+
+from pipi import tracking
+from pipi.cli.common import PipiCommand, experiment_option, setup_logging
+from pipi.workflows.predict import run_predict
+
+
+@click.command("predict", cls=PipiCommand)
+@click.option("-m", "--model", required=True,
+              help="The model: models:/NAME@ALIAS, models:/NAME/VERSION or runs:/RUN/model "
+                   "(a per-frame cell's).")
+@click.option("--out", required=True, help="The .parquet file to write (one row per frame).")
+@click.option("--images", default="", help="A folder of JPEG/PNG frames (one subfolder per "
+              "video, or one video).")
+@click.option("--data", default="", help="A staged folder (its --split is scored, with labels).")
+@click.option("--split", default="test", show_default=True,
+              help="The staged split to score: train, val, test or all.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--workers", type=click.IntRange(min=0), default=2, show_default=True,
+              help="DataLoader processes that decode the frames (0: in this process).")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
+              show_default=True)
+@experiment_option
+def predict(model, out, images, data, split, batch_size, workers, device, experiment):
+    """Score a folder of frames or a staged split with a registered model into a parquet file."""
+    setup_logging()
+    tracking.configure()
+    res = run_predict(model=model, out=out, images=images or None, data=data or None,
+                      split=split, batch_size=batch_size, workers=workers, device=device,
+                      experiment=experiment or None)
+    s = res.score
+    click.echo(f"predict run {res.run_id}: {s.n_frames} frames scored by {res.model.label} "
+               f"into {s.out} ({s.frames_per_s:.1f} frames/s"
+               + (f"; {s.resumed_frames} taken from a broken run's parts" if s.resumed_frames
+                  else "") + ")")
+    if "test/macro_auc" in res.metrics:
+        click.echo(f"  test macro-AUC {res.metrics['test/macro_auc']:.4f}")
+    click.echo(tracking.ui_hint(res.run_id))

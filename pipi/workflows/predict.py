@@ -1,0 +1,158 @@
+"""The MLproject ``predict`` entry point: a registered per-frame model scores a whole exam (a
+folder of frames) or a staged split, streamed (:mod:`pipi.serving.batch`), into one parquet
+file in the run contract's predictions format, inside an MLflow run that names the model
+version it used and logs the throughput and, where the frames carry labels, the metrics a
+training run's test split gets; per video, a findings timeline and the surest frames per
+class (:mod:`pipi.report.timeline`)."""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from pipi import tracking
+from pipi.errors import ConfigError
+from pipi.data.progress import tqdm
+from pipi.report.timeline import findings_timeline, top_frames
+from pipi.runs.data import load_data
+from pipi.serving.batch import FrameList, ScoreResult, folder_frames, score_frames, staged_frames
+from pipi.training.frames import final_metrics
+
+__all__ = ["MAX_TIMELINES", "ModelRef", "PredictResult", "model_ref", "run_predict"]
+
+log = logging.getLogger(__name__)
+
+#: Videos that get a timeline figure (the first ones in order); the top-frames table has all.
+MAX_TIMELINES = 24
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """What a model URI names: a registered version (``name``, ``version``) where it is one,
+    and the run that logged the model."""
+
+    uri: str
+    name: str = ""
+    version: str = ""
+    run_id: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} v{self.version}" if self.name else self.uri
+
+
+@dataclass(frozen=True)
+class PredictResult:
+    run_id: str
+    out: Path
+    model: ModelRef
+    score: ScoreResult
+    metrics: dict
+
+
+def model_ref(uri: str) -> ModelRef:
+    """The registered version behind ``models:/NAME/VERSION`` or ``models:/NAME@ALIAS`` (read
+    once: an alias that moves later does not change what this run used); other URIs as given."""
+    ref = uri.removeprefix("models:/").strip("/") if uri.startswith("models:/") else ""
+    name, alias, version = "", "", ""
+    if "@" in ref:
+        name, _, alias = ref.partition("@")
+    elif "/" in ref:
+        name, _, version = ref.rpartition("/")
+    if name:
+        mv = tracking.model_version(name, version or None, alias=alias or None)
+        return ModelRef(uri, mv.name, str(mv.version), mv.run_id or "")
+    if uri.startswith("runs:/"):
+        return ModelRef(uri, run_id=uri.removeprefix("runs:/").split("/", 1)[0])
+    return ModelRef(uri)
+
+
+def _frames(images: str | None, data: str | None, split: str):
+    if bool(images) == bool(data):
+        raise ConfigError("pass one of images=<folder of frames> or data=<staged folder>")
+    if images:
+        return folder_frames(Path(images)), None
+    staged = load_data(data)
+    return staged_frames(staged.root, staged.frames, split), staged.manifest
+
+
+def _device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device=cuda: no CUDA device is visible here; use device=cpu or auto")
+    if device not in ("cpu", "cuda"):
+        raise ConfigError(f"device={device!r}: use auto, cpu or cuda")
+    return torch.device(device)
+
+
+def run_predict(*, model: str, out: str, images: str | None = None, data: str | None = None,
+                split: str = "test", batch_size: int = 64, workers: int = 2,
+                device: str = "auto", experiment: str | None = None,
+                progress: bool = True) -> PredictResult:
+    """Score the frames with the model into ``out`` inside a ``predict`` run (module
+    docstring). A broken run is continued by the same command: the parts it finished are
+    kept (``<out>.parts/``)."""
+    dev = _device(device)
+    flist, manifest = _frames(images, data, split)
+    ref = model_ref(model)
+    module = tracking.scoring.load_module(model)
+    what = f"{Path(images).name}" if images else f"{Path(data).name} {split}"
+    params = {"model_uri": model, "model_name": ref.name, "model_version": ref.version,
+              "images": images or "", "data": data or "", "split": "" if images else split,
+              "batch_size": batch_size, "workers": workers, "device": dev.type,
+              "n_frames": len(flist), "out": str(Path(out).expanduser().resolve())}
+    tags = {tracking.TAG_SOURCE_RUN: ref.run_id} if ref.run_id else {}
+    with tracking.pipi_run(entry_point="predict", experiment=experiment, tags=tags,
+                           run_name=f"predict {what} ({len(flist)} frames) {ref.label}") as run:
+        tracking.log_params(params)
+        bar = tqdm(total=len(flist), unit="frame", desc="predict", disable=not progress)
+        try:
+            score = score_frames(module, flist, Path(out), model_key=f"{model}|{ref.label}",
+                                 batch_size=batch_size, workers=workers, device=dev,
+                                 progress=bar.update)
+        finally:
+            bar.close()
+        preds = pd.read_parquet(score.out)
+        metrics = {"predict/frames": float(score.n_frames),
+                   "predict/seconds": score.seconds, "predict/frames_per_s": score.frames_per_s,
+                   "predict/resumed_frames": float(score.resumed_frames)}
+        if flist.labelled:
+            classes = sorted(set(int(c) for c in preds["label"] if c >= 0))
+            metrics.update(final_metrics(preds, classes, "test" if split == "test" else split,
+                                         module.cfg, manifest))
+        tracking.log_metrics(metrics)
+        _log_outputs(score, preds, tuple(module.class_names))
+        tracking.set_run_description(
+            f"pipi predict: {ref.label} scored {score.n_frames} frames of {what} "
+            f"({score.frames_per_s:.1f} frames/s on {dev.type}); predictions in "
+            "predictions/predict.parquet, per-video timelines in figures/.")
+    log.info("predict run %s: %d frames into %s", run.run_id, score.n_frames, score.out)
+    return PredictResult(run.run_id, score.out, ref, score, metrics)
+
+
+def _log_outputs(score: ScoreResult, preds: pd.DataFrame, names: tuple[str, ...]) -> None:
+    """The predictions (as the run contract's folder: ``predict.parquet`` + ``schema.json``),
+    the top-frames table and the first :data:`MAX_TIMELINES` videos' timelines (numbered
+    files; the video ids, which come from data, are in ``tables/timelines.csv``)."""
+    with tempfile.TemporaryDirectory(prefix="pipi-predict-") as tmp:
+        folder = Path(tmp) / "predictions"
+        folder.mkdir()
+        (folder / "predict.parquet").symlink_to(score.out)
+        (folder / "schema.json").symlink_to(score.out.with_name(score.out.stem + ".schema.json"))
+        tracking.log_artifacts(folder, "predictions")
+        tables = Path(tmp) / "tables"
+        tables.mkdir()
+        top_frames(preds, names).to_csv(tables / "top_frames.csv", index=False)
+        videos = list(pd.unique(preds["video_id"].astype(str)))[:MAX_TIMELINES]
+        figures = {f"timeline_{i:03d}": findings_timeline(preds, names, video=v)
+                   for i, v in enumerate(videos)}
+        pd.DataFrame({"figure": [f"figures/{k}.png" for k in figures], "video_id": videos}
+                     ).to_csv(tables / "timelines.csv", index=False)
+        tracking.log_artifacts(tables, "tables")
+    tracking.log_figures(figures)

@@ -1,0 +1,88 @@
+"""`pipi predict` (issue 40 item 1): a registered model scores a staged split and a folder of
+frames into one parquet file, equal to the registered pyfunc's answers, inside a `predict` run
+that names the version and logs the metrics a training run's test split gets."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+from sklearn.metrics import roc_auc_score
+
+from pipi import tracking
+from pipi.config import make_config
+from pipi.workflows import train as workflow
+from pipi.workflows.predict import run_predict
+
+pytestmark = [pytest.mark.timeout(600), pytest.mark.xdist_group("test_predict")]
+
+
+@pytest.fixture()
+def trained(training_store, tiny_staged):
+    mlflow.set_experiment("predict")
+    s = workflow.train(make_config(cell="pi", seed=3, backbone="resnet18", profile="smoke",
+                                   weights="none"), data=str(tiny_staged), progress=False)
+    return s
+
+
+def test_predict_scores_a_staged_split_as_the_registered_model_does(trained, tiny_staged,
+                                                                     tmp_path):
+    uri = f"models:/{trained.registered_name}@candidate"
+    res = run_predict(model=uri, data=str(tiny_staged), split="test",
+                      out=str(tmp_path / "exam.parquet"), workers=1, batch_size=8,
+                      experiment="predict", progress=False)
+    got = pd.read_parquet(res.out)
+    frames = pd.read_parquet(tiny_staged / "frames.parquet")
+    test = frames[frames["split"] == "test"]
+    assert got["path"].tolist() == test["path"].tolist()
+    probs = got[[f"prob_{k:02d}" for k in range(14)]].to_numpy()
+    assert probs.std(0).max() > 1e-3                      # the model tells the frames apart
+    # the registered pyfunc, given the same files as base64, answers the same
+    py = mlflow.pyfunc.load_model(uri)
+    b64 = [base64.b64encode((tiny_staged / p).read_bytes()).decode() for p in got["path"]]
+    want = py.predict(pd.DataFrame({"image": b64}))
+    np.testing.assert_allclose(probs, want.iloc[:, :14].to_numpy(), atol=1e-5)
+    assert got["predicted_class"].tolist() == want["predicted_class"].tolist()
+    # the run names the version and logs what a training run's test split gets
+    run = MlflowClient().get_run(res.run_id)
+    assert run.data.tags[tracking.TAG_ENTRY_POINT] == "predict"
+    assert run.data.tags[tracking.TAG_SOURCE_RUN] == trained.run_id
+    assert run.data.params["model_name"] == trained.registered_name
+    assert run.data.params["model_version"] == str(trained.registered_version)
+    assert run.info.run_name.startswith("predict tiny test")
+    classes = sorted(set(got["label"]))
+    sk = np.mean([roc_auc_score(got["label"] == c, probs[:, c]) for c in classes])
+    assert run.data.metrics["test/macro_auc"] == pytest.approx(sk, abs=1e-6)
+    assert run.data.metrics["predict/frames"] == len(test)
+    arts = {a.path for a in MlflowClient().list_artifacts(res.run_id, "predictions")}
+    assert arts == {"predictions/predict.parquet", "predictions/schema.json"}
+    tables = {a.path for a in MlflowClient().list_artifacts(res.run_id, "tables")}
+    assert {"tables/top_frames.csv", "tables/timelines.csv"} <= tables
+    schema = json.loads((tmp_path / "exam.schema.json").read_text())
+    assert schema["classes"][0] == "Ampulla of Vater" and "predicted_class" in schema["columns"]
+
+
+def test_predict_scores_a_folder_of_frames_one_video_per_subfolder(trained, tiny_staged,
+                                                                    tmp_path):
+    frames = pd.read_parquet(tiny_staged / "frames.parquet")
+    for i, p in enumerate(frames["path"].iloc[:6]):
+        dst = tmp_path / "exam" / f"video {i % 2}" / f"frame{i}{Path(p).suffix}"
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(tiny_staged / p, dst)
+    res = run_predict(model=f"models:/{trained.registered_name}/{trained.registered_version}",
+                      images=str(tmp_path / "exam"), out=str(tmp_path / "out.parquet"),
+                      workers=0, experiment="predict", progress=False)
+    got = pd.read_parquet(res.out)
+    assert got["video_id"].tolist() == ["video 0"] * 3 + ["video 1"] * 3
+    assert got["label"].tolist() == [-1] * 6
+    run = MlflowClient().get_run(res.run_id)
+    assert "test/macro_auc" not in run.data.metrics
+    figs = {a.path for a in MlflowClient().list_artifacts(res.run_id, "figures")}
+    assert figs == {"figures/timeline_000.png", "figures/timeline_001.png"}

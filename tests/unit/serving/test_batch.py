@@ -1,0 +1,105 @@
+"""`pipi predict`'s library part (pipi.serving.batch, pipi.report.timeline) without a server:
+the frames a folder or a staged split gives, the parts of a broken run, the merged file."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from PIL import Image
+
+from pipi.errors import ConfigError, DataError
+from pipi.report.timeline import findings_timeline, top_frames
+from pipi.serving import batch
+from pipi.serving.batch import folder_frames, score_frames, staged_frames
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _jpeg(path, seed: int, size: int = 40) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rgb = (np.random.default_rng(seed).random((size, size, 3)) * 255).astype(np.uint8)
+    Image.fromarray(rgb).save(path, quality=95)
+
+
+class _Mean(torch.nn.Module):
+    """A stand-in model whose answers depend on the frame: two classes from its mean red."""
+
+    image_size, class_names = 32, ("low", "high")
+
+    def __init__(self, fail_after: int | None = None):
+        super().__init__()
+        self.calls, self.fail_after = 0, fail_after
+
+    def forward(self, x01):
+        self.calls += 1
+        if self.fail_after is not None and self.calls > self.fail_after:
+            raise RuntimeError("broken")
+        r = x01[:, 0].mean((1, 2))
+        return torch.stack([1 - r, r], 1)
+
+
+def test_a_folder_gives_one_video_per_subfolder_in_natural_order(tmp_path):
+    for name in ("f10.jpg", "f2.jpg", "f1.JPG"):
+        _jpeg(tmp_path / "exam" / "v1" / name, 1)
+    _jpeg(tmp_path / "exam" / "v2" / "a.png", 2)
+    (tmp_path / "exam" / "notes.txt").write_text("not a frame")
+    fl = folder_frames(tmp_path / "exam")
+    assert fl.frames["path"].tolist() == ["v1/f1.JPG", "v1/f2.jpg", "v1/f10.jpg", "v2/a.png"]
+    assert fl.frames["video_id"].tolist() == ["v1", "v1", "v1", "v2"]
+    assert fl.frames["frame_number"].tolist() == [0, 1, 2, 0] and not fl.labelled
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match="no JPEG or PNG"):
+        folder_frames(tmp_path / "empty")
+    with pytest.raises(ConfigError, match="not a folder"):
+        folder_frames(tmp_path / "nowhere")
+
+
+def test_a_staged_split_keeps_its_labels_and_refuses_an_unknown_split(tmp_path):
+    frames = pd.DataFrame({"path": ["a.jpg", "b.jpg", "c.jpg"], "video_id": ["v", "v", "w"],
+                           "frame_number": [0, 1, 0], "class_index": [1, 0, 1],
+                           "class": ["x", "y", "x"], "split": ["test", "val", "test"]})
+    fl = staged_frames(tmp_path, frames, "test")
+    assert fl.frames["path"].tolist() == ["a.jpg", "c.jpg"] and fl.labelled
+    assert len(staged_frames(tmp_path, frames, "all")) == 3
+    with pytest.raises(ConfigError, match="split='train'"):
+        staged_frames(tmp_path, frames, "train")
+
+
+def test_a_broken_run_resumes_from_its_parts_to_the_same_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(batch, "CHUNK", 4)
+    for v in range(2):
+        for i in range(5):
+            _jpeg(tmp_path / "exam" / f"v{v}" / f"{i}.jpg", 10 * v + i)
+    fl = folder_frames(tmp_path / "exam")
+    whole = score_frames(_Mean(), fl, tmp_path / "whole.parquet", model_key="m", batch_size=2)
+    want = pd.read_parquet(whole.out)
+    assert len(want) == 10 and want["prob_01"].std() > 1e-3      # frames told apart
+    assert (want["predicted_class"] == np.where(want["prob_01"] > want["prob_00"], "high",
+                                                "low")).all()
+    out = tmp_path / "broken.parquet"
+    with pytest.raises(RuntimeError, match="broken"):   # after 2 batches: one part of 4 frames
+        score_frames(_Mean(fail_after=2), fl, out, model_key="m", batch_size=2)
+    parts = sorted(p.name for p in (tmp_path / "broken.parquet.parts").glob("part-*"))
+    assert parts == ["part-00000.parquet"] and not out.exists()
+    with pytest.raises(ConfigError, match="another request"):   # another model's parts
+        score_frames(_Mean(), fl, out, model_key="other", batch_size=2)
+    again = score_frames(_Mean(), fl, out, model_key="m", batch_size=2)
+    assert again.resumed_frames == 4 and again.n_frames == 10
+    pd.testing.assert_frame_equal(pd.read_parquet(out), want)
+    assert not (tmp_path / "broken.parquet.parts").exists()
+    schema = (tmp_path / "broken.schema.json").read_text()
+    assert '"low"' in schema and "predicted_class" in schema
+
+
+def test_the_timeline_and_the_surest_frames(tmp_path):
+    df = pd.DataFrame({"path": [f"{i}.jpg" for i in range(6)], "video_id": ["v"] * 6,
+                       "frame_number": range(6), "prob_00": [0.9, 0.2, 0.8, 0.1, 0.6, 0.3]})
+    df["prob_01"] = 1 - df["prob_00"]
+    top = top_frames(df, ("low", "high"), k=2)
+    low = top[top["class"] == "low"]
+    assert low["frame_number"].tolist() == [0, 2] and low["rank"].tolist() == [1, 2]
+    assert top[top["class"] == "high"]["probability"].tolist() == pytest.approx([0.9, 0.8])
+    png = findings_timeline(df, ("low", "high"), video="v")
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 2000
