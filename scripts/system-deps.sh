@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the system packages the test suite uses for real components: PostgreSQL (team
 # tracking backend), SLURM + munge (job-array executor), R + pROC (independent DeLong
-# reference) and Chromium with its ChromeDriver (the UI tests). Idempotent; skips what is already there.
+# reference), Chromium with its ChromeDriver (the UI tests) and a Java 17+ runtime (local Spark
+# for mlflow.pyfunc.spark_udf). Idempotent; skips what is already there.
 set -euo pipefail
 need=()
 command -v Rscript >/dev/null 2>&1 && Rscript -e 'library(pROC)' >/dev/null 2>&1 || need+=(r-base-core r-cran-proc)
@@ -9,6 +10,7 @@ ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 command -v slurmctld >/dev/null 2>&1 || need+=(slurm-wlm munge)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
+command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
 if [ ${#need[@]} -eq 0 ]; then echo "system-deps: all present"; exit 0; fi
 SUDO=""
 if [ "$(id -u)" != 0 ]; then
