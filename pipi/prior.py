@@ -54,16 +54,8 @@ from scipy import ndimage
 
 from pipi.errors import ConfigError
 
-__all__ = [
-    "C1_8_NAMES",
-    "C1_13_NAMES",
-    "EPS",
-    "PriorConfig",
-    "c1_features",
-    "exact_quantile",
-    "fluence_map",
-    "prior_channels",
-]
+__all__ = ["C1_8_NAMES", "C1_13_NAMES", "EPS", "PriorConfig", "c1_features",
+           "clear_fluence_cache", "exact_quantile", "fluence_map", "prior_channels"]
 
 #: Lower bound on every denominator (and on both arguments of ``log(G / B)``); also the largest
 #: percentile span of ``H`` treated as flat.
@@ -300,6 +292,10 @@ def _fluence_cached(
     else:
         phi = torch.exp(-r / lam)
     return phi.to(device=device, dtype=dtype)
+
+
+#: Empty the fluence cache (after a ``torch.export`` trace, which may leave traced maps in it).
+clear_fluence_cache = _fluence_cached.cache_clear
 
 
 def fluence_map(

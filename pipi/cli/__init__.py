@@ -42,6 +42,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                "MLflow as a run (MLproject `import`)."),
     "promote": ("promote", "promote", "Gate a registered version on cross-seed evidence; exit 0 "
                 "promoted, 1 refused."),
+    "onnx": ("onnx", "onnx", "Write a registered per-frame model, prior included, as an ONNX "
+             "graph checked with ONNX Runtime."),
     "predict": ("predict", "predict", "Score a folder of frames or a staged split with a "
                 "registered model into a parquet file."),
     "robustness": ("robustness", "robustness", "Score finished runs on the test split under the "

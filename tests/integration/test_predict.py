@@ -86,3 +86,29 @@ def test_predict_scores_a_folder_of_frames_one_video_per_subfolder(trained, tiny
     assert "test/macro_auc" not in run.data.metrics
     figs = {a.path for a in MlflowClient().list_artifacts(res.run_id, "figures")}
     assert figs == {"figures/timeline_000.png", "figures/timeline_001.png"}
+
+
+def test_pipi_onnx_writes_the_registered_model_as_a_checked_graph(trained, tiny_staged,
+                                                                   tmp_path):
+    """Issue 40 item 4, through the command: the registered version's graph, ONNX Runtime's
+    answers on the staged frames equal the pyfunc's."""
+    import onnxruntime as ort
+    from click.testing import CliRunner
+
+    from pipi.cli import command
+    from pipi.serving.model_input import Limits, decode_file
+    from pipi.serving.sequence_clip import resize_batch
+
+    uri = f"models:/{trained.registered_name}/{trained.registered_version}"
+    r = CliRunner().invoke(command("onnx"), ["-m", uri, "--out", str(tmp_path / "m.onnx")])
+    assert r.exit_code == 0, r.output
+    assert f"{trained.registered_name} v{trained.registered_version}" in r.output
+    frames = pd.read_parquet(tiny_staged / "frames.parquet")
+    paths = frames.loc[frames["split"] == "test", "path"].iloc[:10].tolist()
+    size = 32
+    x = resize_batch([decode_file((tiny_staged / p).read_bytes(), where=p,
+                                  limits=Limits(decode_size=size)) for p in paths], size)
+    got = ort.InferenceSession(str(tmp_path / "m.onnx")).run(None, {"x01": x.numpy()})[0]
+    b64 = [base64.b64encode((tiny_staged / p).read_bytes()).decode() for p in paths]
+    want = mlflow.pyfunc.load_model(uri).predict(pd.DataFrame({"image": b64}))
+    np.testing.assert_allclose(got, want.iloc[:, :14].to_numpy(), atol=1e-5)
