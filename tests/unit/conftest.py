@@ -13,3 +13,15 @@ from stores import new_sqlite_store
 def store_uri(tmp_path) -> str:
     """A fresh SQLite store of one test, at ``tmp_path / 'mlflow.db'``."""
     return new_sqlite_store(tmp_path / "mlflow.db")
+
+
+#: The unit tier's time limit per test (pyproject's ``timeout`` is the integration tier's).
+UNIT_TIMEOUT_S = 180
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every unit test without a limit of its own gets :data:`UNIT_TIMEOUT_S`."""
+    for item in items:
+        if "tests/unit/" in str(item.fspath).replace("\\", "/") and \
+                item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(UNIT_TIMEOUT_S))
