@@ -33,27 +33,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
-import mlflow  # noqa: E402
 import torch  # noqa: E402
 
-from pipi.config import make_config  # noqa: E402
-from pipi.data.staging import stage_kvasir  # noqa: E402
-from pipi.data.synth import synthesize_kvasir  # noqa: E402
+from bench_serve import train_model  # noqa: E402  (this folder: the scripts' own helpers)
+
 from pipi.tracking.scoring import load_module  # noqa: E402
-from pipi.workflows import train as runner  # noqa: E402
-
-
-def _model(tmp: Path, image_size: int) -> str:
-    os.environ["PIPI_HOME"] = str(tmp / "home")
-    uri = f"sqlite:///{tmp / 'mlflow.db'}"
-    os.environ["MLFLOW_TRACKING_URI"] = uri
-    mlflow.set_tracking_uri(uri)
-    rel = synthesize_kvasir(tmp / "rel", preset="tiny", seed=0, progress=False)
-    staged = tmp / "staged"
-    stage_kvasir(rel / "labelled_images", rel / "metadata.csv", staged, seed=42, progress=False)
-    cfg = make_config(cell="pi", profile="smoke", weights="none", seed=42, image_size=image_size)
-    s = runner.train(cfg, data=str(staged), experiment="bench-predict", progress=False)
-    return f"models:/{s.registered_name}/{s.registered_version}"
 
 
 def _frames(folder: Path, n: int, size: int = 336) -> Path:
@@ -111,7 +95,7 @@ def main() -> int:
     sizes = [int(s) for s in args.frames.split(",")]
     with tempfile.TemporaryDirectory(prefix="bench-predict-") as t:
         tmp = Path(t)
-        uri = _model(tmp, args.image_size)
+        uri = train_model(tmp, "smoke", "bench-predict", image_size=args.image_size)
         print(f"model {uri} ({args.image_size} px), batch {args.batch_size}, "
               f"{args.workers} workers, {args.device}, torch threads {torch.get_num_threads()}")
         print(f"{'frames':>8} {'predict f/s':>12} {'bare f/s':>10} {'ratio':>7} {'peak RSS':>10}")

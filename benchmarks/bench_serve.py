@@ -47,7 +47,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _train_model(tmp: Path, profile: str) -> str:
+def train_model(tmp: Path, profile: str, experiment: str = "bench-serve", **overrides) -> str:
+    """A ``pi`` model trained on the tiny synthetic release into a SQLite store under ``tmp``
+    (``overrides``: train options, e.g. ``image_size``); its registered version's URI. Also
+    used by bench_predict.py."""
     os.environ["PIPI_HOME"] = str(tmp / "home")
     uri = f"sqlite:///{tmp / 'mlflow.db'}"
     os.environ["MLFLOW_TRACKING_URI"] = uri
@@ -55,9 +58,9 @@ def _train_model(tmp: Path, profile: str) -> str:
     rel = synthesize_kvasir(tmp / "rel", preset="tiny", seed=0, progress=False)
     staged = tmp / "staged"
     stage_kvasir(rel / "labelled_images", rel / "metadata.csv", staged, seed=42, progress=False)
-    cfg = make_config(cell="pi", profile=profile, weights="none", seed=42)
-    runner.train(cfg, data=str(staged), experiment="bench-serve", progress=False)
-    return "models:/pipi-efficientnet_b0-pi@candidate"
+    cfg = make_config(cell="pi", profile=profile, weights="none", seed=42, **overrides)
+    s = runner.train(cfg, data=str(staged), experiment=experiment, progress=False)
+    return f"models:/{s.registered_name}/{s.registered_version}"
 
 
 def _pcts(xs: list[float]) -> tuple[float, float]:
@@ -80,7 +83,7 @@ def main() -> None:
     ap.add_argument("--profile", default="smoke", choices=["smoke", "demo"])
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="pipi-bench-serve-"))
-    uri = args.model_uri or _train_model(tmp, args.profile)
+    uri = args.model_uri or train_model(tmp, args.profile)
     rng = np.random.default_rng(0)
     images = [encode_image(rng.integers(0, 256, (336, 336, 3), dtype=np.uint8))
               for _ in range(32)]
