@@ -25,8 +25,8 @@ def onnx(model, out, opset):
     ref = model_ref(model)
     module = tracking.scoring.load_module(model)
     res = export_onnx(module, Path(out), opset=opset,
-                      metadata={"pipi.model_uri": model, "pipi.model": ref.label,
-                                "pipi.source_run": ref.run_id})
+                      metadata={"model_uri": model, "model": ref.label,
+                                "source_run": ref.run_id})
     s = res.image_size
     click.echo(f"wrote {res.path}: {ref.label}; input {INPUT!r} float32 N x 3 x {s} x {s} "
                f"RGB in [0, 1] -> {OUTPUT!r} over {len(res.class_names)} classes "

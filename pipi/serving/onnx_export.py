@@ -69,8 +69,8 @@ def export_onnx(module: FrameModule, out: Path, *, metadata: dict[str, str] | No
     finally:
         clear_fluence_cache()   # the trace may leave traced tensors in the prior's cache
     model = onnx.load(str(tmp))
-    props = {"pipi.class_names": json.dumps(list(module.class_names)),
-             "pipi.image_size": str(size), "pipi.input": "RGB float32 in [0, 1], N x 3 x S x S",
+    props = {"class_names": json.dumps(list(module.class_names)), "image_size": str(size),
+             "input": "RGB float32 in [0, 1], N x 3 x S x S", "producer": "pipi onnx",
              **(metadata or {})}
     onnx.helper.set_model_props(model, props)
     onnx.save(model, str(tmp))

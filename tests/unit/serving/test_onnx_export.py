@@ -42,7 +42,7 @@ def test_a_pi_model_exports_with_its_prior_and_answers_as_torch(frames, tmp_path
         for i in range(0, 48, 16):
             net(inputs(frames[i:i + 16], train=False)[0])
     module = FrameModule(net.eval(), inputs, cfg)
-    res = export_onnx(module, tmp_path / "pi.onnx", metadata={"pipi.model": "test v1"},
+    res = export_onnx(module, tmp_path / "pi.onnx", metadata={"model": "test v1"},
                       check=frames[:8])
     assert res.max_abs_diff < 1e-5
     sess = ort.InferenceSession(str(res.path), providers=["CPUExecutionProvider"])
@@ -53,8 +53,8 @@ def test_a_pi_model_exports_with_its_prior_and_answers_as_torch(frames, tmp_path
     assert want.std(0).max() > 1e-3            # the model tells these frames apart
     np.testing.assert_allclose(got, want, atol=1e-5)
     props = {p.key: p.value for p in onnx.load(str(res.path)).metadata_props}
-    assert json.loads(props["pipi.class_names"]) == list(cfg.class_set.names)
-    assert props["pipi.image_size"] == "32" and props["pipi.model"] == "test v1"
+    assert json.loads(props["class_names"]) == list(cfg.class_set.names)
+    assert props["image_size"] == "32" and props["model"] == "test v1"
     # the prior's cache holds real tensors again after the trace
     with torch.no_grad():
         assert type(module(x[:2])) is torch.Tensor
