@@ -156,6 +156,20 @@ class _Deferred:
         return f"<deferred module {self._name!r}>"
 
 
+#: ``--experiment`` of the commands that start runs (here, light: a command that defers its
+#: workflow does not import ``cli.common``).
+experiment_option = click.option(
+    "--experiment", default="",
+    help="MLflow experiment (default: MLflow's own choice, MLFLOW_EXPERIMENT_NAME or Default). "
+         "Under `mlflow run`, use `mlflow run --experiment-name` instead.")
+
+#: ``-m`` of the commands that take a registered per-frame model (predict, onnx).
+frame_model_option = click.option(
+    "-m", "--model", required=True,
+    help="The model: models:/NAME@ALIAS, models:/NAME/VERSION or runs:/RUN/model (a per-frame "
+         "cell's).")
+
+
 def lazy_module(name: str):
     """Module ``name``, imported on its first attribute access: a command module names its
     workflow this way so that its ``--help`` imports none of it."""
@@ -217,4 +231,4 @@ def __getattr__(name: str):
 
 
 __all__ = ["CLI_ONLY_OPTIONS", "COMMANDS", "ENTRY_POINTS", "PipiCommand", "PipiGroup", "command",
-           "lazy_module", "main", "setup_logging"]
+           "experiment_option", "frame_model_option", "lazy_module", "main", "setup_logging"]

@@ -15,7 +15,7 @@ from pipi.config import (
     SELECT_METRICS,
     TRAIN_OVERRIDES,
 )
-from pipi.cli import PipiCommand, PipiGroup, setup_logging  # noqa: F401 (re-exported)
+from pipi.cli import PipiCommand, PipiGroup, experiment_option, setup_logging  # noqa: F401 (re-exported)
 from pipi.models.specs import ARCHS, FOUNDATION, PRIOR_INITS
 from pipi.prior import DEFAULT_ALPHA, HB_INDICES, PRIOR_MASKS, SECOND_CHANNELS
 from pipi.runtime import DATA_PATHS, GRAPHS, PRECISIONS, SWITCHES
@@ -168,11 +168,6 @@ model_prefix_option = click.option(
     help="First part of the registered models' names, <prefix>-<backbone>-<cell> (default: "
          "$PIPI_MODEL_PREFIX, else pipi). On a shared lab server, a member registers under "
          "their own prefix (docs/lab-server.md).")
-experiment_option = click.option(
-    "--experiment", default="",
-    help="MLflow experiment (default: MLflow's own choice, MLFLOW_EXPERIMENT_NAME or Default). "
-         "Under `mlflow run`, use `mlflow run --experiment-name` instead.")
-
 
 def overrides_from(kw: dict) -> dict:
     """The train overrides of a command's keyword arguments (None: not set)."""

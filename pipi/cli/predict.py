@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from pipi import tracking
-from pipi.cli.common import PipiCommand, experiment_option, setup_logging
-from pipi.workflows.predict import run_predict
+from pipi.cli import (
+    PipiCommand,
+    experiment_option,
+    frame_model_option,
+    lazy_module,
+    setup_logging,
+)
+
+if TYPE_CHECKING:
+    from pipi.workflows import predict as workflow
+else:   # loaded when the command runs: `pipi predict --help` imports neither torch nor mlflow
+    workflow = lazy_module("pipi.workflows.predict")
 
 
 @click.command("predict", cls=PipiCommand)
-@click.option("-m", "--model", required=True,
-              help="The model: models:/NAME@ALIAS, models:/NAME/VERSION or runs:/RUN/model "
-                   "(a per-frame cell's).")
+@frame_model_option
 @click.option("--out", required=True, help="The .parquet file to write (one row per frame).")
 @click.option("--images", default="", help="A folder of JPEG/PNG frames (one subfolder per "
               "video, or one video).")
@@ -29,7 +39,7 @@ def predict(model, out, images, data, split, batch_size, workers, device, experi
     """Score a folder of frames or a staged split with a registered model into a parquet file."""
     setup_logging()
     tracking.configure()
-    res = run_predict(model=model, out=out, images=images or None, data=data or None,
+    res = workflow.run_predict(model=model, out=out, images=images or None, data=data or None,
                       split=split, batch_size=batch_size, workers=workers, device=device,
                       experiment=experiment or None)
     s = res.score

@@ -27,7 +27,7 @@ from pipi.tracking.runs import get_run, usable_run
 
 __all__ = [
     "VERSION_TAGS", "alias_version", "check_aliases", "download_model_files", "image_schema",
-    "log_pyfunc_model", "missing_version_tags", "model_lock", "model_uri_run_id", "model_version",
+    "log_pyfunc_model", "missing_version_tags", "model_lock", "model_uri_run_id", "model_uri_version", "model_version",
     "record_on_version", "register_version", "run_model_uri", "run_version", "set_aliases",
     "set_registered_model_tags", "version_model_id",
 ]
@@ -199,17 +199,36 @@ def download_model_files(run_id: str, dst: Path, name: str | None = None) -> Pat
         raise TrackingError(f"run {run_id}: cannot download model {uri} ({exc})") from None
 
 
+def _registered_ref(uri: str) -> tuple[str, str, str]:
+    """(name, version, alias) of ``models:/NAME/VERSION`` or ``models:/NAME@ALIAS``; empty
+    strings for another URI (a logged model's ``models:/<id>``, ``runs:/``, a folder)."""
+    ref = uri.removeprefix("models:/").strip("/") if uri.startswith("models:/") else ""
+    if "@" in ref:
+        name, _, alias = ref.partition("@")
+        return name, "", alias
+    if "/" in ref:
+        name, _, version = ref.rpartition("/")
+        return name, version, ""
+    return "", "", ""
+
+
+def model_uri_version(uri: str) -> VersionRecord | None:
+    """The registered version a ``models:/NAME/VERSION`` or ``models:/NAME@ALIAS`` URI names
+    (an alias read now), None for another URI; TrackingError naming what is missing."""
+    name, version, alias = _registered_ref(uri)
+    return model_version(name, version or None, alias=alias or None) if name else None
+
+
 def model_uri_run_id(uri: str) -> str:
     """The run that logged the model of ``models:/NAME/VERSION``, ``models:/NAME@ALIAS`` or
     ``models:/<logged model id>``; TrackingError naming the URI when there is none."""
     ref = uri.removeprefix("models:/").strip("/")
+    name, version, alias = _registered_ref(uri)
     c = MlflowClient()
     try:
-        if "@" in ref:
-            name, _, alias = ref.partition("@")
+        if alias:
             run_id = c.get_model_version_by_alias(name, alias).run_id
-        elif "/" in ref:
-            name, _, version = ref.rpartition("/")
+        elif name:
             run_id = c.get_model_version(name, version).run_id
         else:
             run_id = mlflow.get_logged_model(ref).source_run_id

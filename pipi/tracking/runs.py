@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import shlex
@@ -325,14 +326,23 @@ def entry_point_params(entry_point: str, request: Mapping[str, Any]) -> dict[str
     trained in this process) logs these first, so it holds the params a top-level run of the
     same request holds (issue 38). Without the MLproject (pipi installed as a package alone):
     the request in :func:`launch_params`' form."""
-    from mlflow.projects._project_spec import load_project
-
     request = {k: param_value(v) for k, v in request.items()}
-    if not (PROJECT_ROOT / "MLproject").is_file():
+    ep = _project_entry_point(entry_point)
+    if ep is None:
         return launch_params(request)
-    ep = load_project(str(PROJECT_ROOT)).get_entry_point(entry_point)
     params, _extra = ep.compute_parameters(request, storage_dir=None)
     return dict(params)
+
+
+@functools.lru_cache(maxsize=None)
+def _project_entry_point(name: str):
+    """The MLproject's entry point ``name`` as MLflow reads it (read once per process: every
+    in-process training run asks), None without an MLproject."""
+    from mlflow.projects._project_spec import load_project
+
+    if not (PROJECT_ROOT / "MLproject").is_file():
+        return None
+    return load_project(str(PROJECT_ROOT)).get_entry_point(name)
 
 
 def _same_param(logged: str, new: str) -> bool:

@@ -13,14 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-import torch
 
 from pipi import tracking
-from pipi.errors import ConfigError
 from pipi.data.progress import tqdm
+from pipi.errors import ConfigError
 from pipi.report.timeline import findings_timeline, top_frames
-from pipi.runs.data import load_data
-from pipi.serving.batch import FrameList, ScoreResult, folder_frames, score_frames, staged_frames
+from pipi.runs.data import data_short_name, load_data
+from pipi.runtime import resolve_runtime
+from pipi.serving.batch import ScoreResult, folder_frames, score_frames, staged_frames
 from pipi.training.frames import final_metrics
 
 __all__ = ["MAX_TIMELINES", "ModelRef", "PredictResult", "model_ref", "run_predict"]
@@ -58,14 +58,8 @@ class PredictResult:
 def model_ref(uri: str) -> ModelRef:
     """The registered version behind ``models:/NAME/VERSION`` or ``models:/NAME@ALIAS`` (read
     once: an alias that moves later does not change what this run used); other URIs as given."""
-    ref = uri.removeprefix("models:/").strip("/") if uri.startswith("models:/") else ""
-    name, alias, version = "", "", ""
-    if "@" in ref:
-        name, _, alias = ref.partition("@")
-    elif "/" in ref:
-        name, _, version = ref.rpartition("/")
-    if name:
-        mv = tracking.model_version(name, version or None, alias=alias or None)
+    mv = tracking.model_uri_version(uri)
+    if mv is not None:
         return ModelRef(uri, mv.name, str(mv.version), mv.run_id or "")
     if uri.startswith("runs:/"):
         return ModelRef(uri, run_id=uri.removeprefix("runs:/").split("/", 1)[0])
@@ -73,22 +67,15 @@ def model_ref(uri: str) -> ModelRef:
 
 
 def _frames(images: str | None, data: str | None, split: str):
+    """(frames, the staged manifest or None, what they are in the run's name)."""
     if bool(images) == bool(data):
         raise ConfigError("pass one of images=<folder of frames> or data=<staged folder>")
     if images:
-        return folder_frames(Path(images)), None
+        flist = folder_frames(Path(images))
+        return flist, None, flist.root.name
     staged = load_data(data)
-    return staged_frames(staged.root, staged.frames, split), staged.manifest
-
-
-def _device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device=cuda: no CUDA device is visible here; use device=cpu or auto")
-    if device not in ("cpu", "cuda"):
-        raise ConfigError(f"device={device!r}: use auto, cpu or cuda")
-    return torch.device(device)
+    return (staged_frames(staged.root, staged.frames, split), staged.manifest,
+            f"{data_short_name(staged.root)} {split}")
 
 
 def run_predict(*, model: str, out: str, images: str | None = None, data: str | None = None,
@@ -98,11 +85,10 @@ def run_predict(*, model: str, out: str, images: str | None = None, data: str | 
     """Score the frames with the model into ``out`` inside a ``predict`` run (module
     docstring). A broken run is continued by the same command: the parts it finished are
     kept (``<out>.parts/``)."""
-    dev = _device(device)
-    flist, manifest = _frames(images, data, split)
+    dev = resolve_runtime(device=device).device   # the device as train resolves it
+    flist, manifest, what = _frames(images, data, split)
     ref = model_ref(model)
     module = tracking.scoring.load_module(model)
-    what = f"{Path(images).name}" if images else f"{Path(data).name} {split}"
     params = {"model_uri": model, "model_name": ref.name, "model_version": ref.version,
               "images": images or "", "data": data or "", "split": "" if images else split,
               "batch_size": batch_size, "workers": workers, "device": dev.type,

@@ -51,3 +51,11 @@ def test_stage_help_imports_no_torch():
     out = _help("stage")
     assert out.strip().endswith("HEAVY []"), out
     assert "--root" in out
+
+
+@pytest.mark.parametrize(("name", "option"), [("predict", "--images"), ("onnx", "--opset")])
+def test_the_deployment_commands_help_imports_no_torch(name, option):
+    """`pipi predict --help` and `pipi onnx --help` name their workflow lazily, as stage does."""
+    out = _help(name)
+    assert out.strip().endswith("HEAVY []"), out
+    assert option in out
