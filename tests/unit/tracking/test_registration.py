@@ -176,3 +176,31 @@ def test_a_version_read_back_from_a_sql_registry_names_its_logged_model_by_its_s
     assert version_model_id(SimpleNamespace(model_id=None, source="models:/m-abc")) == "m-abc"
     assert version_model_id(SimpleNamespace(model_id=None, source="runs:/r/model")) is None
     assert version_model_id(SimpleNamespace(source="models:/pipi-x/3")) is None
+
+
+def test_a_models_uri_names_its_version_and_run_by_number_or_alias(store_uri, monkeypatch):
+    """One parse of ``models:/`` URIs (tracking.registry) serves predict's model reference
+    and the run lookup of galar/export: by number, by alias (read now), neither for others."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    from pipi import tracking
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store_uri)
+    mlflow.set_tracking_uri(store_uri)
+    try:
+        c = MlflowClient()
+        rid = c.create_run(c.create_experiment("uris")).info.run_id
+        c.set_terminated(rid)
+        c.create_registered_model("m")
+        c.create_model_version("m", source=f"runs:/{rid}/model", run_id=rid)
+        c.set_registered_model_alias("m", "candidate", "1")
+        for uri in ("models:/m/1", "models:/m@candidate"):
+            mv = tracking.model_uri_version(uri)
+            assert (mv.name, str(mv.version), mv.run_id) == ("m", "1", rid)
+            assert tracking.model_uri_run_id(uri) == rid
+        assert tracking.model_uri_version(f"runs:/{rid}/model") is None
+        with pytest.raises(Exception, match="alias @champion"):
+            tracking.model_uri_version("models:/m@champion")
+    finally:
+        mlflow.set_tracking_uri(None)
