@@ -171,24 +171,32 @@ def test_the_dashboard_renders_in_mlflow_s_html_preview(built, tracking, tmp_pat
     c.log_artifact(rid, str(out / "dashboard.html"))
     c.set_terminated(rid)
     url = artifact_url(rid, "dashboard.html", exp)
-    base = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            "--window-size=1600,1000", "--virtual-time-budget=25000",
-            # the preview frame in the page's process, so that its console reaches the log
-            "--disable-site-isolation-trials",
-            "--enable-logging=stderr", "--v=0"]
-    r = subprocess.run([*base, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", url],
-                       capture_output=True, text=True, timeout=240, check=False)
-    assert r.returncode == 0, r.stderr[-2000:]
+    n_tables = sum(1 for t in report.tables if t.ok and len(t.display))
+    want = (f"pipi-dashboard-selfcheck: ok ({n_tables} tables, {len(report.figures)} "
+            "figures, in a sandboxed preview)")
+    # --dump-dom returns when the virtual-time budget is spent; on a loaded machine (the landing
+    # CI, both workers busy) the UI may not have fetched the artifact and loaded the frame by
+    # then (the CI at bf1a389 logged no console line at all). A larger budget, not a weaker check.
+    for attempt, budget in enumerate((25_000, 60_000, 120_000)):
+        base = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--window-size=1600,1000", f"--virtual-time-budget={budget}",
+                # the preview frame in the page's process, so that its console reaches the log
+                "--disable-site-isolation-trials",
+                "--enable-logging=stderr", "--v=0"]
+        r = subprocess.run([*base, f"--user-data-dir={tmp_path / f'profile{attempt}'}",
+                            "--dump-dom", url],
+                           capture_output=True, text=True, timeout=240, check=False)
+        assert r.returncode == 0, r.stderr[-2000:]
+        console = [line for line in r.stderr.splitlines() if ":CONSOLE" in line]
+        # ... inside MLflow's frame, in a blob: document of the server's origin
+        inside = [line for line in console if f"source: blob:{tracking}/" in line]
+        if any(want in line for line in inside):
+            break
     # the UI page holds MLflow's sandboxed preview frame ...
     assert re.search(r'<iframe[^>]+sandbox="allow-scripts"[^>]*class="mlflow-html-iframe"'
                      r'|<iframe[^>]+class="mlflow-html-iframe"[^>]*sandbox="allow-scripts"',
                      r.stdout), r.stdout[-3000:]
-    console = [line for line in r.stderr.splitlines() if ":CONSOLE" in line]
-    n_tables = sum(1 for t in report.tables if t.ok and len(t.display))
-    want = (f"pipi-dashboard-selfcheck: ok ({n_tables} tables, {len(report.figures)} "
-            "figures, in a sandboxed preview)")
-    # ... and inside it, in a blob: document of the server's origin, the dashboard rendered
-    inside = [line for line in console if f"source: blob:{tracking}/" in line]
+    # ... and inside it the dashboard rendered
     assert any(want in line for line in inside), console
     assert not [line for line in inside if "pipi-dashboard-error" in line or "Uncaught" in line]
