@@ -21,8 +21,8 @@ from pipi.classes import KVASIR, ClassSet
 from pipi.errors import ConfigError
 from pipi.models.specs import ARCHS, FOUNDATION, is_timm_arch
 from pipi.paths import metric_keys
-from pipi.prior import PriorConfig
-from pipi.runtime import check_runtime
+from pipi.options.prior import PriorConfig
+from pipi.options.runtime import check_runtime
 
 #: The paper's six seeds (46 dropped in the paper; see paper.tex "Dataset and split").
 PAPER_SEEDS = (41, 42, 43, 44, 45, 47)

@@ -46,13 +46,20 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 from scipy import ndimage
 
 from pipi.errors import ConfigError
+from pipi.options.prior import (  # noqa: F401 (the prior's options, re-exported)
+    DEFAULT_ALPHA,
+    HB_INDEX_NAMES,
+    PRIOR_MASKS,
+    SECOND_CHANNELS,
+    PriorConfig,
+    default_lambda,
+)
 
 __all__ = ["C1_8_NAMES", "C1_13_NAMES", "EPS", "PriorConfig", "c1_features",
            "clear_fluence_cache", "exact_quantile", "fluence_map", "prior_channels"]
@@ -111,87 +118,6 @@ HB_INDICES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 #: Index -> (pivot, alpha floor): ``sigmoid(max(alpha, floor) * (H - pivot))``, no normalisation.
 SCALE_FIXED: dict[str, tuple[float, float]] = {"code_v2": (0.30, 6.0)}
-
-#: Second-channel variants: ``Phi`` (paper) or ``log(G / B) * Phi`` (published code).
-SECOND_CHANNELS: tuple[str, ...] = ("phi", "log_gb_phi")
-#: Where the per-image percentiles of ``H`` are taken: every pixel (the published behaviour,
-#: zero-filled rotation corners included) or only the field of view (``fov``).
-PRIOR_MASKS: tuple[str, ...] = ("none", "fov")
-
-
-#: The prior's steepness when nothing calibrated sets it (the published code's default).
-DEFAULT_ALPHA = 4.0
-
-
-@dataclass(frozen=True)
-class PriorConfig:
-    """Options of the analytic prior; ``prior_channels(x, **asdict(cfg))`` applies them.
-
-    Parameters
-    ----------
-    alpha : float
-        Steepness of the logistic; the published code's default (the paper calibrates it on a
-        validation subset).
-    lambda_eff : float or None
-        Attenuation length of ``Phi`` in pixels; ``None`` means ``0.25 x`` the image diagonal.
-    clip : tuple of float
-        Per-image percentile bounds of ``H`` as fractions (paper: 1 % and 99 %).
-    hb_index : {"paper", "code", "code_v2"}
-        ``R / (R + G + B)`` (paper), ``R / (G + B)`` or the v2 prior (published code).
-    second_channel : {"phi", "log_gb_phi"}
-        ``Phi`` (paper) or ``log(G / B) * Phi`` (published code).
-    """
-
-    alpha: float = DEFAULT_ALPHA  # published code's default steepness
-    lambda_eff: float | None = None  # None: 0.25 x diagonal (paper)
-    clip: tuple[float, float] = (0.01, 0.99)  # paper: suppress specular outliers
-    hb_index: str = "paper"  # paper formula; "code" = published R/(G+B)
-    second_channel: str = "phi"  # paper channel; "log_gb_phi" = published code
-    mask: str = "none"  # percentiles over every pixel (published) | "fov": the field of view only
-
-    def resolved_lambda(self, height: int, width: int) -> float:
-        """``lambda_eff`` in pixels for an image of this size (the default resolved)."""
-        return _default_lambda(height, width) if self.lambda_eff is None else float(self.lambda_eff)
-
-    def __post_init__(self) -> None:
-        alpha = self.alpha
-        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
-            raise ConfigError(f"alpha must be a real number > 0, got {alpha!r}")
-        if not (math.isfinite(alpha) and alpha > 0):
-            raise ConfigError(f"alpha must be finite and > 0, got {alpha!r}")
-        lam = self.lambda_eff
-        if lam is not None:
-            if isinstance(lam, bool) or not isinstance(lam, (int, float)):
-                raise ConfigError(f"lambda_eff must be None or a number > 0, got {lam!r}")
-            if not (math.isfinite(lam) and lam > 0):
-                raise ConfigError(
-                    f"lambda_eff must be finite and > 0 (pixels), got {lam!r}; "
-                    "pass None for 0.25 x the image diagonal"
-                )
-        clip = self.clip
-        try:
-            lo, hi = (float(c) for c in clip)
-        except (TypeError, ValueError):
-            raise ConfigError(
-                f"clip must be a pair of fractions (lo, hi), e.g. (0.01, 0.99); got {clip!r}"
-            ) from None
-        if not (0.0 <= lo < hi <= 1.0):
-            raise ConfigError(
-                f"clip must satisfy 0 <= lo < hi <= 1 (fractions, not percents); got {clip!r}"
-            )
-        object.__setattr__(self, "clip", (lo, hi))
-        if self.hb_index not in HB_INDICES:
-            raise ConfigError(
-                f"Unknown hb_index {self.hb_index!r}. Available: {sorted(HB_INDICES)}"
-            )
-        if self.mask not in PRIOR_MASKS:
-            raise ConfigError(f"prior_mask={self.mask!r} is unknown. Available: {list(PRIOR_MASKS)}")
-        if self.second_channel not in SECOND_CHANNELS:
-            raise ConfigError(
-                f"Unknown second_channel {self.second_channel!r}. "
-                f"Available: {list(SECOND_CHANNELS)}"
-            )
-
 
 # --------------------------------------------------------------------------------------------
 # Exact selection-based quantile
@@ -272,18 +198,13 @@ def _fov_quantiles(x: torch.Tensor, flat: torch.Tensor, valid: torch.Tensor | No
     return out[0], out[1]
 
 
-def _default_lambda(h: int, w: int) -> float:
-    """0.25 x the image diagonal, ``0.25 * sqrt(H**2 + W**2)`` (published implementation)."""
-    return 0.25 * math.hypot(h, w)
-
-
 @functools.lru_cache(maxsize=32)
 def _fluence_cached(
     h: int, w: int, lam: float | None, device: torch.device, dtype: torch.dtype
 ) -> torch.Tensor:
     """``Phi`` as an ``(H, W)`` tensor, computed in float64 then cast; cached, do not modify."""
     if lam is None:
-        lam = _default_lambda(h, w)
+        lam = default_lambda(h, w)
     ys = torch.arange(h, dtype=torch.float64) - (h - 1) / 2.0
     xs = torch.arange(w, dtype=torch.float64) - (w - 1) / 2.0
     r = torch.sqrt(ys[:, None] ** 2 + xs[None, :] ** 2)  # (H, W)

@@ -30,7 +30,6 @@ transferred while batch ``i`` trains; frames cross the bus as uint8 (a quarter o
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
@@ -41,48 +40,23 @@ import torch
 import torch.nn.functional as F
 
 from pipi.errors import ConfigError
+from pipi.options.runtime import (  # noqa: F401 (the options, re-exported)
+    DATA_PATHS,
+    DEVICES,
+    GRAPHS,
+    PAPER_PROFILES,
+    PRECISIONS,
+    SWITCHES,
+    check_runtime,
+)
 
-DEVICES = ("auto", "cpu", "cuda")
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
-SWITCHES = ("auto", "true", "false")
-GRAPHS = ("off", "on")
-DATA_PATHS = ("host", "device")
 AMP_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-#: Profiles that are recipes the paper states: there ``precision=auto`` is fp32 (paper:
-#: no mixed precision); mixed precision only when asked (``precision=bf16|fp16``).
-PAPER_PROFILES = ("paper",)
-
-
 def auto_precision(device: torch.device, *, profile: str) -> str:
     """What ``precision=auto`` means for ``profile`` on ``device``: fp32 under a paper recipe
     or off CUDA; bf16 on a CUDA device that has it otherwise."""
     if profile in PAPER_PROFILES or device.type != "cuda":
         return "fp32"
     return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-
-
-def check_runtime(*, device: str, precision: str, channels_last: str, compile: bool,
-                  deterministic: bool, graph: str = "off", data_path: str = "host") -> None:
-    """Refuse a malformed option with one line naming it (availability is checked later)."""
-    if not (isinstance(device, str) and (device in DEVICES or re.fullmatch(r"cuda:\d+", device))):
-        raise ConfigError(f"device={device!r}; use one of {list(DEVICES)} (or cuda:N)")
-    if precision not in PRECISIONS:
-        raise ConfigError(f"precision={precision!r}; use one of {list(PRECISIONS)}")
-    if channels_last not in SWITCHES:
-        raise ConfigError(f"channels_last={channels_last!r}; use one of {list(SWITCHES)}")
-    for name, value in (("compile", compile), ("deterministic", deterministic)):
-        if not isinstance(value, bool):
-            raise ConfigError(f"{name}={value!r}: must be true or false")
-    if graph not in GRAPHS:
-        raise ConfigError(f"graph={graph!r}; use one of {list(GRAPHS)}")
-    if data_path not in DATA_PATHS:
-        raise ConfigError(f"data_path={data_path!r}; use one of {list(DATA_PATHS)}")
-    if graph == "on" and compile:
-        raise ConfigError("graph=on with compile=true: choose one (graph=on captures the "
-                          "eager step; compile=true compiles the model)")
-    if graph == "on" and precision == "fp16":
-        raise ConfigError("graph=on with precision=fp16: the fp16 loss scaler is not "
-                          "captured; use precision=bf16 or fp32 (or graph=off)")
 
 
 @dataclass(frozen=True)

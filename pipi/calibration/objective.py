@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from pipi.calibration.options import CALIBRATE_MODES  # how calibrate fits (its mode)
 from pipi.classes import CLASSES, KVASIR_MAP_HINT, ClassSet, class_set_of, not_kvasir
 from pipi.config import TrainConfig
 from pipi.data.cache import to_float
@@ -48,8 +49,6 @@ PRIOR_PARAMS_VERSION = 1
 #: How many intermediate values a trial reports (the pruner's steps).
 REPORTS_PER_TRIAL = 10
 TARGET_KVASIR = "kvasir-val"
-#: How ``calibrate`` fits the prior (``prior_params.json``'s ``mode``).
-CALIBRATE_MODES = ("frozen", "train")
 TARGET_GALAR = "galar:"
 
 

@@ -14,6 +14,7 @@ import optuna
 import sqlalchemy
 
 from pipi.calibration.objective import ALPHA_RANGE, LAMBDA_FRACTION_RANGE
+from pipi.calibration.options import PRUNERS, SAMPLERS, STORAGE_SCHEMES
 from pipi.errors import ConfigError
 from pipi.paths import PROJECT_ROOT
 
@@ -23,9 +24,6 @@ __all__ = ["PRUNERS", "SAMPLERS", "STORAGE_ENV", "STORAGE_SCHEMES", "check_stora
 
 log = logging.getLogger(__name__)
 
-SAMPLERS = ("tpe", "gp", "grid")
-PRUNERS = ("median", "none")
-STORAGE_SCHEMES = ("sqlite", "postgresql", "mysql")
 
 
 # --------------------------------------------------------------------------- storage, study

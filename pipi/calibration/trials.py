@@ -47,6 +47,7 @@ from pipi.calibration.objective import (
     parse_target,
     score_on_fold,
 )
+from pipi.calibration.options import WORKER_SPEC_OPTION
 from pipi.config import TrainConfig
 from pipi.data.cache import build_cache
 from pipi.data.staging import load_staged
@@ -56,8 +57,6 @@ from pipi.predictions import prob_columns_of
 from pipi.stats.auc import macro_auc
 
 MODES = CALIBRATE_MODES
-#: The hidden option of ``calibrate`` a SLURM task runs its worker spec file with.
-WORKER_SPEC_OPTION = "--worker-spec"
 
 
 # --------------------------------------------------------------------------- spec, result

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 import sys
 from collections.abc import Iterator, Mapping
 
 import click
 
-from pipi import tracking   # a light face: its names are imported on first use
+from pipi import tracking  # a light face: its names are imported on first use
 from pipi.errors import PipiError
 
 #: Every ``pipi`` command: its module under ``pipi.cli``, the click object there and the
@@ -69,7 +68,7 @@ ENTRY_POINT_NAMES = ("stage", "train", "ablate", "transplant", "galar", "calibra
 def _fail(message: str) -> None:
     """One clear line and exit 2; under ``mlflow run`` its run is marked FAILED with the reason."""
     click.echo(f"error: {message}", err=True)
-    run_id = os.environ.get("MLFLOW_RUN_ID")
+    run_id = tracking.launched_run_id()
     if run_id:
         try:
             tracking.configure()
@@ -107,10 +106,13 @@ class PipiCommand(click.Command):
     """Turns PipiError (and a bad option) into one clear line and a non-zero exit."""
 
     def invoke(self, ctx):
-        try:
-            return super().invoke(ctx)
-        except PipiError as exc:
-            _fail(str(exc))
+        # the run `mlflow run` made for this process, remembered for the command (MLflow
+        # clears MLFLOW_RUN_ID when any run ends; pipi does not write it back, issue 39)
+        with tracking.remembering_launched_run():
+            try:
+                return super().invoke(ctx)
+            except PipiError as exc:
+                _fail(str(exc))
 
     def main(self, *args, **kw):
         return _main(super().main, *args, **kw)

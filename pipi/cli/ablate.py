@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from pipi import tracking
+from pipi.cli import lazy_module
 from pipi.cli.common import (
     PipiCommand,
     choice,
@@ -22,10 +24,16 @@ from pipi.cli.common import (
     with_options,
 )
 from pipi.config import PAPER_SEEDS, make_config
-from pipi.models.backbones import check_weights
-from pipi.runtime import runtime_of
-from pipi.sweeps.plan import EXECUTORS, STUDIES, parse_list
-from pipi.workflows.ablate import run_ablation
+from pipi.sweeps.studies import EXECUTORS, STUDIES, parse_list
+
+if TYPE_CHECKING:
+    from pipi import runtime
+    from pipi.models import backbones as backbone_models
+    from pipi.workflows import ablate as workflow
+else:   # loaded when the command runs: `pipi ablate --help` imports neither torch nor mlflow
+    runtime = lazy_module("pipi.runtime")
+    backbone_models = lazy_module("pipi.models.backbones")
+    workflow = lazy_module("pipi.workflows.ablate")
 
 
 @click.command("ablate", cls=PipiCommand)
@@ -57,10 +65,10 @@ def ablate(study, seeds, backbones, cells, profile, executor, parallel, data, we
     parse_list(seeds, cast=int, name="seeds")
     cfg = make_config(cell="a", profile="paper" if profile == "auto" else profile, **overrides)
     if executor == "local":  # SLURM tasks resolve the device on their own node
-        runtime_of(cfg)
-    check_weights(weights)
+        runtime.runtime_of(cfg)
+    backbone_models.check_weights(weights)
     tracking.configure()
-    result = run_ablation(study=study, seeds=seeds, backbones=backbones, cells=cells,
+    result = workflow.run_ablation(study=study, seeds=seeds, backbones=backbones, cells=cells,
                           profile=profile, executor=executor, parallel=parallel, data=data,
                           weights=weights, overrides=overrides,
                           experiment=experiment or None, prior_params=prior_params)

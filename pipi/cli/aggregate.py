@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from pipi import tracking
+from pipi.cli import lazy_module
 from pipi.cli.common import PipiCommand, setup_logging
-from pipi.workflows.aggregate import run_aggregate
+
+if TYPE_CHECKING:
+    from pipi.workflows import aggregate as workflow
+else:   # loaded when the command runs: `pipi aggregate --help` imports neither torch nor mlflow
+    workflow = lazy_module("pipi.workflows.aggregate")
 
 
 @click.command("aggregate", cls=PipiCommand)
@@ -31,7 +37,7 @@ def aggregate(experiment, filter_, out, resample, pair_imported, channel_family)
     """Paper tables, cross-seed statistics, figures and a dashboard from per-frame predictions."""
     setup_logging()
     tracking.configure()
-    res = run_aggregate(experiment=experiment or tracking.default_experiment(),
+    res = workflow.run_aggregate(experiment=experiment or tracking.default_experiment(),
                         filter_string=filter_, out=Path(out) if out else None,
                         resample=resample, pair_imported=pair_imported,
                         channel_family=channel_family)

@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from pipi import tracking
-from pipi.calibration.objective import parse_search, parse_target
-from pipi.calibration.study import PRUNERS, SAMPLERS, check_storage_url
-from pipi.calibration.trials import MODES, WORKER_SPEC_OPTION
+from pipi.calibration.options import CALIBRATE_MODES, PRUNERS, SAMPLERS, WORKER_SPEC_OPTION
+from pipi.cli import lazy_module
 from pipi.cli.common import (
     Auto,
     PipiCommand,
@@ -19,14 +20,24 @@ from pipi.cli.common import (
     setup_logging,
     weights_option,
 )
-from pipi.runs.calibrate import run_worker_file
-from pipi.sweeps.plan import EXECUTORS
-from pipi.workflows.calibrate import run_calibration
-from pipi.workflows.train import train as train_run  # mode=train: each trial one train run
+from pipi.sweeps.studies import EXECUTORS
+
+if TYPE_CHECKING:
+    from pipi.calibration import objective
+    from pipi.calibration import study as storage
+    from pipi.runs import calibrate as runs
+    from pipi.workflows import calibrate as workflow
+    from pipi.workflows import train as training
+else:   # loaded when the command runs: `pipi calibrate --help` imports no torch, mlflow, optuna
+    objective = lazy_module("pipi.calibration.objective")
+    storage = lazy_module("pipi.calibration.study")
+    runs = lazy_module("pipi.runs.calibrate")
+    workflow = lazy_module("pipi.workflows.calibrate")
+    training = lazy_module("pipi.workflows.train")   # mode=train: each trial one train run
 
 
 @click.command("calibrate", cls=PipiCommand)
-@click.option("--mode", type=choice(MODES), default="frozen", show_default=True,
+@click.option("--mode", type=choice(CALIBRATE_MODES), default="frozen", show_default=True,
               help="frozen: recompute the prior of a trained run (the cheap screen); train: "
                    "each trial trains a pi run with its alpha and lambda_eff.")
 @click.option("--run", "run", default="",
@@ -44,7 +55,7 @@ from pipi.workflows.train import train as train_run  # mode=train: each trial on
 @click.option("--sampler", type=choice(SAMPLERS), default="tpe", show_default=True)
 @click.option("--pruner", type=choice(PRUNERS), default="median", show_default=True,
               help="Stops hopeless trials on the running macro-AUC.")
-@click.option("--storage", default="",
+@click.option("--storage", "storage_url", default="",
               help="Optuna RDB URL (default $PIPI_OPTUNA_STORAGE, else "
                    "sqlite:///<project>/optuna.db; postgresql://... for several machines).")
 @click.option("--study", default="",
@@ -73,26 +84,26 @@ from pipi.workflows.train import train as train_run  # mode=train: each trial on
 @experiment_option
 @click.option(WORKER_SPEC_OPTION, "worker_spec", default="", hidden=True,
               help="Internal: a SLURM task of mode=train runs the worker this file describes.")
-def calibrate(mode, run, target, search, trials, sampler, pruner, storage, study, workers,
+def calibrate(mode, run, target, search, trials, sampler, pruner, storage_url, study, workers,
               executor, epochs, backbone, seed, profile, weights, data, target_data, experiment,
               worker_spec):
     """Fit alpha and lambda_eff of a frozen model's prior on a held-out fold (docs/entry-points.md)."""
     setup_logging()
     if worker_spec:
-        r = run_worker_file(worker_spec, train_fn=train_run)
+        r = runs.run_worker_file(worker_spec, train_fn=training.train)
         click.echo(f"worker {r.worker}: trials {r.trials} (trained {r.trained}, reused {r.reused})")
         return
-    parse_target(target)                  # every option checked before anything starts
-    parse_search(search, mode=mode)
-    check_storage_url(storage)
+    objective.parse_target(target)        # every option checked before anything starts
+    objective.parse_search(search, mode=mode)
+    storage.check_storage_url(storage_url)
     tracking.configure()
     train_options = ({} if mode == "frozen" else {
-        "train_fn": train_run, "epochs": epochs, "backbone": backbone, "seed": seed,
+        "train_fn": training.train, "epochs": epochs, "backbone": backbone, "seed": seed,
         "executor": executor, "profile": profile, "weights": weights})
     if target_data:  # mode=frozen refuses it in one line
         train_options["target_data"] = target_data
-    r = run_calibration(mode=mode, run=run, target=target, trials=trials, sampler=sampler,
-                        pruner=pruner, storage=storage, study=study, workers=workers,
+    r = workflow.run_calibration(mode=mode, run=run, target=target, trials=trials, sampler=sampler,
+                        pruner=pruner, storage=storage_url, study=study, workers=workers,
                         data=data or None, experiment=experiment or None, search=search,
                         **train_options)
     own = "the default" if r.mode == "train" else "the run's own"
@@ -104,7 +115,7 @@ def calibrate(mode, run, target, search, trials, sampler, pruner, storage, study
     if r.mode == "train":
         click.echo(f"{len(r.trained)} trial(s) trained a pi run, {len(r.reused)} reused a "
                    "FINISHED run with the same configuration")
-    fixed = " (fixed)" if parse_search(search, mode=mode) == ("alpha",) else ""
+    fixed = " (fixed)" if objective.parse_search(search, mode=mode) == ("alpha",) else ""
     click.echo(f"best alpha {r.best.alpha:.4f}, lambda_eff {r.best.lambda_eff_fraction:.4f} x "
                f"diagonal{fixed}: macro-AUC {r.best_value:.4f} on {target}{base}")
     click.echo(f"calibrate run {r.run_id}: use it with -P prior_params={r.run_id}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import click
 
 from pipi.cells import CELLS
+from pipi.cli import PipiCommand, PipiGroup, experiment_option, setup_logging  # noqa: F401 (re-exported)
 from pipi.config import (
     DECODERS,
     DISTILL_TARGETS,
@@ -15,10 +16,9 @@ from pipi.config import (
     SELECT_METRICS,
     TRAIN_OVERRIDES,
 )
-from pipi.cli import PipiCommand, PipiGroup, experiment_option, setup_logging  # noqa: F401 (re-exported)
 from pipi.models.specs import ARCHS, FOUNDATION, PRIOR_INITS
-from pipi.prior import DEFAULT_ALPHA, HB_INDICES, PRIOR_MASKS, SECOND_CHANNELS
-from pipi.runtime import DATA_PATHS, GRAPHS, PRECISIONS, SWITCHES
+from pipi.options.prior import DEFAULT_ALPHA, HB_INDEX_NAMES, PRIOR_MASKS, SECOND_CHANNELS
+from pipi.options.runtime import DATA_PATHS, GRAPHS, PRECISIONS, SWITCHES
 
 
 class Auto(click.ParamType):
@@ -100,7 +100,7 @@ train_override_options = [
     click.option("--lambda-eff", type=Auto(float, minimum=0, strict=True), default="auto",
                  show_default=True, help="Prior attenuation length in px (auto: 0.25 x the "
                  "image diagonal)."),
-    click.option("--hb-index", type=choice(HB_INDICES), default="paper", show_default=True,
+    click.option("--hb-index", type=choice(HB_INDEX_NAMES), default="paper", show_default=True,
                  help="paper: R/(R+G+B); code: the published R/(G+B); code_v2: the published "
                       "scale-fixed v2 prior, (R-G)/(R+G) with pivot 0.30 and alpha at least 6."),
     click.option("--second-channel", type=choice(SECOND_CHANNELS), default="phi",

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from pipi import tracking
+from pipi.cli import lazy_module
 from pipi.cli.common import PipiCommand, PipiGroup, setup_logging
-from pipi.workflows.export import export_cv2024, sheet_target
+
+if TYPE_CHECKING:
+    from pipi.workflows import export as workflow
+else:   # loaded when the command runs: `pipi export --help` imports neither torch nor mlflow
+    workflow = lazy_module("pipi.workflows.export")
 
 
 @click.group(cls=PipiGroup)
@@ -29,9 +35,9 @@ def export() -> None:
 def cv2024(run_id: str, out: Path, split: str, fmt: str | None) -> None:
     """The challenge's prediction sheet: image_path as the dataset wrote it, one probability
     column per class in the class order, predicted_class (Eval_metrics_gen_excel.py reads it)."""
-    sheet_target(out, fmt)   # a bad --out or --format: one line, before the store is opened
+    workflow.sheet_target(out, fmt)   # a bad --out or --format: one line, before the store is opened
     setup_logging()
     tracking.configure()
-    res = export_cv2024(run_id, out, split=split, fmt=fmt)
+    res = workflow.export_cv2024(run_id, out, split=split, fmt=fmt)
     click.echo(f"wrote {res.out}: {res.n_frames} {split} frames of run {run_id}, "
                f"{len(res.classes)} classes ({', '.join(res.classes)})")

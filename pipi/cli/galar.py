@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from pipi import tracking
+from pipi.cli import lazy_module
 from pipi.cli.common import PipiCommand, experiment_option, prior_params_option, setup_logging
-from pipi.workflows.galar import FOLD_CHOICES, run_galar
+from pipi.runs.choices import FOLD_CHOICES
+
+if TYPE_CHECKING:
+    from pipi.workflows import galar as workflow
+else:   # loaded when the command runs: `pipi galar --help` imports neither torch nor mlflow
+    workflow = lazy_module("pipi.workflows.galar")
 
 
 @click.command("galar", cls=PipiCommand)
@@ -26,7 +34,7 @@ def galar(runs, data, fold, prior_params, experiment):
     """Score Kvasir-trained runs zero-shot on Galar: one child run per source run."""
     setup_logging()
     tracking.configure()
-    res = run_galar(runs=runs, data=data, fold=fold, experiment=experiment or None,
+    res = workflow.run_galar(runs=runs, data=data, fold=fold, experiment=experiment or None,
                     prior_params=prior_params)
     click.echo(res.summary)
     click.echo(f"galar run {res.parent_run_id}: {tracking.ui_hint(res.parent_run_id)}")

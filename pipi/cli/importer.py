@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from pipi import tracking
 from pipi.cells import RELEASED
+from pipi.cli import lazy_module
 from pipi.cli.common import (
     Auto,
     PipiGroup,
@@ -18,9 +21,14 @@ from pipi.cli.common import (
     with_options,
 )
 from pipi.errors import ConfigError
-from pipi.models.backbones import ARCHS
-from pipi.prior import HB_INDICES, PRIOR_MASKS, SECOND_CHANNELS
-from pipi.workflows import importer as workflow
+from pipi.models.specs import ARCHS
+from pipi.options.prior import HB_INDEX_NAMES, PRIOR_MASKS, SECOND_CHANNELS
+from pipi.runs.choices import IMPORT_CELLS, IMPORT_KINDS
+
+if TYPE_CHECKING:
+    from pipi.workflows import importer as workflow
+else:   # loaded when the command runs: `pipi import --help` imports neither torch nor mlflow
+    workflow = lazy_module("pipi.workflows.importer")
 
 
 def _auto(value: str):
@@ -31,7 +39,7 @@ _options = [
     click.option("--file", default="", help="The checkpoint (torch state dict) or prediction "
                  "file (CSV, Parquet or NPZ) to import."),
     click.option("--cell", default="auto", show_default=True,
-                 type=choice(["auto", *workflow.IMPORT_CELLS]),
+                 type=choice(["auto", *IMPORT_CELLS]),
                  help="The per-frame cell the file belongs to (auto: the published checkpoint's "
                       "args, use_physics_prior -> pi or a; else pi)."),
     click.option("--backbone", default="auto", show_default=True, type=choice(["auto", *ARCHS]),
@@ -50,7 +58,7 @@ _options = [
     click.option("--lambda-eff", type=Auto(float, minimum=0, strict=True), default="auto",
                  show_default=True, help="Prior attenuation length in px (auto: the file's "
                  "args.physics_lambda_eff, else 0.25 x the image diagonal)."),
-    click.option("--hb-index", type=choice(["auto", *HB_INDICES]), default="auto",
+    click.option("--hb-index", type=choice(["auto", *HB_INDEX_NAMES]), default="auto",
                  show_default=True, help="Hemoglobin index, as train takes it (auto: code or "
                  "code_v2 for a published +PI checkpoint, by args.physics_prior_version; else "
                  "paper)."),
@@ -92,7 +100,7 @@ def _run(kind: str, *, file, cell, backbone, seed, data, profile, image_size, la
 
 
 @click.group("import", cls=PipiGroup, invoke_without_command=True)
-@click.option("--kind", type=choice(workflow.KINDS), default="checkpoint", show_default=True,
+@click.option("--kind", type=choice(IMPORT_KINDS), default="checkpoint", show_default=True,
               help="checkpoint: a state dict of the cell's model; predictions: per-frame "
                    "probabilities.")
 @with_options(_options)

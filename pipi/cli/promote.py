@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from pipi import tracking
+from pipi.cli import lazy_module
 from pipi.cli.common import PipiCommand, setup_logging
-from pipi.workflows.promote import promote as run_promote
-from pipi.workflows.promote import rollback as run_rollback
+
+if TYPE_CHECKING:
+    from pipi.workflows import promote as workflow
+else:   # loaded when the command runs: `pipi promote --help` imports neither torch nor mlflow
+    workflow = lazy_module("pipi.workflows.promote")
 
 
 @click.command("promote", cls=PipiCommand)
@@ -32,9 +37,9 @@ def promote(model, version, baseline, min_sign_positive, force_reason, evidence,
     setup_logging()
     tracking.configure()
     if rollback:
-        res = run_rollback(model)
+        res = workflow.rollback(model)
     else:
-        res = run_promote(model=model, version=version, baseline=baseline,
+        res = workflow.promote(model=model, version=version, baseline=baseline,
                           min_sign_positive=min_sign_positive, force_reason=force_reason,
                           evidence=evidence)
     click.echo(res.text)

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from pipi import tracking
+from pipi.cli import lazy_module
 from pipi.cli.common import PipiCommand, experiment_option, setup_logging
-from pipi.probes.perturb import parse_perturbations
-from pipi.workflows.robustness import run_robustness
+
+if TYPE_CHECKING:
+    from pipi.probes import perturb
+    from pipi.workflows import robustness as workflow
+else:   # loaded when the command runs: `pipi robustness --help` imports neither torch nor mlflow
+    perturb = lazy_module("pipi.probes.perturb")
+    workflow = lazy_module("pipi.workflows.robustness")
 
 
 @click.command("robustness", cls=PipiCommand)
@@ -24,9 +32,9 @@ from pipi.workflows.robustness import run_robustness
 def robustness(runs, perturbations, seed, data, experiment):
     """Score finished runs on the test split under the paper's perturbations (docs/entry-points.md)."""
     setup_logging()
-    parse_perturbations(perturbations)
+    perturb.parse_perturbations(perturbations)
     tracking.configure()
-    res = run_robustness(runs=runs, perturbations=perturbations, seed=seed, data=data,
+    res = workflow.run_robustness(runs=runs, perturbations=perturbations, seed=seed, data=data,
                          experiment=experiment or None)
     click.echo(res.table)
     click.echo(tracking.ui_hint(res.parent_run_id))

@@ -4,13 +4,18 @@ entry point: a server that runs until stopped, like ``pipi server``)."""
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import click
 
 from pipi import tracking
+from pipi.cli import lazy_module
 from pipi.cli.common import PipiCommand, setup_logging
-from pipi.tracking.scoring import ServeRequest
-from pipi.tracking.scoring import serve as run_serve
+
+if TYPE_CHECKING:
+    from pipi.tracking import scoring
+else:   # loaded when the command runs: `pipi serve --help` imports neither torch nor mlflow
+    scoring = lazy_module("pipi.tracking.scoring")
 
 
 def _finite(mb: float) -> float:
@@ -39,6 +44,6 @@ def serve(model_uri, host, port, workers, max_request_mb):
     setup_logging()
     if model_uri.startswith(("models:/", "runs:/")):
         tracking.configure()
-    run_serve(ServeRequest(model_uri=model_uri, host=host, port=port, workers=workers,
+    scoring.serve(scoring.ServeRequest(model_uri=model_uri, host=host, port=port, workers=workers,
                            max_bytes=max(1, int(max_request_mb * 1024 * 1024))),
               announce=click.echo)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import click
 
 from pipi import tracking
+from pipi.cli import lazy_module
 from pipi.cli.common import (
     CLI_ONLY_OPTIONS,
     Auto,
@@ -25,7 +27,11 @@ from pipi.cli.common import (
     weights_option,
     with_options,
 )
-from pipi.workflows import train as workflow
+
+if TYPE_CHECKING:
+    from pipi.workflows import train as workflow
+else:   # loaded when the command runs: `pipi train --help` imports neither torch nor mlflow
+    workflow = lazy_module("pipi.workflows.train")
 
 
 @click.command("train", cls=PipiCommand)

@@ -6,7 +6,6 @@ Kvasir runs they scored. Shared by ``aggregate``, ``promote`` and ``galkva``.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -90,7 +89,7 @@ def load_evidence(experiment: str, filter_string: str = "", cache_dir: Path | No
     """
     all_runs = tracking.load_runs(experiment, filter_string)
     # under `mlflow run -e aggregate` this aggregate's own run (RUNNING) is in the experiment
-    own = os.environ.get("MLFLOW_RUN_ID")
+    own = tracking.launched_run_id()
     if own and len(all_runs):
         all_runs = all_runs[all_runs["run_id"] != own].reset_index(drop=True)
     runs, galar = split_galar_runs(mark_imported(all_runs, pair=pair_imported))

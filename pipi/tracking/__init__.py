@@ -53,8 +53,11 @@ if TYPE_CHECKING:   # what each name is, for readers and type checkers; loaded o
         release_claim,
     )
     from pipi.tracking.parent import (
+        attach_launched_run,
         end_with_mlflow_run,
+        launched_run_id,
         mlflow_run_ancestor,
+        remembering_launched_run,
     )
     from pipi.tracking.permissions import (
         DEFAULT_MODEL_PREFIX,
@@ -282,7 +285,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "contract": ('SOURCE_EXTERNAL', 'class_tags', 'config_key', 'data_tags', 'evaluation_key', 'evaluation_tags', 'import_key', 'import_tags', 'import_version_tags', 'train_tags',),
     "datasets": ('DatasetRef', 'SPLIT_CONTEXTS', 'log_model_metrics', 'log_split_datasets', 'split_datasets',),
     "liveness": ('claim_for_resume', 'heartbeat', 'heartbeat_interval', 'live_holder', 'release_claim',),
-    "parent": ('end_with_mlflow_run', 'mlflow_run_ancestor',),
+    "parent": ('attach_launched_run', 'end_with_mlflow_run', 'launched_run_id', 'mlflow_run_ancestor', 'remembering_launched_run',),
     "permissions": ('DEFAULT_MODEL_PREFIX', 'MODEL_PREFIX_ENV', 'check_can_create_runs', 'check_can_register', 'model_prefix', 'using_model_prefix',),
     "queries": ('RUN_COLUMNS', 'download_predictions', 'experiment_id', 'experiment_name', 'has_artifact', 'load_runs',),
     "records": ('LIVE_STATUSES', 'RunRecord', 'VersionRecord', 'resolved_param', 'run_record', 'unquote_param', 'version_record',),

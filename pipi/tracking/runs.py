@@ -23,6 +23,7 @@ from mlflow.tracking import MlflowClient
 from pipi.errors import ArtifactStoreError, ServerGoneError, TrackingError
 from pipi.paths import PROJECT_ROOT
 from pipi.tracking.liveness import heartbeat
+from pipi.tracking.parent import attach_launched_run, launched_run_id
 from pipi.tracking.permissions import check_can_create_runs
 from pipi.tracking.records import RunRecord, run_record
 from pipi.tracking.signals import interrupt_reason, signals_end_runs
@@ -62,9 +63,9 @@ def default_experiment() -> str:
         return os.environ["MLFLOW_EXPERIMENT_NAME"]
     if os.environ.get("MLFLOW_EXPERIMENT_ID"):
         return os.environ["MLFLOW_EXPERIMENT_ID"]
-    if os.environ.get("MLFLOW_RUN_ID"):
+    if launched := launched_run_id():
         with contextlib.suppress(Exception):
-            return mlflow.get_run(os.environ["MLFLOW_RUN_ID"]).info.experiment_id
+            return mlflow.get_run(launched).info.experiment_id
     return DEFAULT_EXPERIMENT
 
 
@@ -93,30 +94,35 @@ def pipi_run(
     """
     all_tags = {TAG_ENTRY_POINT: entry_point, TAG_CODE_VERSION: code_version(),
                 **{k: str(v) for k, v in (tags or {}).items()}}  # REST needs strings
-    env_run = os.environ.get("MLFLOW_RUN_ID")
-    side_run = False
+    env_run = launched_run_id()
     if nested and mlflow.active_run() is None:
         nested = False
         if env_run and run_id is None:
             # Inside `mlflow run` but before its run is active here: a side run (e.g. staging
-            # the default data) must not take over the project's run id, and ending it must
-            # not forget that id (mlflow.end_run clears MLFLOW_RUN_ID).
+            # the default data) must not take over the project's run id; ending it clears
+            # MLFLOW_RUN_ID (MLflow's end_run), the command remembers the id
+            # (parent.remembering_launched_run).
             exp_id = mlflow.get_run(env_run).info.experiment_id
             run_id = MlflowClient().create_run(exp_id, tags=all_tags, run_name=run_name).info.run_id
-            side_run = True
     if not nested and run_id is None:
         if not env_run:  # a 403 after the work would lose it: one line before (auth servers)
             check_can_create_runs(experiment or default_experiment())
         _set_experiment(experiment)
     if run_id is not None:
         _clear_failure(run_id)
+    elif env_run and not nested:
+        # the project's run: MLflow attaches to it through MLFLOW_RUN_ID (and takes the
+        # variable out, so a child process does not inherit it); after a side run MLflow has
+        # cleared it already and the remembered id is passed instead
+        run_id = None if os.environ.get("MLFLOW_RUN_ID") == env_run else env_run
+        attach_launched_run(env_run)
     with signals_end_runs():
         yield from _run_body(run_id=run_id, run_name=run_name, nested=nested, tags=all_tags,
-                             entry_point=entry_point, env_run=env_run, side_run=side_run,
+                             entry_point=entry_point, env_run=env_run,
                              log_system_metrics=log_system_metrics)
 
 
-def _run_body(*, run_id, run_name, nested, tags, entry_point, env_run, side_run,
+def _run_body(*, run_id, run_name, nested, tags, entry_point, env_run,
               log_system_metrics=False):
     run = mlflow.start_run(run_id=run_id, run_name=run_name, nested=nested, tags=tags,
                            log_system_metrics=log_system_metrics or None)
@@ -142,9 +148,6 @@ def _run_body(*, run_id, run_name, nested, tags, entry_point, env_run, side_run,
         raise
     else:
         mlflow.end_run("FINISHED")
-    finally:
-        if side_run and env_run:
-            os.environ["MLFLOW_RUN_ID"] = env_run
 
 
 def _end_interrupted(exc: KeyboardInterrupt, run_id: str, entry_point: str, *,
@@ -205,7 +208,7 @@ def tag_project_run(tags: Mapping[str, Any], *, note: str, unless: str | None = 
     ``name`` renames it (a no-op ``stage`` says so instead of MLflow's random name).
     Returns its id, or None outside ``mlflow run`` (or when it is ``unless``).
     """
-    run_id = os.environ.get("MLFLOW_RUN_ID")
+    run_id = launched_run_id()
     if not run_id or run_id == unless:
         return None
     c = MlflowClient()
@@ -299,7 +302,7 @@ def launch_env_manager() -> str:
     when it tagged none (``--env-manager local``) or outside ``mlflow run`` (``pipi train``
     computes in the environment it runs in). The recipe tag names it, so the command it
     gives builds the environment the run was computed in."""
-    env_run = os.environ.get("MLFLOW_RUN_ID")
+    env_run = launched_run_id()
     if not env_run:
         return "local"
     try:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass, replace
@@ -252,7 +251,7 @@ def _write_and_log(report: Report, ev, kept: pd.DataFrame, experiment: str, filt
                     tracking.TAG_AGGREGATE_N_RUNS: len(kept)}
             # under `mlflow run` the run exists already (MLFLOW_RUN_ID), in the experiment
             # that `mlflow run` chose: attach to it instead of switching experiments
-            attached = bool(os.environ.get("MLFLOW_RUN_ID"))
+            attached = bool(tracking.launched_run_id())
             name = tracking.experiment_name(experiment)   # `mlflow run` may pass its id
             with tracking.pipi_run(entry_point="aggregate",
                                    experiment=None if attached else experiment,

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import re
 import warnings
 from dataclasses import dataclass, replace
@@ -42,6 +41,7 @@ from pipi.classes import KVASIR_MAP_HINT, class_index, class_set_of_param, not_k
 from pipi.data.progress import tqdm
 from pipi.errors import ConfigError, DataError
 from pipi.galkva import BENCHMARK_VERSION, SCORING_SETS
+from pipi.runs.choices import FOLD_CHOICES, GALAR_FOLDS
 from pipi.runs.data import (
     GALAR_SYNTHETIC_PRESETS,
     load_galar_data,
@@ -60,11 +60,6 @@ log = logging.getLogger(__name__)
 STUDY, VARIANT = "galar", "zero_shot"
 #: ``prior_params=``: the prior that ``calibrate`` fitted, instead of the run's own.
 VARIANT_CALIBRATED = "calibrated"
-#: ``all``: every staged frame (the paper's zero-shot protocol); ``evaluation``: the vendor
-#: folds' evaluation videos only (the calibration videos left out).
-GALAR_FOLDS = ("all", "evaluation")
-#: The ``fold`` parameter: ``auto`` is ``all``, or ``evaluation`` with ``prior_params``.
-FOLD_CHOICES = ("auto", *GALAR_FOLDS)
 TAG_FOLD = tracking.TAG_GALAR_FOLD
 #: What the fold scored, in words (``fold_scope``): "every staged video (...)" or "the
 #: evaluation fold only (12 of 24 staged videos; ...)".
@@ -282,7 +277,7 @@ def run_galar(*, runs: str, data: str | None = "synthetic", fold: str = "auto",
     digest = manifest["data_digest"]
     scope = fold_scope(fold, frames)
     ev = replace(ev, tags={**ev.tags, TAG_SCOPE: scope})
-    attached = bool(os.environ.get("MLFLOW_RUN_ID"))
+    attached = bool(tracking.launched_run_id())
     rows = []
     with tracking.pipi_run(entry_point="galar", experiment=None if attached else experiment,
                            run_name="galar", tags={**tracking.data_tags(manifest),

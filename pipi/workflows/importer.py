@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipi import tracking
-from pipi.cells import CELLS, EXTERNAL_SOURCE, PER_FRAME_CELLS, RELEASED, get_cell
+from pipi.cells import CELLS, EXTERNAL_SOURCE, RELEASED, get_cell
 from pipi.classes import class_set_of
 from pipi.config import TrainConfig, make_config, resolve_profile, run_params
 from pipi.data.cache import build_cache
@@ -38,6 +38,7 @@ from pipi.models.external import (
     read_checkpoint,
 )
 from pipi.paths import pipi_home
+from pipi.runs.choices import IMPORT_CELLS, IMPORT_KINDS
 from pipi.runs.data import load_data
 from pipi.runs.evaluate import EvalContext, device_for, log_scores, plain_scorer, score_splits
 from pipi.tracking.logged_model import log_frame_model
@@ -46,14 +47,11 @@ from pipi.training.frames import build_frame_model, is_capsule_vision, tmpdir
 __all__ = ["ENTRY_POINT", "IMPORT_CELLS", "KINDS", "SOURCE_EXTERNAL", "ImportResult",
            "import_file"]
 
-#: The cells ``import`` takes (docs/import.md): per-frame cells trained end to end; not a
-#: sequence cell (more than one state dict) nor the frozen linear probe.
-IMPORT_CELLS = tuple(c for c in PER_FRAME_CELLS if not get_cell(c).frozen)
 
 log = logging.getLogger(__name__)
 
 ENTRY_POINT = "import"
-KINDS = ("checkpoint", "predictions")
+KINDS = IMPORT_KINDS
 #: ``pipi.source`` of an imported run (``aggregate`` keeps such runs in their own arms).
 SOURCE_EXTERNAL = EXTERNAL_SOURCE
 #: Splits an import scores (a prediction file may cover test only).

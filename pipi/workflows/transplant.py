@@ -40,6 +40,7 @@ from pipi.models.surgery import (
     subset_transplant,
 )
 from pipi.runs.children import StudyChild, StudyResult, children_table, evaluate_children
+from pipi.runs.choices import TRANSPLANT_STUDIES
 from pipi.runs.evaluate import Evaluation, load_run_model
 from pipi.runs.gradcam import gradcam_classes, log_gradcam
 from pipi.runs.runsets import SourceRun, resolve_runs, staged_for
@@ -49,8 +50,7 @@ __all__ = ["ENTRY_POINT", "STUDIES", "pair_runs", "run_transplant", "transplant_
 log = logging.getLogger(__name__)
 
 ENTRY_POINT = "transplant"
-#: What ``-P study=`` runs: the weight-surgery experiments, the Grad-CAM overlap, or both.
-STUDIES = ("transplant", "gradcam", "all")
+STUDIES = TRANSPLANT_STUDIES
 
 
 class Models:

@@ -15,7 +15,8 @@ PKG = Path(__file__).resolve().parents[2] / "pipi"
 #: any layer below it. A layer is a list of module prefixes under ``pipi``. The library is split
 #: into its ranks (issue 32): galkva > tracking > probes, calibration > training > serving (what
 #: a registered model runs: training builds it) > config > models > data > prior, cells,
-#: runtime, predictions > stats > classes, errors, paths. Every module must have a rank
+#: runtime, predictions > options (their names and checks, torch-free) > stats > classes,
+#: errors, paths. Every module must have a rank
 #: (:func:`test_every_module_has_a_rank`): a new package is placed here on purpose.
 ORDER: tuple[tuple[str, ...], ...] = (
     ("cli",),
@@ -33,6 +34,7 @@ ORDER: tuple[tuple[str, ...], ...] = (
     ("models",),
     ("data",),
     ("prior", "cells", "runtime", "predictions"),
+    ("options",),
     ("stats",),
     ("classes", "errors", "paths"),
 )
@@ -161,7 +163,8 @@ def test_layer_order_matches_design():
     assert _layer("pipi.training.frames") < _layer("pipi.serving.frame_model") < _layer("pipi.config")
     assert _layer("pipi.config") < _layer("pipi.models.heads") < _layer("pipi.data.cache")
     assert _layer("pipi.data.staging.kvasir") < _layer("pipi.prior") == _layer("pipi.cells")
-    assert _layer("pipi.prior") < _layer("pipi.stats.auc") < _layer("pipi.classes")
+    assert _layer("pipi.prior") < _layer("pipi.options.prior") < _layer("pipi.stats.auc")
+    assert _layer("pipi.stats.auc") < _layer("pipi.classes")
 
 
 def test_every_module_has_a_rank():
@@ -349,7 +352,11 @@ HEAVY = ("torch", "torchvision", "mlflow")
 #: The doors that open light: their module-level import closure holds none of :data:`HEAVY`.
 LIGHT_DOORS = ("pipi.cli", "pipi.tracking", "pipi.tracking.tags", "pipi.tracking.records",
                "pipi.analysis", "pipi.report", "pipi.models", "pipi.models.specs",
-               "pipi.cells", "pipi.classes", "pipi.paths")
+               "pipi.cells", "pipi.classes", "pipi.paths", "pipi.config",
+               "pipi.options.prior", "pipi.options.runtime",
+               # every command's module: `pipi <command> --help` loads it and nothing heavy
+               *(f"pipi.cli.{m}" for m in sorted(p.stem for p in (PKG / "cli").glob("*.py")
+                                                 if p.stem != "__init__")))
 
 
 @functools.cache
@@ -422,9 +429,9 @@ def test_a_heavy_import_behind_a_door_is_caught(tmp_path):
 #: arguments (or, for the prefix, a context value: tracking.using_model_prefix).
 HANDOFF_VARS = ("MLFLOW_RUN_ID", "MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_ID",
                 "PIPI_CODE_VERSION", "PIPI_MODEL_PREFIX", "CODE_VERSION_ENV", "MODEL_PREFIX_ENV")
-#: The one write left: MLflow's ``end_run`` unsets ``MLFLOW_RUN_ID`` when a side run ends
-#: inside ``mlflow run``; pipi puts back the value MLflow's launcher set (never one of its own).
-HANDOFF_RESTORES = {("pipi.tracking.runs", "MLFLOW_RUN_ID")}
+#: None left: the run ``mlflow run`` made is remembered by the command
+#: (tracking.remembering_launched_run), not written back after MLflow's ``end_run`` clears it.
+HANDOFF_RESTORES: set[tuple[str, str]] = set()
 
 
 def handoff_writes(modules: dict[str, Path]) -> list[str]:
