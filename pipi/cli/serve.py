@@ -4,6 +4,7 @@ entry point: a server that runs until stopped, like ``pipi server``)."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -13,9 +14,10 @@ from pipi.cli import lazy_module
 from pipi.cli.common import PipiCommand, setup_logging
 
 if TYPE_CHECKING:
-    from pipi.tracking import scoring
+    from pipi.tracking import container, scoring
 else:   # loaded when the command runs: `pipi serve --help` imports neither torch nor mlflow
     scoring = lazy_module("pipi.tracking.scoring")
+    container = lazy_module("pipi.tracking.container")
 
 
 def _finite(mb: float) -> float:
@@ -39,11 +41,26 @@ def _finite(mb: float) -> float:
               help="Largest request body in MiB: a bigger one is refused with 413 before it "
                    "is read whole (a declared Content-Length at once, a chunked body at the "
                    "limit).")
-def serve(model_uri, host, port, workers, max_request_mb):
+@click.option("--dockerfile", "dockerfile", default="",
+              type=click.Path(file_okay=False, path_type=Path),
+              help="Do not serve: write a Docker build folder here (MLflow's Dockerfile and "
+                   "model folder) whose container serves the model with these limits on port "
+                   "8080 (docs/serving.md).")
+def serve(model_uri, host, port, workers, max_request_mb, dockerfile):
     """Serve a model with MLflow's scoring server and pipi's request limits until Ctrl-C."""
     setup_logging()
     if model_uri.startswith(("models:/", "runs:/")):
         tracking.configure()
-    scoring.serve(scoring.ServeRequest(model_uri=model_uri, host=host, port=port, workers=workers,
-                           max_bytes=max(1, int(max_request_mb * 1024 * 1024))),
-              announce=click.echo)
+    max_bytes = max(1, int(max_request_mb * 1024 * 1024))
+    if dockerfile:
+        files = container.write_container(model_uri, dockerfile, max_bytes=max_bytes,
+                                          workers=workers)
+        click.echo(f"wrote {files.dockerfile} (FROM {files.base_image}; the container runs "
+                   f"{' '.join(files.entrypoint)}: port {container.CONTAINER_PORT}, "
+                   f"{max_bytes} bytes per request, {workers} worker(s))")
+        click.echo(f"  docker build -t pipi-serve {files.out} && "
+                   f"docker run -p {port}:{container.CONTAINER_PORT} pipi-serve")
+        return
+    scoring.serve(scoring.ServeRequest(model_uri=model_uri, host=host, port=port,
+                                       workers=workers, max_bytes=max_bytes),
+                  announce=click.echo)

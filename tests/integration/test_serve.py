@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -174,6 +175,13 @@ class _Served:
                    "--port", str(self.port), "--workers", "1"]
             if max_request_mb is not None:
                 cmd += ["--max-request-mb", repr(max_request_mb)]
+        elif launcher == "container":
+            # what the container runs, here: its script on the build folder's model folder
+            # (model_uri), only host and port told apart from the image's defaults
+            build = Path(model_uri)
+            cmd = [sys.executable, str(build / "pipi_serve.py")]
+            env = {**(env or {}), "PIPI_SERVE_MODEL_PATH": str(build / "model_dir"),
+                   "PIPI_SERVE_HOST": "127.0.0.1", "PIPI_SERVE_PORT": str(self.port)}
         else:
             cmd = [str(bindir / "mlflow"), "models", "serve", "-m", model_uri,
                    "--env-manager", env_manager, "-h", "127.0.0.1", "-p", str(self.port),
@@ -362,23 +370,59 @@ def test_the_candidate_serves_from_its_own_virtualenv_as_the_venv_server_does(
     assert (got.argmax(1) == expected.argmax(1)).all()
 
 
-def test_generate_dockerfile_writes_a_dockerfile_for_the_candidate(smoke_study, tracking,
-                                                                   tmp_path):
-    """No docker daemon here: the Dockerfile and the model folder it copies are checked, not
-    built."""
+def test_the_container_serves_with_pipi_serve_s_limits(smoke_study, tracking, tmp_path):
+    """``pipi serve --dockerfile DIR`` (issue 40): MLflow's own build (the Dockerfile of
+    ``mlflow models generate-dockerfile``, line for line, and its model folder) with only what
+    the container runs changed; that command, run here on the build folder (no Docker daemon),
+    answers as ``pipi serve`` does: the pyfunc's probabilities, 413 over the limit."""
     uri = f"models:/{smoke_study.model('pi')}@candidate"
-    out = tmp_path / "docker"
-    r = subprocess.run([str(Path(sys.executable).parent / "mlflow"), "models",
-                        "generate-dockerfile", "-m", uri, "-d", str(out)],
-                       capture_output=True, text=True, timeout=600, check=False,
-                       env={**os.environ, "MLFLOW_TRACKING_URI": tracking})
+    env = {**os.environ, "MLFLOW_TRACKING_URI": tracking}
+    bindir = Path(sys.executable).parent
+    theirs, ours = tmp_path / "mlflow", tmp_path / "pipi"
+    r = subprocess.run([str(bindir / "mlflow"), "models", "generate-dockerfile", "-m", uri,
+                        "-d", str(theirs)], capture_output=True, text=True, timeout=600,
+                       check=False, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
-    dockerfile = (out / "Dockerfile").read_text()
-    assert "model_dir" in dockerfile and "ENTRYPOINT" in dockerfile
-    model = out / "model_dir"
-    reqs = next(model.rglob("requirements.txt")).read_text().split()
+    # the command as docs/serving.md writes it, this study's model, folder and limit put in
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "serving.md").read_text()
+    line = next(x for x in doc.splitlines() if x.startswith("pipi serve ") and "--dockerfile" in x)
+    argv = shlex.split(line)
+    for opt, value in (("-m", uri), ("--dockerfile", str(ours)),
+                       ("--max-request-mb", repr(LIMIT_MB))):
+        argv[argv.index(opt) + 1] = value
+    r = subprocess.run([str(bindir / "pipi"), *argv[1:]], capture_output=True, text=True,
+                       timeout=600, check=False, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"wrote {ours / 'Dockerfile'} (FROM python:3.11.7-slim" in r.stdout
+    mlflow_lines = (theirs / "Dockerfile").read_text().splitlines()
+    pipi_lines = (ours / "Dockerfile").read_text().splitlines()
+    entry = [x for x in mlflow_lines if x.startswith("ENTRYPOINT")]
+    assert len(entry) == 1 and "C._serve(" in entry[0]
+    # the build is MLflow's: every line but its ENTRYPOINT, in order
+    assert [x for x in pipi_lines if x in mlflow_lines] == [x for x in mlflow_lines
+                                                            if x not in entry]
+    assert pipi_lines[-3:] == ['COPY pipi_serve.py pipi_guard.py /opt/pipi/', 'EXPOSE 8080',
+                               'ENTRYPOINT ["python", "/opt/pipi/pipi_serve.py"]']
+    assert any("C._install_pyfunc_deps('/opt/ml/model'" in x for x in pipi_lines)
+    reqs = next((ours / "model_dir").rglob("requirements.txt")).read_text().split()
     assert "torch===2.13.0" in reqs and "torchvision==0.28.0" in reqs
-    shipped = {p.relative_to(p.parents[len(p.relative_to(model).parts) - 1]).as_posix()
-               for p in model.rglob("*.py")}
-    assert not [p for p in shipped if "/training/" in p or "/cli/" in p or "/workflows/" in p]
-    assert any(p.endswith("serving/predictors.py") for p in shipped)
+    assert sorted(p.name for p in ours.iterdir()) == ["Dockerfile", "model_dir", "pipi_guard.py",
+                                                      "pipi_serve.py"]
+    # the container's command, on its own files: no pipi on its path
+    rng = np.random.default_rng(40)
+    images = [encode_image(rng.integers(0, 256, (96, 96, 3), dtype=np.uint8)) for _ in range(3)]
+    body = json.dumps({"dataframe_records": [{"image": im} for im in images]}).encode()
+    served = _Served(str(ours), tracking, tmp_path, launcher="container",
+                     env={"PYTHONPATH": "", "PYTHONSAFEPATH": "1"})
+    try:
+        got = _probs(served, body)
+        code, text = served.post(b"x" * (int(LIMIT_MB * 2**20) + 1))
+        log = served.log_path.read_text(errors="replace")
+    finally:
+        served.stop()
+    assert code == 413, text[:500]
+    assert "over the limit of 200000 bytes" in json.loads(text)["message"]
+    assert "a request body over 200000 bytes is refused with 413" in log, log[-2000:]
+    model_dir = next(p.parent for p in (ours / "model_dir").rglob("MLmodel"))
+    want = mlflow.pyfunc.load_model(str(model_dir)).predict(pd.DataFrame({"image": images}))
+    np.testing.assert_allclose(got, want[list(CLASSES)].to_numpy(dtype=float), atol=1e-6)
