@@ -3,7 +3,7 @@
 
 A Capsule-Vision-layout stand-in with 10 classes and 4 sources (tests/capsule_vision.py) is
 staged by the test; cells ``a`` and ``pi`` train on it (smoke recipe: two optimizer steps,
-32 px). The challenge's formulas are re-implemented here from the definitions of its
+32 px; the integration tier: more than one step). The challenge's formulas are re-implemented here from the definitions of its
 ``Eval_metrics_gen_excel.generate_metrics_report`` with scikit-learn, computed from the
 exported sheet and the labels of the staged frames, and compared with the logged metrics.
 """
@@ -33,6 +33,7 @@ from click.testing import CliRunner
 from mlflow.tracking import MlflowClient
 from PIL import Image
 from sklearn.metrics import roc_auc_score
+from stores import new_sqlite_store
 
 from pipi.analysis import AggregateOptions
 from pipi.analysis.tidy import tidy_metrics
@@ -52,6 +53,13 @@ from pipi.workflows.train import train
 pytestmark = pytest.mark.xdist_group("test_capsule_vision")
 
 TOL = 1e-9
+
+
+@pytest.fixture()
+def store_uri(tmp_path) -> str:
+    """A fresh SQLite store of one test (the unit tier's fixture: these tests train, several
+    optimizer steps each, so they are integration tests)."""
+    return new_sqlite_store(tmp_path / "mlflow.db")
 
 
 @pytest.fixture(scope="module")
