@@ -110,8 +110,8 @@ def child(root: Path, args) -> dict:
             # VmHWM: this process's own peak (ru_maxrss would also carry the parent's RSS
             # across fork and exec: the parent has just written the cache through a map)
             "peak_rss_mib": _status_kib("VmHWM") / 1024,
-            "wall_s": wall, "n_val": len(out["predictions"]["val"]),
-            "n_test": len(out["predictions"]["test"])}
+            "wall_s": wall, "n_val": len(out.predictions["val"]),
+            "n_test": len(out.predictions["test"])}
 
 
 def main() -> None:

@@ -174,12 +174,20 @@ def weighted_cross_entropy(logits: torch.Tensor, labels: torch.Tensor,
 
 # --------------------------------------------------------------------------- batches
 def _gather(images: np.ndarray, idx: np.ndarray, pin: bool) -> torch.Tensor:
-    """Rows ``idx`` of a uint8 memmap, in that order (read sorted for locality)."""
+    """Rows ``idx`` of a uint8 memmap, in that order (read sorted for locality).
+
+    NumPy only on a CPU, no torch operator: it runs on :class:`DeviceBatches`' worker thread,
+    and a torch operator there (an ``index_select``; under deterministic algorithms even
+    ``torch.empty``, which then fills the new memory) starts a second OpenMP team beside the
+    training step's: on a 2-core CPU the step ran 30% slower with it (issue 40). Pinned
+    memory (for CUDA) can only come from torch."""
     sel = np.sort(idx)
-    order = torch.from_numpy(np.argsort(np.argsort(idx)))
-    read = torch.from_numpy(np.ascontiguousarray(images[sel]))
-    out = torch.empty(read.shape, dtype=read.dtype, pin_memory=pin)
-    return torch.index_select(read, 0, order, out=out)
+    read = images[sel]                                  # one sorted read of the memmap
+    shape = (len(idx), *images.shape[1:])
+    out = (torch.empty(shape, dtype=torch.uint8, pin_memory=True) if pin
+           else torch.from_numpy(np.empty(shape, dtype=np.uint8)))
+    np.take(read, np.argsort(np.argsort(idx)), axis=0, out=out.numpy())
+    return out
 
 
 class DeviceBatches:
