@@ -73,6 +73,41 @@ def test_device_batches_yield_the_requested_rows_in_order():
     assert list(DeviceBatches(imgs, [], CPU)) == []
 
 
+def test_the_cpu_gather_runs_no_torch_operator_even_under_deterministic_algorithms():
+    """Issue 40: DeviceBatches' worker thread gathers with NumPy only; a torch operator there
+    (an index_select, or the memory fill torch.empty does under deterministic algorithms)
+    started a second OpenMP team beside the training step's, 30% slower on 2 cores."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from pipi.runtime import _gather
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    images = np.random.default_rng(0).integers(0, 256, (20, 3, 4, 4), dtype=np.uint8)
+    idx = np.array([7, 2, 19, 2, 0])
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        with Ops() as ops:
+            got = _gather(images, idx, pin=False)
+        with Ops() as planted:   # the check sees the old form's operators
+            torch.index_select(torch.from_numpy(images), 0, torch.from_numpy(idx),
+                               out=torch.empty((5, 3, 4, 4), dtype=torch.uint8))
+    finally:
+        torch.use_deterministic_algorithms(before)
+    # wrapping the NumPy result (torch.from_numpy) is all torch sees: no kernel runs
+    assert set(ops.seen) <= {"aten.lift_fresh.default", "aten.detach.default"}, ops.seen
+    assert any("index_select" in op for op in planted.seen)
+    np.testing.assert_array_equal(got.numpy(), images[idx])
+
+
 def test_weighted_cross_entropy_equals_torch():
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(32, 14, generator=g)
