@@ -25,7 +25,10 @@ else:   # loaded when the command runs: `pipi predict --help` imports neither to
 @frame_model_option
 @click.option("--out", required=True, help="The .parquet file to write (one row per frame).")
 @click.option("--images", default="", help="A folder of JPEG/PNG frames (one subfolder per "
-              "video, or one video).")
+              "video, or one video); with --labels, the folder the table's paths start from.")
+@click.option("--labels", default="", help="A label table (CSV, Parquet or Excel, as `pipi stage "
+              "images --labels` reads one): its images are scored, with the metrics of their "
+              "classes.")
 @click.option("--data", default="", help="A staged folder (its --split is scored, with labels).")
 @click.option("--split", default="test", show_default=True,
               help="The staged split to score: train, val, test or all.")
@@ -35,13 +38,13 @@ else:   # loaded when the command runs: `pipi predict --help` imports neither to
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
               show_default=True)
 @experiment_option
-def predict(model, out, images, data, split, batch_size, workers, device, experiment):
+def predict(model, out, images, labels, data, split, batch_size, workers, device, experiment):
     """Score a folder of frames or a staged split with a registered model into a parquet file."""
     setup_logging()
     tracking.configure()
     res = workflow.run_predict(model=model, out=out, images=images or None, data=data or None,
-                      split=split, batch_size=batch_size, workers=workers, device=device,
-                      experiment=experiment or None)
+                               labels=labels or None, split=split, batch_size=batch_size,
+                               workers=workers, device=device, experiment=experiment or None)
     s = res.score
     click.echo(f"predict run {res.run_id}: {s.n_frames} frames scored by {res.model.label} "
                f"into {s.out} ({s.frames_per_s:.1f} frames/s"

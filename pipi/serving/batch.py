@@ -3,7 +3,8 @@
 
 * **Frames.** :func:`folder_frames` lists the JPEG/PNG files under a folder (one subfolder per
   video, or one video: the folder itself), in path order; :func:`staged_frames` takes one
-  split (or all) of a staged folder, with its labels.
+  split (or all) of a staged folder, with its labels; :func:`table_frames` the images a label
+  table lists (the form ``pipi stage images --labels`` reads), labelled in the model's classes.
 * **Decoding** happens in DataLoader workers, exactly as the registered model decodes a
   request's image (``decode_file`` with the model's decode size, then the training cache's
   resize), so the probabilities equal the pyfunc's; the model (:class:`FrameModule`) runs on
@@ -30,13 +31,15 @@ import numpy as np
 import pandas as pd
 import torch
 
+from pipi.classes import slug
+from pipi.data.staging.images_scan import scan_table
 from pipi.errors import ConfigError, DataError
 from pipi.predictions import predictions_frame, predictions_schema
 from pipi.serving.model_input import InputError, Limits, decode_file
 from pipi.serving.sequence_clip import resize_batch
 
-__all__ = ["CHUNK", "IMAGE_SUFFIXES", "FrameList", "ScoreResult", "folder_frames",
-           "score_frames", "staged_frames"]
+__all__ = ["CHUNK", "IMAGE_SUFFIXES", "FrameList", "ScoreResult", "TableLabels", "folder_frames",
+           "score_frames", "staged_frames", "table_frames"]
 
 #: Frames per part file: what a broken run loses at most.
 CHUNK = 2048
@@ -99,6 +102,65 @@ def staged_frames(root: Path, frames: pd.DataFrame, split: str) -> FrameList:
     sel = frames if split == "all" else frames[frames["split"] == split]
     cols = ["path", "video_id", "frame_number", "class_index", "class"]
     return FrameList(Path(root), sel[cols].reset_index(drop=True), labelled=True)
+
+
+@dataclass(frozen=True)
+class TableLabels:
+    """How a label table's classes met the model's: frames left out of the metrics because
+    their class is not one of the model's (``unknown``: those class names) or because they
+    carry more than one class (``multi``)."""
+
+    n_unknown: int = 0
+    unknown: tuple[str, ...] = ()
+    n_multi: int = 0
+
+
+def table_frames(table: Path, class_names: tuple[str, ...], *,
+                 root: Path | None = None) -> tuple[FrameList, TableLabels]:
+    """The images a label table lists, once each, in the table's order, labelled with the
+    model's class of their table class (matched by :func:`pipi.classes.slug`). The table is
+    read as ``pipi stage images --labels`` reads one (CSV, Parquet or Excel; an image path
+    column relative to ``root``, the table's folder or the folder above it; a class column or
+    one-hot columns; optional ``video_id|patient_id`` and ``frame_number``). Every frame is
+    scored; one whose class the model does not have, or that has several, has no label
+    (``class_index`` -1) and is counted in the :class:`TableLabels`."""
+    table = Path(table).expanduser().resolve()
+    base = Path(root).expanduser().resolve() if root else table.parent
+    rows = scan_table(table, base, classes=None).rows
+    index = {slug(c): i for i, c in enumerate(class_names)}
+    first = rows.drop_duplicates("src", keep="first")
+    classes_of = rows.groupby("src", sort=False)["class"].agg(lambda c: tuple(dict.fromkeys(c)))
+    files = [Path(p) for p in first["src"]]
+    top = Path(os.path.commonpath([str(f.parent) for f in files]))
+    rel = [str(f.relative_to(top)) for f in files]
+    given = first["group"].astype(str).to_numpy()
+    video = [g if g else (str(Path(r).parent) if str(Path(r).parent) != "." else top.name)
+             for g, r in zip(given, rel)]
+    df = pd.DataFrame({"path": rel, "video_id": video})
+    number = pd.to_numeric(first["frame_number"], errors="coerce").to_numpy()
+    df["frame_number"] = (number.astype(np.int64) if not np.isnan(number).any() else
+                          df.groupby("video_id", sort=False).cumcount().to_numpy(np.int64))
+    labels, names, unknown, n_unknown, n_multi = [], [], {}, 0, 0
+    for src in first["src"]:
+        found = classes_of[src]
+        if len(found) > 1:
+            n_multi += 1
+            labels.append(-1)
+            names.append("")
+        elif slug(found[0]) not in index:
+            n_unknown += 1
+            unknown.setdefault(found[0], None)
+            labels.append(-1)
+            names.append("")
+        else:
+            labels.append(index[slug(found[0])])
+            names.append(class_names[index[slug(found[0])]])
+    df["class_index"], df["class"] = np.asarray(labels, dtype=np.int64), names
+    if not (df["class_index"] >= 0).any():
+        raise DataError(f"{table}: none of its classes is one of the model's "
+                        f"({', '.join(class_names)}); found {', '.join(unknown) or 'only frames with several classes'}")
+    return (FrameList(top, df, labelled=True),
+            TableLabels(n_unknown=n_unknown, unknown=tuple(unknown), n_multi=n_multi))
 
 
 class _Frames(torch.utils.data.Dataset):

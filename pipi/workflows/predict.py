@@ -20,7 +20,14 @@ from pipi.errors import ConfigError
 from pipi.report.timeline import findings_timeline, top_frames
 from pipi.runs.data import data_short_name, load_data
 from pipi.runtime import resolve_runtime
-from pipi.serving.batch import ScoreResult, folder_frames, score_frames, staged_frames
+from pipi.serving.batch import (
+    ScoreResult,
+    TableLabels,
+    folder_frames,
+    score_frames,
+    staged_frames,
+    table_frames,
+)
 from pipi.training.frames import final_metrics
 
 __all__ = ["MAX_TIMELINES", "ModelRef", "PredictResult", "model_ref", "run_predict"]
@@ -66,31 +73,41 @@ def model_ref(uri: str) -> ModelRef:
     return ModelRef(uri)
 
 
-def _frames(images: str | None, data: str | None, split: str):
-    """(frames, the staged manifest or None, what they are in the run's name)."""
-    if bool(images) == bool(data):
-        raise ConfigError("pass one of images=<folder of frames> or data=<staged folder>")
+def _frames(images: str | None, data: str | None, split: str, labels: str | None,
+            class_names: tuple[str, ...]):
+    """(frames, the staged manifest or None, what they are in the run's name, how a label
+    table's classes met the model's or None)."""
+    if labels:
+        flist, met = table_frames(Path(labels), class_names,
+                                  root=Path(images) if images else None)
+        return flist, None, Path(labels).name, met
     if images:
         flist = folder_frames(Path(images))
-        return flist, None, flist.root.name
+        return flist, None, flist.root.name, None
     staged = load_data(data)
     return (staged_frames(staged.root, staged.frames, split), staged.manifest,
-            f"{data_short_name(staged.root)} {split}")
+            f"{data_short_name(staged.root)} {split}", None)
 
 
 def run_predict(*, model: str, out: str, images: str | None = None, data: str | None = None,
-                split: str = "test", batch_size: int = 64, workers: int = 2,
+                labels: str | None = None, split: str = "test", batch_size: int = 64,
+                workers: int = 2,
                 device: str = "auto", experiment: str | None = None,
                 progress: bool = True) -> PredictResult:
     """Score the frames with the model into ``out`` inside a ``predict`` run (module
     docstring). A broken run is continued by the same command: the parts it finished are
     kept (``<out>.parts/``)."""
     dev = resolve_runtime(device=device).device   # the device as train resolves it
-    flist, manifest, what = _frames(images, data, split)
+    if bool(data) + bool(images or labels) != 1:   # before anything is loaded
+        raise ConfigError("pass one of images=<folder of frames>, labels=<label table> "
+                          "(images=: the folder its paths start from) or data=<staged folder>")
     ref = model_ref(model)
     module = tracking.scoring.load_module(model)
+    flist, manifest, what, met = _frames(images, data, split, labels,
+                                         tuple(module.class_names))
     params = {"model_uri": model, "model_name": ref.name, "model_version": ref.version,
-              "images": images or "", "data": data or "", "split": "" if images else split,
+              "images": images or "", "data": data or "", "labels": labels or "",
+              "split": split if data else "",
               "batch_size": batch_size, "workers": workers, "device": dev.type,
               "n_frames": len(flist), "out": str(Path(out).expanduser().resolve())}
     tags = {tracking.TAG_SOURCE_RUN: ref.run_id} if ref.run_id else {}
@@ -108,10 +125,13 @@ def run_predict(*, model: str, out: str, images: str | None = None, data: str | 
         metrics = {"predict/frames": float(score.n_frames),
                    "predict/seconds": score.seconds, "predict/frames_per_s": score.frames_per_s,
                    "predict/resumed_frames": float(score.resumed_frames)}
+        if met is not None:
+            metrics.update(_table_counts(met))
         if flist.labelled:
-            classes = sorted(set(int(c) for c in preds["label"] if c >= 0))
-            metrics.update(final_metrics(preds, classes, "test" if split == "test" else split,
-                                         module.cfg, manifest))
+            scored = preds[preds["label"] >= 0].reset_index(drop=True)
+            classes = sorted(set(int(c) for c in scored["label"]))
+            prefix = "test" if labels or split == "test" else split
+            metrics.update(final_metrics(scored, classes, prefix, module.cfg, manifest))
         tracking.log_metrics(metrics)
         _log_outputs(score, preds, tuple(module.class_names))
         tracking.set_run_description(
@@ -120,6 +140,19 @@ def run_predict(*, model: str, out: str, images: str | None = None, data: str | 
             "predictions/predict.parquet, per-video timelines in figures/.")
     log.info("predict run %s: %d frames into %s", run.run_id, score.n_frames, score.out)
     return PredictResult(run.run_id, score.out, ref, score, metrics)
+
+
+def _table_counts(met: TableLabels) -> dict[str, float]:
+    """A label table's frames left out of the metrics, logged (and said once)."""
+    if met.n_unknown:
+        log.warning("%d frame(s) of the label table have a class the model does not have "
+                    "(%s): scored, left out of the metrics", met.n_unknown,
+                    ", ".join(met.unknown))
+    if met.n_multi:
+        log.warning("%d frame(s) of the label table have several classes: scored, left out "
+                    "of the metrics", met.n_multi)
+    return {"predict/frames_unknown_class": float(met.n_unknown),
+            "predict/frames_several_classes": float(met.n_multi)}
 
 
 def _log_outputs(score: ScoreResult, preds: pd.DataFrame, names: tuple[str, ...]) -> None:

@@ -69,7 +69,7 @@ def test_predict_scores_a_staged_split_as_the_registered_model_does(trained, tin
     assert schema["classes"][0] == "Ampulla of Vater" and "predicted_class" in schema["columns"]
 
 
-def test_predict_scores_a_folder_of_frames_one_video_per_subfolder(trained, tiny_staged,
+def test_predict_scores_a_folder_of_frames_and_the_images_of_a_label_table(trained, tiny_staged,
                                                                     tmp_path):
     frames = pd.read_parquet(tiny_staged / "frames.parquet")
     for i, p in enumerate(frames["path"].iloc[:6]):
@@ -86,6 +86,35 @@ def test_predict_scores_a_folder_of_frames_one_video_per_subfolder(trained, tiny
     assert "test/macro_auc" not in run.data.metrics
     figs = {a.path for a in MlflowClient().list_artifacts(res.run_id, "figures")}
     assert figs == {"figures/timeline_000.png", "figures/timeline_001.png"}
+
+    # a label table as people write them (pipi stage images --labels reads the same form):
+    # Windows paths, a label column in the release's spelling, a video column, and a frame
+    # whose class the model does not have (scored, left out of the metrics)
+    test = frames[frames["split"] == "test"].reset_index(drop=True)
+    (tmp_path / "table" / "imgs").mkdir(parents=True)
+    lines = ["image_path,label,video_id"]
+    for i, row in test.iterrows():
+        shutil.copy(tiny_staged / row["path"], tmp_path / "table" / "imgs" / f"f{i}.jpg")
+        lines.append(f"imgs\\f{i}.jpg,{row['class'].upper()},v{i % 2}")
+    shutil.copy(tiny_staged / test["path"][0], tmp_path / "table" / "imgs" / "other.jpg")
+    lines.append("imgs\\other.jpg,Cat,v0")
+    (tmp_path / "table" / "labels.csv").write_text("\n".join(lines) + "\n")
+    res = run_predict(model=f"models:/{trained.registered_name}/{trained.registered_version}",
+                      labels=str(tmp_path / "table" / "labels.csv"),
+                      out=str(tmp_path / "table.parquet"), workers=0, experiment="predict",
+                      progress=False)
+    got = pd.read_parquet(res.out)
+    assert got["path"].tolist() == [f"f{i}.jpg" for i in range(len(test))] + ["other.jpg"]
+    assert got["label"].tolist() == test["class_index"].tolist() + [-1]
+    assert got["video_id"].tolist() == [f"v{i % 2}" for i in range(len(test))] + ["v0"]
+    run = MlflowClient().get_run(res.run_id)
+    probs = got[[f"prob_{k:02d}" for k in range(14)]].to_numpy()[:len(test)]
+    y = got["label"].to_numpy()[:len(test)]
+    sk = np.mean([roc_auc_score(y == c, probs[:, c]) for c in sorted(set(y))])
+    assert run.data.metrics["test/macro_auc"] == pytest.approx(sk, abs=1e-6)
+    assert run.data.metrics["predict/frames_unknown_class"] == 1
+    assert run.data.metrics["predict/frames_several_classes"] == 0
+    assert run.data.params["labels"] == str(tmp_path / "table" / "labels.csv")
 
 
 def test_pipi_onnx_writes_the_registered_model_as_a_checked_graph(trained, tiny_staged,
