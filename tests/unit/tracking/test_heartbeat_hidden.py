@@ -5,18 +5,10 @@ from __future__ import annotations
 
 import time
 
-import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
 
 from pipi.tracking import liveness, tags
-
-
-@pytest.fixture()
-def store(tmp_path, store_uri):
-    mlflow.set_tracking_uri(store_uri)
-    yield mlflow.create_experiment("hb", artifact_location=str(tmp_path / "a"))
-    mlflow.set_tracking_uri(None)
 
 
 def _ui_hides(key: str) -> bool:

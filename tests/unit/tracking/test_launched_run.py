@@ -6,19 +6,9 @@ from __future__ import annotations
 
 import os
 
-import mlflow
-import pytest
 from mlflow.tracking import MlflowClient
 
 from pipi import tracking
-
-
-@pytest.fixture()
-def store(tmp_path, monkeypatch, store_uri):
-    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
-    mlflow.set_tracking_uri(store_uri)
-    yield mlflow.create_experiment("launched", artifact_location=str(tmp_path / "a"))
-    mlflow.set_tracking_uri(None)
 
 
 def test_the_command_remembers_the_launched_run_until_it_attaches(monkeypatch):

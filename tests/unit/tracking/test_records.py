@@ -11,7 +11,6 @@ import pickle
 from pathlib import Path
 from types import MappingProxyType
 
-import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -20,13 +19,6 @@ from pipi.tracking import RunRecord, VersionRecord, run_record
 
 TRACKING = Path(tracking.__file__).parent
 
-
-@pytest.fixture()
-def store(tmp_path, monkeypatch, store_uri):
-    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
-    mlflow.set_tracking_uri(store_uri)
-    yield mlflow.create_experiment("records", artifact_location=str(tmp_path / "a"))
-    mlflow.set_tracking_uri(None)
 
 
 def test_a_run_read_through_tracking_is_a_record_with_what_mlflow_holds(store):

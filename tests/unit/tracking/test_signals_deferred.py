@@ -1,7 +1,6 @@
 """A signal inside ``signals_deferred`` acts when the block is over (a child run is never
 cut between being created and being ended); a second signal acts at once."""
 
-import os
 import signal
 
 import pytest
