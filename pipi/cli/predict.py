@@ -14,6 +14,7 @@ from pipi.cli import (
     lazy_module,
     setup_logging,
 )
+from pipi.options.runtime import PRECISIONS, SWITCHES
 
 if TYPE_CHECKING:
     from pipi.workflows import predict as workflow
@@ -37,14 +38,21 @@ else:   # loaded when the command runs: `pipi predict --help` imports neither to
               help="DataLoader processes that decode the frames (0: in this process).")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
               show_default=True)
+@click.option("--precision", type=click.Choice(PRECISIONS), default="auto", show_default=True,
+              help="The forward pass's precision (auto: bf16 on a GPU that has it, fp32 "
+                   "otherwise; fp32 answers as the registered pyfunc does, to 1e-5).")
+@click.option("--channels-last", type=click.Choice(SWITCHES), default="auto",
+              show_default=True, help="NHWC memory format (auto: on a GPU).")
 @experiment_option
-def predict(model, out, images, labels, data, split, batch_size, workers, device, experiment):
+def predict(model, out, images, labels, data, split, batch_size, workers, device, precision,
+            channels_last, experiment):
     """Score a folder of frames or a staged split with a registered model into a parquet file."""
     setup_logging()
     tracking.configure()
     res = workflow.run_predict(model=model, out=out, images=images or None, data=data or None,
                                labels=labels or None, split=split, batch_size=batch_size,
-                               workers=workers, device=device, experiment=experiment or None)
+                               workers=workers, device=device, precision=precision,
+                               channels_last=channels_last, experiment=experiment or None)
     s = res.score
     click.echo(f"predict run {res.run_id}: {s.n_frames} frames scored by {res.model.label} "
                f"into {s.out} ({s.frames_per_s:.1f} frames/s"

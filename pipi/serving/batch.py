@@ -210,11 +210,15 @@ def _parts(out: Path, key: str) -> Path:
 
 def score_frames(module: torch.nn.Module, flist: FrameList, out: Path, *, model_key: str,
                  batch_size: int = 64, workers: int = 0, device: torch.device | None = None,
-                 progress: Callable[[int], None] | None = None) -> ScoreResult:
+                 progress: Callable[[int], None] | None = None,
+                 amp_dtype: torch.dtype | None = None,
+                 channels_last: bool = False) -> ScoreResult:
     """Score every frame of ``flist`` with ``module`` (``forward(x01) -> probabilities``, a
     :class:`~pipi.serving.predictors.FrameModule`) into ``out`` (see the module docstring).
-    ``model_key`` names the model (its URI and version): parts of another model are refused.
-    ``progress(n)`` is called with the frames done after each batch."""
+    ``model_key`` names the model (its URI and version, and how it computes: parts of another
+    are refused). ``amp_dtype``: the forward pass under ``torch.autocast`` in that precision
+    (bf16 on a GPU: faster, probabilities to about 1e-2 of fp32); ``channels_last``: inputs
+    in NHWC memory format. ``progress(n)`` is called with the frames done after each batch."""
     if batch_size < 1 or workers < 0:
         raise ConfigError(f"batch_size={batch_size}, workers={workers}: need >= 1 and >= 0")
     out = Path(out).expanduser().resolve()
@@ -222,7 +226,8 @@ def score_frames(module: torch.nn.Module, flist: FrameList, out: Path, *, model_
         raise ConfigError(f"out={out}: write a .parquet file")
     out.parent.mkdir(parents=True, exist_ok=True)
     device = device or torch.device("cpu")
-    module = module.to(device).eval()
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    module = module.to(device, memory_format=fmt).eval()
     n, size = len(flist), int(module.image_size)
     parts = _parts(out, _key(flist, model_key))
     chunks = [(c, s, min(s + CHUNK, n)) for c, s in enumerate(range(0, n, CHUNK))]
@@ -239,9 +244,11 @@ def score_frames(module: torch.nn.Module, flist: FrameList, out: Path, *, model_
     names = tuple(module.class_names)
     pending: list[np.ndarray] = []
     queue = list(todo)
-    with torch.inference_mode():
+    with torch.inference_mode(), torch.autocast(device.type, dtype=amp_dtype or torch.float32,
+                                                enabled=amp_dtype is not None):
         for x in loader:
-            pending.append(module(x.to(device, non_blocking=True)).float().cpu().numpy())
+            x = x.to(device, non_blocking=True).contiguous(memory_format=fmt)
+            pending.append(module(x).float().cpu().numpy())
             if progress:
                 progress(len(x))
             while queue and sum(len(p) for p in pending) >= queue[0][2] - queue[0][1]:

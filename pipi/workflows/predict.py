@@ -91,13 +91,17 @@ def _frames(images: str | None, data: str | None, split: str, labels: str | None
 
 def run_predict(*, model: str, out: str, images: str | None = None, data: str | None = None,
                 labels: str | None = None, split: str = "test", batch_size: int = 64,
-                workers: int = 2,
-                device: str = "auto", experiment: str | None = None,
+                workers: int = 2, device: str = "auto", precision: str = "auto",
+                channels_last: str = "auto", experiment: str | None = None,
                 progress: bool = True) -> PredictResult:
     """Score the frames with the model into ``out`` inside a ``predict`` run (module
     docstring). A broken run is continued by the same command: the parts it finished are
     kept (``<out>.parts/``)."""
-    dev = resolve_runtime(device=device).device   # the device as train resolves it
+    # the device, precision and memory format as train resolves them (auto: bf16 and
+    # channels_last on a GPU that has them, fp32 on a CPU)
+    rt = resolve_runtime(device=device, precision=precision, channels_last=channels_last,
+                         profile="predict")
+    dev = rt.device
     if bool(data) + bool(images or labels) != 1:   # before anything is loaded
         raise ConfigError("pass one of images=<folder of frames>, labels=<label table> "
                           "(images=: the folder its paths start from) or data=<staged folder>")
@@ -109,6 +113,9 @@ def run_predict(*, model: str, out: str, images: str | None = None, data: str | 
               "images": images or "", "data": data or "", "labels": labels or "",
               "split": split if data else "",
               "batch_size": batch_size, "workers": workers, "device": dev.type,
+              "precision": precision, "resolved_precision": rt.precision,
+              "channels_last": channels_last,
+              "resolved_channels_last": str(rt.channels_last).lower(),
               "n_frames": len(flist), "out": str(Path(out).expanduser().resolve())}
     tags = {tracking.TAG_SOURCE_RUN: ref.run_id} if ref.run_id else {}
     with tracking.pipi_run(entry_point="predict", experiment=experiment, tags=tags,
@@ -116,9 +123,11 @@ def run_predict(*, model: str, out: str, images: str | None = None, data: str | 
         tracking.log_params(params)
         bar = tqdm(total=len(flist), unit="frame", desc="predict", disable=not progress)
         try:
-            score = score_frames(module, flist, Path(out), model_key=f"{model}|{ref.label}",
+            score = score_frames(module, flist, Path(out),
+                                 model_key=f"{model}|{ref.label}|{rt.precision}",
                                  batch_size=batch_size, workers=workers, device=dev,
-                                 progress=bar.update)
+                                 progress=bar.update, amp_dtype=rt.amp_dtype,
+                                 channels_last=rt.channels_last)
         finally:
             bar.close()
         preds = pd.read_parquet(score.out)

@@ -103,3 +103,38 @@ def test_the_timeline_and_the_surest_frames(tmp_path):
     assert top[top["class"] == "high"]["probability"].tolist() == pytest.approx([0.9, 0.8])
     png = findings_timeline(df, ("low", "high"), video="v")
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 2000
+
+
+class _Conv(torch.nn.Module):
+    """A small convolutional stand-in: autocast and the memory format reach its convolution."""
+
+    image_size, class_names = 32, ("a", "b", "c")
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = torch.nn.Conv2d(3, 3, 5, padding=2)
+
+    def forward(self, x01):
+        return torch.softmax(self.conv(x01 * 4 - 2).mean((2, 3)) * 8, 1)
+
+
+def test_bf16_and_channels_last_score_the_frames_close_to_fp32(tmp_path):
+    """`predict -P precision=bf16` runs the forward pass under autocast (a GPU's auto), and
+    channels_last in NHWC: the same frames, bf16's rounding (to about 1e-2), the same fp32
+    answers in either memory format."""
+    for i in range(6):
+        _jpeg(tmp_path / "exam" / f"f{i}.jpg", seed=40 + i)
+    fl = folder_frames(tmp_path / "exam")
+    cols = ["prob_00", "prob_01", "prob_02"]
+    fp32 = pd.read_parquet(score_frames(_Conv(), fl, tmp_path / "a.parquet", model_key="m",
+                                        batch_size=4).out)[cols].to_numpy()
+    nhwc = pd.read_parquet(score_frames(_Conv(), fl, tmp_path / "b.parquet", model_key="m",
+                                        batch_size=4, channels_last=True).out)[cols].to_numpy()
+    bf16 = pd.read_parquet(score_frames(_Conv(), fl, tmp_path / "c.parquet", model_key="m",
+                                        batch_size=4, amp_dtype=torch.bfloat16).out
+                           )[cols].to_numpy()
+    assert fp32.std(0).max() > 1e-2                      # the answers depend on the frame
+    np.testing.assert_allclose(nhwc, fp32, atol=1e-6)
+    np.testing.assert_allclose(bf16, fp32, atol=3e-2)
+    assert np.abs(bf16 - fp32).max() > 1e-5              # the convolution ran in bf16
