@@ -141,3 +141,61 @@ def test_pipi_onnx_writes_the_registered_model_as_a_checked_graph(trained, tiny_
     b64 = [base64.b64encode((tiny_staged / p).read_bytes()).decode() for p in paths]
     want = mlflow.pyfunc.load_model(uri).predict(pd.DataFrame({"image": b64}))
     np.testing.assert_allclose(got, want.iloc[:, :14].to_numpy(), atol=1e-5)
+
+
+def _doc_commands(section: str, starts: tuple[str, ...]) -> list[list[str]]:
+    """The commands of a docs/serving.md section's bash blocks that start with ``starts``,
+    continuation lines joined and trailing comments dropped, as argv lists."""
+    import re
+    import shlex
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "serving.md").read_text()
+    body = doc.split(f"## {section}", 1)[1].split("\n## ", 1)[0]
+    out = []
+    for block in re.findall(r"```bash\n(.*?)```", body, flags=re.S):
+        text = re.sub(r"\\\n\s*", " ", block)
+        for line in text.splitlines():
+            line = re.sub(r"\s+#.*$", "", line).strip()
+            if line.startswith(starts):
+                out.append(shlex.split(line))
+    return out
+
+
+def test_the_exam_and_onnx_recipes_of_docs_serving_run_as_written(trained, tiny_staged,
+                                                                  tmp_path):
+    """docs/serving.md's `pipi predict` lines (a staged split, a label table) and its
+    `pipi onnx` line, as written there; only the model, the data and the files are this
+    test's. (Its `mlflow run . -e predict` line runs in tests/integration/test_tour.py's
+    predict step, the README's.)"""
+    from click.testing import CliRunner
+
+    from pipi.cli import main
+
+    uri = f"models:/{trained.registered_name}/{trained.registered_version}"
+    frames = pd.read_parquet(tiny_staged / "frames.parquet")
+    test = frames[frames["split"] == "test"].reset_index(drop=True)
+    table = tmp_path / "reader" / "labels.csv"
+    table.parent.mkdir()
+    table.write_text("image_path,label\n" + "".join(
+        f"{tiny_staged / p},{c}\n" for p, c in zip(test["path"], test["class"])))
+    given = {"-m": uri, "--data": str(tiny_staged), "--labels": str(table)}
+    commands = (_doc_commands("A whole exam", ("pipi predict",))
+                + _doc_commands("ONNX", ("pipi onnx",)))
+    assert [c[:2] for c in commands] == [["pipi", "predict"]] * 2 + [["pipi", "onnx"]]
+    for i, argv in enumerate(commands):
+        args = argv[1:]
+        for opt in ("-m", "--data", "--labels", "--out"):
+            if opt in args:
+                k = args.index(opt) + 1
+                args[k] = str(tmp_path / f"{i}-{Path(args[k]).name}") if opt == "--out" \
+                    else given[opt]
+        r = CliRunner().invoke(main, [*args, "--experiment", "predict"] if argv[1] == "predict"
+                               else args)
+        assert r.exit_code == 0, (argv, r.output)
+    staged, labelled = (pd.read_parquet(tmp_path / "0-test.parquet"),
+                        pd.read_parquet(tmp_path / "1-reader.parquet"))
+    assert len(staged) == len(labelled) == len(test)
+    cols = [f"prob_{k:02d}" for k in range(14)]
+    np.testing.assert_allclose(labelled[cols].to_numpy(), staged[cols].to_numpy(), atol=1e-6)
+    assert labelled["label"].tolist() == staged["label"].tolist()
+    assert (tmp_path / "2-pi.onnx").stat().st_size > 0
