@@ -90,7 +90,7 @@ def main() -> int:
     from pipi.prior import prior_channels
     from pipi.runs.data import load_data
     from pipi.tracking.server import Postgres, pg_bin
-    from pipi.workflows import train as runner
+    from pipi.runs import training as runner
     from pipi.workflows.calibrate import run_calibration
 
     if pg_bin() is None:

@@ -38,7 +38,7 @@ from pipi.config import make_config  # noqa: E402
 from pipi.data.staging import stage_kvasir  # noqa: E402
 from pipi.data.synth import synthesize_kvasir  # noqa: E402
 from pipi.serving.model_input import encode_image  # noqa: E402
-from pipi.workflows import train as runner  # noqa: E402
+from pipi.runs import training as runner  # noqa: E402
 
 
 def _free_port() -> int:

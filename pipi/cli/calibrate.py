@@ -27,13 +27,11 @@ if TYPE_CHECKING:
     from pipi.calibration import study as storage
     from pipi.runs import calibrate as runs
     from pipi.workflows import calibrate as workflow
-    from pipi.workflows import train as training
 else:   # loaded when the command runs: `pipi calibrate --help` imports no torch, mlflow, optuna
     objective = lazy_module("pipi.calibration.objective")
     storage = lazy_module("pipi.calibration.study")
     runs = lazy_module("pipi.runs.calibrate")
     workflow = lazy_module("pipi.workflows.calibrate")
-    training = lazy_module("pipi.workflows.train")   # mode=train: each trial one train run
 
 
 @click.command("calibrate", cls=PipiCommand)
@@ -90,7 +88,7 @@ def calibrate(mode, run, target, search, trials, sampler, pruner, storage_url, s
     """Fit alpha and lambda_eff of a frozen model's prior on a held-out fold (docs/entry-points.md)."""
     setup_logging()
     if worker_spec:
-        r = runs.run_worker_file(worker_spec, train_fn=training.train)
+        r = runs.run_worker_file(worker_spec)
         click.echo(f"worker {r.worker}: trials {r.trials} (trained {r.trained}, reused {r.reused})")
         return
     objective.parse_target(target)        # every option checked before anything starts
@@ -98,7 +96,7 @@ def calibrate(mode, run, target, search, trials, sampler, pruner, storage_url, s
     storage.check_storage_url(storage_url)
     tracking.configure()
     train_options = ({} if mode == "frozen" else {
-        "train_fn": training.train, "epochs": epochs, "backbone": backbone, "seed": seed,
+        "epochs": epochs, "backbone": backbone, "seed": seed,
         "executor": executor, "profile": profile, "weights": weights})
     if target_data:  # mode=frozen refuses it in one line
         train_options["target_data"] = target_data

@@ -29,9 +29,9 @@ from pipi.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from pipi.workflows import train as workflow
+    from pipi.runs import training
 else:   # loaded when the command runs: `pipi train --help` imports neither torch nor mlflow
-    workflow = lazy_module("pipi.workflows.train")
+    training = lazy_module("pipi.runs.training")
 
 
 @click.command("train", cls=PipiCommand)
@@ -62,15 +62,15 @@ def train(cell, seed, backbone, data, profile, weights, prior_params, resume, ba
     # the prefix reaches the training as a context value, for this command only (issue 39)
     click.get_current_context().with_resource(tracking.using_model_prefix(model_prefix))
     # one request: every option checked before anything is staged, loaded or started, the
-    # config built once, the data, prior and runtime resolved once; the workflow trains it
-    req = workflow.request_from_options(
+    # config built once, the data, prior and runtime resolved once; the training service trains it
+    req = training.request_from_options(
         cell=cell, backbone=backbone, seed=seed, profile=profile, data=data, weights=weights,
         prior_params=prior_params, resume=resume or None, base_run=base_run or None,
         connect=tracking.configure,
         **overrides_from(kw))
     # the options as `mlflow run -e train` logs them, whichever launcher parsed them
     req = dataclasses.replace(req, options=requested_options(click.get_current_context()))
-    s = workflow.run(req, experiment=experiment or None, system_metrics=system_metrics)
+    s = training.run(req, experiment=experiment or None, system_metrics=system_metrics)
     cfg = req.cfg
     click.echo(f"run {s.run_id}: test macro-AUC {s.test_macro_auc:.4f} "
                f"(val {s.val_macro_auc:.4f}, best epoch {s.best_epoch}; profile "

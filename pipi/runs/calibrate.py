@@ -65,6 +65,7 @@ from pipi.errors import PipiError
 from pipi.paths import pipi_home
 from pipi.predictions import read_predictions
 from pipi.report.study_plots import write_study_plots
+from pipi.runs import training
 from pipi.runs.evaluate import device_for, load_run_model
 
 log = logging.getLogger(__name__)
@@ -121,9 +122,10 @@ def worker_main(spec: TrialSpec, out) -> None:
         raise
 
 
-def run_worker_file(path: str | Path, *, train_fn: Callable) -> WorkerResult:
-    """A SLURM task: run the worker described by ``path``; write its result beside it."""
-    spec = read_worker_spec(Path(path), train_fn=train_fn)
+def run_worker_file(path: str | Path, *, train_fn: Callable | None = None) -> WorkerResult:
+    """A SLURM task: run the worker described by ``path``; write its result beside it (a
+    trial of mode=train trains with :func:`pipi.runs.training.train`, or ``train_fn``)."""
+    spec = read_worker_spec(Path(path), train_fn=train_fn or training.train)
     tracking.install_signal_handlers()
     _worker_env(spec)
     result = optimize(spec)

@@ -1,7 +1,7 @@
 """Sequence-aware cells (library half): C1 summaries, C2 windows, C3 residuals, the head's fit.
 
 The MLflow side (base runs, stored embeddings, the autoencoder run, the ``train`` run of a
-sequence cell) lives in ``pipi.runs.streams`` and ``pipi.workflows.train``.
+sequence cell) lives in ``pipi.runs.streams`` and ``pipi.runs.training``.
 
 A sequence cell (``b`` ... ``e_dagger``, see ``pipi.cells``) classifies each labelled frame
 from up to three feature streams computed around it:

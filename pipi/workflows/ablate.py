@@ -55,6 +55,7 @@ from pipi.runs.evaluate import (
     find_evaluation,
 )
 from pipi.runs.prior_params import check_prior_params, resolve_prior
+from pipi.runs.training import train
 from pipi.sweeps.local import run_local
 from pipi.sweeps.plan import (
     EXECUTORS,
@@ -70,7 +71,6 @@ from pipi.sweeps.plan import (
     summary_frames,
 )
 from pipi.sweeps.slurm import run_slurm
-from pipi.workflows.train import train
 
 log = logging.getLogger(__name__)
 

@@ -68,6 +68,7 @@ from pipi.data.cache import build_cache
 from pipi.errors import ConfigError
 from pipi.paths import pipi_home
 from pipi.report.run_figures import cell_prior_figure, first_per_class
+from pipi.runs import training
 from pipi.runs.calibrate import end_lost_trial_runs, finish, optimize, run_workers
 from pipi.runs.data import StagedData, galar_target_data, load_data
 from pipi.runs.evaluate import device_for, load_run_model
@@ -188,8 +189,7 @@ def _train_plan(*, target, storage, study, data, search, train_fn, epochs="auto"
     parse_target(target)
     if executor not in EXECUTORS:
         raise ConfigError(f"executor={executor!r} is unknown. Available: {list(EXECUTORS)}")
-    if train_fn is None:
-        raise ConfigError("mode=train needs train_fn (the train workflow's train)")
+    train_fn = train_fn or training.train
     n_epochs = parse_epochs(epochs)
     galar = galar_target_data(target, target_data)  # None for kvasir-val
     storage_url = check_storage_url(storage)
@@ -238,8 +238,9 @@ def run_calibration(*, run: str = "", target: str, trials: int = 40, sampler: st
     ``search``: ``alpha`` (lambda_eff fixed at the configuration's own), ``alpha,lambda_eff``
     or ``auto`` (mode=train: alpha, as the paper; mode=frozen: both). ``mode=frozen`` needs
     ``run``; ``mode=train`` takes ``train_options`` (epochs, backbone, seed, executor,
-    profile, weights, target_data). ``train_fn`` is the ``train`` workflow's function, passed
-    in by the caller (the CLI): a workflow does not import another."""
+    profile, weights, target_data). Each trial of mode=train is one run of the library's
+    training service (:func:`pipi.runs.training.train`); ``train_fn`` replaces it (a test's
+    seam: a trial that dies)."""
     if trials < 1 or workers < 1:
         raise ConfigError(f"trials={trials} and workers={workers} must be >= 1")
     make_sampler(sampler, seed=0, trials=trials)

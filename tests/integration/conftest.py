@@ -50,7 +50,7 @@ def smoke_study(mlflow_server, tiny_staged) -> SmokeStudy:
     import mlflow
 
     from pipi.config import make_config
-    from pipi.workflows.train import train
+    from pipi.runs.training import train
 
     mlflow.set_tracking_uri(mlflow_server.uri)
     study = SmokeStudy(mlflow_server.uri, SMOKE_EXPERIMENT, tiny_staged, SMOKE_BACKBONE)

@@ -29,7 +29,7 @@ def _train_runs(experiment: str) -> pd.DataFrame:
 
 # --------------------------------------------------------------------------- plans
 def test_sweep_retries_reports_and_is_idempotent(tracking, tiny_staged, monkeypatch):
-    import pipi.workflows.train as train_workflow
+    import pipi.runs.training as train_workflow
 
     real_frame, real_fit, calls = train_workflow.run_frame_cell, train_workflow.fit_sequence, {"n": 0}
 

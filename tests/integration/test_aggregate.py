@@ -153,7 +153,7 @@ def test_aggregate_real_train_runs_through_mlflow_run(tracking, smoke_study, tin
     """The shared smoke study (a, pi, distill, b_plus x 2 seeds, real `train` runs) through
     `mlflow run . -e aggregate`; then a second recipe joining arm a is refused."""
     from pipi.config import make_config
-    from pipi.workflows import train as train_workflow
+    from pipi.runs import training as train_workflow
 
     exp, b = smoke_study.experiment, smoke_study.backbone
     out = tmp_path / "out"

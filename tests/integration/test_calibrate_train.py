@@ -27,7 +27,7 @@ from pipi.data.staging import load_staged
 from pipi.errors import PipiError
 from pipi.predictions import PROB_COLUMNS, read_predictions
 from pipi.workflows.calibrate import run_calibration
-from pipi.workflows.train import train
+from pipi.runs.training import train
 
 SMOKE = {"backbone": "resnet18", "profile": "smoke", "weights": "none", "seed": 41}
 

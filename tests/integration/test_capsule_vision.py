@@ -47,7 +47,7 @@ from pipi.runs.evaluate import load_run_model
 from pipi.runs.evidence import load_evidence
 from pipi.serving.model_input import encode_png
 from pipi.workflows.export import export_cv2024
-from pipi.workflows.train import train
+from pipi.runs.training import train
 
 #: one xdist worker runs the whole module: its module fixtures are built once, not on both
 pytestmark = pytest.mark.xdist_group("test_capsule_vision")

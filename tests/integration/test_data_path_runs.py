@@ -29,7 +29,7 @@ def test_device_data_path_trains_the_host_run(tiny_staged, tmp_path):
 
 @pytest.mark.slow
 def test_train_logs_the_data_path_it_ran(tiny_staged, sqlite_tracking):
-    from pipi.workflows.train import train
+    from pipi.runs.training import train
 
     cfg = make_config(cell="a", backbone="resnet18", profile="smoke", weights="none", seed=4,
                       data_path="device")

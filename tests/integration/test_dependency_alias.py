@@ -10,7 +10,7 @@ from mlflow.tracking import MlflowClient
 
 from pipi import tracking
 from pipi.config import make_config
-from pipi.workflows import train as workflow
+from pipi.runs import training as workflow
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("test_dependency_alias")]
 

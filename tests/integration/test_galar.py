@@ -43,7 +43,7 @@ def test_galar_children_aggregate_retention_and_submission(tracking, tiny_staged
     from pipi.cli.galkva import galkva
     from pipi.config import make_config
     from pipi.workflows import aggregate
-    from pipi.workflows import train as train_workflow
+    from pipi.runs import training as train_workflow
 
     monkeypatch.setenv("PIPI_HOME", str(tmp_path / "home"))
     exp = f"galar-{tmp_path.name}"

@@ -324,7 +324,7 @@ def test_imported_and_trained_runs_are_separate_arms_in_aggregate(tiny_staged, s
                                                                   tmp_path):
     from pipi.config import make_config
     from pipi.workflows.aggregate import run_aggregate
-    from pipi.workflows.train import train
+    from pipi.runs.training import train
 
     exp = "import-aggregate"
     cfg = make_config(cell="a", seed=42, profile="smoke", weights="none")

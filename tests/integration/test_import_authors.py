@@ -350,7 +350,7 @@ def test_e_dagger_builds_on_an_imported_distillation_run(tiny_staged, sqlite_tra
     """Issue 42: `e_dagger` could not start from the released distillation bases (its base was
     found among `train` runs only); `-P base_run=<import run>` names it, checked first."""
     from pipi.errors import ConfigError
-    from pipi.workflows import train as workflow
+    from pipi.runs import training as workflow
 
     frames = pd.read_parquet(tiny_staged / "frames.parquet")
     batch = _rgb(tiny_staged, frames.loc[frames["split"] == "train", "path"].iloc[::4])

@@ -7,7 +7,7 @@ import mlflow
 import pytest
 
 from pipi.config import make_config
-from pipi.workflows.train import train
+from pipi.runs.training import train
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("test_limitation_train")]
 

@@ -15,7 +15,7 @@ from pipi.config import make_config
 from pipi.errors import ConfigError
 from pipi.serving.model_input import encode_png
 from pipi.tracking.scoring import load_module
-from pipi.workflows.train import train
+from pipi.runs.training import train
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.xdist_group("test_load_module")]
 

@@ -46,7 +46,7 @@ def smoke_runs(mlflow_server, tiny_staged):
     ResNet-18: an EfficientNet-B0 trained for two smoke batches is nearly input-independent in
     eval mode, so perturbations and prior channels would barely move its predictions."""
     from pipi.config import make_config
-    from pipi.workflows.train import train
+    from pipi.runs.training import train
 
     mlflow.set_tracking_uri(mlflow_server.uri)
     exp = "mechanisms"

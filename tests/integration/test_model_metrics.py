@@ -12,7 +12,7 @@ from mlflow.tracking import MlflowClient
 
 from pipi.config import make_config
 from pipi.training.frames import EPOCH_SERIES
-from pipi.workflows.train import train
+from pipi.runs.training import train
 
 pytestmark = pytest.mark.timeout(300)
 

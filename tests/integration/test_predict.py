@@ -18,7 +18,7 @@ from sklearn.metrics import roc_auc_score
 
 from pipi import tracking
 from pipi.config import make_config
-from pipi.workflows import train as workflow
+from pipi.runs import training as workflow
 from pipi.workflows.predict import run_predict
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.xdist_group("test_predict")]

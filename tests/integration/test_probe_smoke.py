@@ -8,7 +8,7 @@ import pytest
 
 from pipi.config import make_config
 from pipi.workflows import aggregate
-from pipi.workflows import train as runner
+from pipi.runs import training as runner
 
 pytestmark = pytest.mark.slow
 FOUNDATION = ("dinov2_vitb14", "biomedclip_vitb16")

@@ -17,7 +17,7 @@ from pipi.config import make_config
 from pipi.data.cache import build_cache
 from pipi.data.staging import load_staged
 from pipi.training.frames import PROB_COLUMNS, FrameInputs
-from pipi.workflows import train as train_workflow
+from pipi.runs import training as train_workflow
 
 
 # --------------------------------------------------------------------------- windows

@@ -176,7 +176,7 @@ def test_sigterm_to_mlflow_run_alone_ends_the_entry_point_and_its_run_killed(tin
 def test_sigterm_ends_calibrate_killed_in_one_line_with_no_child_left_running(tiny_staged,
                                                                              tmp_path):
     from pipi.config import make_config
-    from pipi.workflows import train as runner
+    from pipi.runs import training as runner
 
     uri = new_sqlite_store(tmp_path / "mlflow.db")
     import mlflow

@@ -23,7 +23,7 @@ from pipi.config import make_config
 from pipi.data.staging.images import ImageStageRequest, stage_images
 from pipi.paths import metric_key
 from pipi.workflows.importer import import_file
-from pipi.workflows.train import train
+from pipi.runs.training import train
 
 pytestmark = [pytest.mark.xdist_group("test_sourceless"), pytest.mark.timeout(300)]
 

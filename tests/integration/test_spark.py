@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import DoubleType, StringType, StructField, StructType
 
 from pipi.config import make_config
-from pipi.workflows import train as workflow
+from pipi.runs import training as workflow
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.xdist_group("test_spark")]
 

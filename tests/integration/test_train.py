@@ -23,7 +23,7 @@ from pipi.training.frames import (
     TrainingDiverged,
     run_frame_cell,
 )
-from pipi.workflows import train as train_workflow
+from pipi.runs import training as train_workflow
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -108,7 +108,7 @@ def smoke_run(mlflow_server, tiny_staged):
     import mlflow
 
     from pipi.config import make_config
-    from pipi.workflows import train as workflow
+    from pipi.runs import training as workflow
 
     saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI",
                                             "MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL")}

@@ -39,9 +39,10 @@ ORDER: tuple[tuple[str, ...], ...] = (
     ("classes", "errors", "paths"),
 )
 #: Packages whose modules may not import each other (``common`` and ``__init__`` excepted),
-#: and the exceptions: a sweep calling the workflow it sweeps.
+#: and the exceptions: none (issue 39: training a cell is a service of the library,
+#: ``pipi.runs.training``, that ``train``, ``ablate`` and ``calibrate`` call alike).
 ISOLATED = ("workflows", "cli")
-ALLOWED_SIDEWAYS = {("pipi.workflows.ablate", "pipi.workflows.train")}
+ALLOWED_SIDEWAYS: set[tuple[str, str]] = set()
 #: At most this many modules directly at pipi/*.py (``__init__`` not counted).
 MAX_TOP_LEVEL = 8
 
@@ -155,7 +156,8 @@ def sideways_imports(modules: dict[str, Path]) -> list[str]:
 
 def test_layer_order_matches_design():
     """Spot checks of the rank function against DESIGN's picture."""
-    assert _layer("pipi.cli.train") < _layer("pipi.workflows.train") < _layer("pipi.sweeps.plan")
+    assert _layer("pipi.cli.train") < _layer("pipi.workflows.ablate") < _layer("pipi.sweeps.plan")
+    assert _layer("pipi.sweeps.plan") < _layer("pipi.runs.training")
     assert _layer("pipi.sweeps.plan") < _layer("pipi.runs.evaluate") < _layer("pipi.report.tables")
     assert _layer("pipi.report.tables") < _layer("pipi.analysis.compare") < _layer("pipi.tracking.runs")
     assert _layer("pipi.galkva.score") < _layer("pipi.tracking.runs") < _layer("pipi.probes.tta")
@@ -189,10 +191,10 @@ def test_the_library_ranks_are_strict(tmp_path):
 def test_an_upward_import_is_caught(tmp_path):
     """A planted upward import (the library importing a workflow) fails the check."""
     planted = tmp_path / "planted.py"
-    planted.write_text("from pipi.workflows.train import train\n")
+    planted.write_text("from pipi.runs.training import train\n")
     modules = {**_modules(), "pipi.data.planted": planted}
     assert upward_imports(modules) == [
-        "pipi.data.planted imports pipi.workflows.train, a layer above it"]
+        "pipi.data.planted imports pipi.runs.training, a layer above it"]
     sideways = tmp_path / "sideways.py"
     sideways.write_text("from pipi.workflows.aggregate import run_aggregate\n")
     modules = {**_modules(), "pipi.workflows.planted": sideways}

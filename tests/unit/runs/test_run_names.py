@@ -9,7 +9,7 @@ import pytest
 
 from pipi.config import make_config
 from pipi.runs.data import data_short_name, default_staged
-from pipi.workflows.train import run_name
+from pipi.runs.training import run_name
 
 
 @pytest.mark.parametrize("folder,short", [

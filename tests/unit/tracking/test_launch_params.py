@@ -119,7 +119,7 @@ def test_a_run_no_launcher_parsed_logs_the_request_form_mlflow_run_logs():
     their configuration, as `mlflow run . -e train` logs them for that request."""
     from pipi.config import make_config, train_params
     from pipi.training.sequence import base_config
-    from pipi.workflows.train import request_form
+    from pipi.runs.training import request_form
 
     seq = make_config(cell="b_plus", seed=7, backbone="resnet18", profile="smoke",
                       weights="none", image_size=48)

@@ -107,7 +107,7 @@ def fast_claim(monkeypatch):
 
 def test_resume_refuses_a_pickle_payload_in_one_line_without_running_it(
         sqlite_tracking, tmp_path, fast_claim):
-    from pipi.workflows.train import load_resume
+    from pipi.runs.training import load_resume
 
     marker = tmp_path / "pwned.txt"
     Payload.target = str(marker)
@@ -125,7 +125,7 @@ def test_resume_refuses_a_pickle_payload_in_one_line_without_running_it(
 
 def test_a_truncated_checkpoint_is_named_in_one_whole_sentence(sqlite_tracking, tmp_path,
                                                                 fast_claim):
-    from pipi.workflows.train import load_resume
+    from pipi.runs.training import load_resume
 
     buf = io.BytesIO()
     torch.save({"a": torch.zeros(1000)}, buf)

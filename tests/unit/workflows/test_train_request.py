@@ -17,7 +17,7 @@ from pipi import tracking
 from pipi.calibration.objective import PriorParams, diagonal, prior_params_document
 from pipi.cli.train import train as train_cmd
 from pipi.runs import data as runs_data
-from pipi.workflows import train as workflow
+from pipi.runs import training as workflow
 
 CALIBRATE_RUN = "c" * 32
 

@@ -1,4 +1,7 @@
-"""The ``train`` workflow: configuration -> MLflow run -> training -> run contract -> registry.
+"""Training a cell, as a service of the library: configuration -> MLflow run -> training ->
+run contract -> registry. ``pipi train`` (the MLproject ``train`` entry point), ``ablate``'s
+children, ``calibrate``'s trials (mode=train) and a sequence cell's base all call it
+(issue 39: no workflow calls another).
 
 One request (``TrainRequest``: config, staged data, runtime and prior resolved once, by the
 CLI or by :func:`request`), one run body for per-frame and sequence cells: start (or resume, or
