@@ -25,7 +25,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from pipi import tracking
 from pipi.classes import class_set_of
@@ -55,7 +54,6 @@ from pipi.runs.evaluate import (
     find_evaluation,
 )
 from pipi.runs.prior_params import check_prior_params, resolve_prior
-from pipi.runs.training import train
 from pipi.sweeps.local import run_local
 from pipi.sweeps.plan import (
     EXECUTORS,
@@ -211,12 +209,8 @@ def run_ablation(*, study: str = "eight_cell", seeds: Sequence[int] | str = PAPE
         if executor == "slurm":
             results = run_slurm(children, data=root, parent_run_id=pid, retries=retries)
         else:
-            results = run_local(children, retries=retries, train_child=lambda c: _train_child(
-                c, data=root, progress=progress, parent_run_id=pid), parallel=parallel,
-                spawn_child=_spawn_child, parent_run_id=pid,
-                spawn_kwargs={"data": str(root), "tracking_uri": tracking.current_tracking_uri(),
-                              "code_version": tracking.code_version(),
-                              "model_prefix": tracking.model_prefix()})
+            results = run_local(children, data=root, parent_run_id=pid, retries=retries,
+                                parallel=parallel, progress=progress)
         kw = {"data": root, "digest": digest, "parent_run_id": pid, "progress": progress,
               "retries": retries}
         if st.kind == "channel_infer":
@@ -237,25 +231,3 @@ def run_ablation(*, study: str = "eight_cell", seeds: Sequence[int] | str = PAPE
         tracking.log_metrics({f"children_{k}": v for k, v in counts.items()})
         tracking.set_tags({tracking.TAG_FAILED_CHILDREN: counts["failed"]})
     return SweepResult(parent_run_id=pid, study=st.name, children=tuple(results), table=table)
-
-
-def _spawn_child(child: Child, *, run_id: str, threads: int, data: str,
-                 tracking_uri: str, code_version: str, model_prefix: str) -> str:
-    """A worker process of ``parallel > 1``: fill the child run ``run_id`` (created nested
-    under the sweep by the parent) with the ordinary ``train`` run of its configuration,
-    keyed with the parent's code version (the parent looks children up by that key) and
-    registered under the parent's model prefix (both handed as arguments)."""
-    torch.set_num_threads(threads)
-    tracking.use_code_version(code_version)   # handed as arguments, not through os.environ
-    tracking.configure(tracking_uri)
-    logging.basicConfig(level=logging.INFO,
-                        format=f"%(asctime)s [{child.label}] %(levelname)s %(name)s: %(message)s")
-    with tracking.using_model_prefix(model_prefix):
-        return train(child.cfg, data=data, progress=False, run_id=run_id).run_id
-
-
-def _train_child(child: Child, *, data: Path, progress: bool, parent_run_id: str) -> str:
-    summary = train(child.cfg, data=str(data), nested=True, progress=progress)
-    tracking.set_run_tags(summary.run_id, {tracking.TAG_PARENT_RUN: parent_run_id,
-                                           tracking.TAG_SWEEP_ROLE: child.role})
-    return summary.run_id

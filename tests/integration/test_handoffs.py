@@ -13,7 +13,7 @@ import torch
 from pipi import tracking
 from pipi.config import make_config
 from pipi.sweeps.plan import Child
-from pipi.workflows.ablate import _spawn_child
+from pipi.sweeps.local import _spawn_child
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("test_handoffs")]
 
