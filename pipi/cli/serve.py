@@ -41,7 +41,7 @@ def _finite(mb: float) -> float:
               help="Largest request body in MiB: a bigger one is refused with 413 before it "
                    "is read whole (a declared Content-Length at once, a chunked body at the "
                    "limit).")
-@click.option("--dockerfile", "dockerfile", default="",
+@click.option("--dockerfile", "dockerfile", default=None,
               type=click.Path(file_okay=False, path_type=Path),
               help="Do not serve: write a Docker build folder here (MLflow's Dockerfile and "
                    "model folder) whose container serves the model with these limits on port "

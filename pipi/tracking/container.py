@@ -71,6 +71,16 @@ if __name__ == "__main__":
 '''
 
 
+def _undo(out: Path, created: bool) -> None:
+    """Nothing half-written: the folder this call made goes; a folder the user gave (empty
+    before) is emptied, never removed."""
+    if created:
+        shutil.rmtree(out, ignore_errors=True)
+        return
+    for p in out.iterdir():
+        shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+
+
 @dataclass(frozen=True)
 class ContainerFiles:
     """What ``write_container`` wrote: the build folder, its Dockerfile, the model folder it
@@ -91,11 +101,12 @@ def write_container(model_uri: str, out: Path, *, max_bytes: int, workers: int =
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"--dockerfile {out}: not an empty folder; give a new or empty one "
                           "(the build context: Dockerfile, model_dir, pipi_serve.py)")
+    created = not out.exists()
     try:
         get_flavor_backend(model_uri, env_manager=None).generate_dockerfile(
             model_uri=model_uri, output_dir=str(out), install_mlflow=False)
     except MlflowException as exc:
-        shutil.rmtree(out, ignore_errors=True)
+        _undo(out, created)
         raise ConfigError(f"{model_uri}: cannot write a container for it "
                           f"({' '.join(exc.message.split())[:300]})") from None
     dockerfile = out / "Dockerfile"
@@ -103,7 +114,7 @@ def write_container(model_uri: str, out: Path, *, max_bytes: int, workers: int =
     entry = re.search(r'^ENTRYPOINT \[.*\]$', text, flags=re.M)
     base = re.search(r"^FROM (\S+)", text, flags=re.M)
     if entry is None or base is None:   # MLflow's template changed: say so, write nothing
-        shutil.rmtree(out, ignore_errors=True)
+        _undo(out, created)
         raise ConfigError("MLflow's Dockerfile has no FROM or ENTRYPOINT line pipi can "
                           "replace; use `mlflow models generate-dockerfile` and pipi serve's "
                           "docs (docs/serving.md)")
