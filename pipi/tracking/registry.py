@@ -23,10 +23,10 @@ from pipi.tracking.records import VersionRecord, version_record
 from pipi.tracking.tags import *  # noqa: F403
 
 log = logging.getLogger(__name__)
-from pipi.tracking.runs import get_run, usable_run
+from pipi.tracking.runs import get_run, log_artifact_to_run, usable_run
 
 __all__ = [
-    "VERSION_TAGS", "alias_version", "check_aliases", "download_model_files", "image_schema",
+    "VERSION_TAGS", "alias_version", "attach_to_version", "check_aliases", "download_model_files", "image_schema",
     "log_pyfunc_model", "missing_version_tags", "model_lock", "model_uri_run_id", "model_uri_version", "model_version",
     "record_on_version", "register_version", "run_model_uri", "run_version", "set_aliases",
     "set_registered_model_tags", "version_model_id",
@@ -274,6 +274,21 @@ def set_aliases(name: str, aliases: Mapping[str, str | None]) -> None:
                 c.delete_registered_model_alias(name, alias)
         else:
             c.set_registered_model_alias(name, alias, str(version))
+
+
+def attach_to_version(name: str, version: str, path: Path, artifact_path: str,
+                      tag: str) -> str:
+    """Keep the file ``path`` beside a registered version: an artifact of the run that logged
+    it (under ``artifact_path``), named on the version by the tag ``tag`` (its ``runs:/``
+    URI, returned). One line when no run logged the version."""
+    run_id = MlflowClient().get_model_version(name, str(version)).run_id
+    if not run_id:
+        raise TrackingError(f"models:/{name}/{version}: no run logged this version; there is "
+                            "nowhere beside it to keep the file")
+    log_artifact_to_run(run_id, Path(path), artifact_path)
+    uri = f"runs:/{run_id}/{artifact_path}/{Path(path).name}"
+    record_on_version(name, version, {tag: uri})
+    return uri
 
 
 def record_on_version(name: str, version: str, tags: Mapping[str, Any],

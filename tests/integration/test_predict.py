@@ -141,6 +141,23 @@ def test_pipi_onnx_writes_the_registered_model_as_a_checked_graph(trained, tiny_
     b64 = [base64.b64encode((tiny_staged / p).read_bytes()).decode() for p in paths]
     want = mlflow.pyfunc.load_model(uri).predict(pd.DataFrame({"image": b64}))
     np.testing.assert_allclose(got, want.iloc[:, :14].to_numpy(), atol=1e-5)
+    # --register: the graph kept beside the version, in the run that logged it, named by a tag
+    r = CliRunner().invoke(command("onnx"), ["-m", uri, "--out", str(tmp_path / "k.onnx"),
+                                             "--register"])
+    assert r.exit_code == 0, r.output
+    kept = f"runs:/{trained.run_id}/onnx/k.onnx"
+    assert f"kept beside {trained.registered_name} v{trained.registered_version}: {kept}" \
+        in r.output
+    mv = MlflowClient().get_model_version(trained.registered_name,
+                                          str(trained.registered_version))
+    assert mv.tags[tracking.TAG_ONNX] == kept
+    back = mlflow.artifacts.download_artifacts(kept, dst_path=str(tmp_path / "back"))
+    assert Path(back).read_bytes() == (tmp_path / "k.onnx").read_bytes()
+    r = CliRunner().invoke(command("onnx"), ["-m", f"runs:/{trained.run_id}/model", "--out",
+                                             str(tmp_path / "no.onnx"), "--register"])
+    assert r.exit_code != 0 and "--register" in r.output and "not a registered version" \
+        in r.output
+    assert not (tmp_path / "no.onnx").exists()
 
 
 def _doc_commands(section: str, starts: tuple[str, ...]) -> list[list[str]]:
