@@ -78,7 +78,10 @@ def _undo(out: Path, created: bool) -> None:
         shutil.rmtree(out, ignore_errors=True)
         return
     for p in out.iterdir():
-        shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
