@@ -138,3 +138,28 @@ def test_bf16_and_channels_last_score_the_frames_close_to_fp32(tmp_path):
     np.testing.assert_allclose(nhwc, fp32, atol=1e-6)
     np.testing.assert_allclose(bf16, fp32, atol=3e-2)
     assert np.abs(bf16 - fp32).max() > 1e-5              # the convolution ran in bf16
+
+
+def test_a_one_hot_label_table_labels_single_class_frames_and_counts_the_rest(tmp_path):
+    """`predict --labels` on a one-hot table (the form Galar's and many releases' sheets take:
+    one 0/1 column per class, a frame_number column): a frame with one class gets the model's
+    index of it, one with two classes or a class the model lacks is kept unlabelled and
+    counted."""
+    for i in range(4):
+        _jpeg(tmp_path / "rel" / "frames" / f"{i}.jpg", seed=60 + i)
+    (tmp_path / "rel" / "labels.csv").write_text(
+        "filename,frame_number,video_id,HIGH,Low,Polyp\n"
+        "frames/0.jpg,10,A,1,0,0\n"
+        "frames/1.jpg,11,A,0,1,0\n"
+        "frames/2.jpg,12,A,1,1,0\n"
+        "frames/3.jpg,13,B,0,0,1\n")
+    fl, met = batch.table_frames(tmp_path / "rel" / "labels.csv", ("low", "high"))
+    assert fl.labelled and fl.root == (tmp_path / "rel" / "frames").resolve()
+    assert fl.frames["path"].tolist() == ["0.jpg", "1.jpg", "2.jpg", "3.jpg"]
+    assert fl.frames["class_index"].tolist() == [1, 0, -1, -1]
+    assert fl.frames["class"].tolist() == ["high", "low", "", ""]
+    assert fl.frames["frame_number"].tolist() == [10, 11, 12, 13]
+    assert fl.frames["video_id"].tolist() == ["A", "A", "A", "B"]
+    assert (met.n_multi, met.n_unknown, met.unknown) == (1, 1, ("Polyp",))
+    with pytest.raises(DataError, match="none of its classes is one of the model's"):
+        batch.table_frames(tmp_path / "rel" / "labels.csv", ("cat", "dog"))
