@@ -113,9 +113,8 @@ def run_predict(*, model: str, out: str, images: str | None = None, data: str | 
               "images": images or "", "data": data or "", "labels": labels or "",
               "split": split if data else "",
               "batch_size": batch_size, "workers": workers, "device": dev.type,
-              "precision": precision, "resolved_precision": rt.precision,
-              "channels_last": channels_last,
-              "resolved_channels_last": str(rt.channels_last).lower(),
+              "precision": precision, "channels_last": channels_last,
+              **rt.params(),   # the resolved_* params, as a training run logs them
               "n_frames": len(flist), "out": str(Path(out).expanduser().resolve())}
     tags = {tracking.TAG_SOURCE_RUN: ref.run_id} if ref.run_id else {}
     with tracking.pipi_run(entry_point="predict", experiment=experiment, tags=tags,

@@ -56,6 +56,8 @@ def test_predict_scores_a_staged_split_as_the_registered_model_does(trained, tin
     assert run.data.tags[tracking.TAG_SOURCE_RUN] == trained.run_id
     assert run.data.params["model_name"] == trained.registered_name
     assert run.data.params["model_version"] == str(trained.registered_version)
+    assert run.data.params["resolved_precision"] == "fp32"    # auto on a CPU
+    assert run.data.params["resolved_device"] == "cpu"
     assert run.info.run_name.startswith("predict tiny test")
     classes = sorted(set(got["label"]))
     sk = np.mean([roc_auc_score(got["label"] == c, probs[:, c]) for c in classes])
