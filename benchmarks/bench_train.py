@@ -147,8 +147,8 @@ def logging_seconds(model, cfg, *, repeats: int = 3) -> float:
         uri = f"sqlite:///{tmp}/mlflow.db"
         tracking.configure(uri)
         times = []
-        with tracking.pipi_run(entry_point="bench_train", experiment="bench_train"):
-            tracker = tracking.RunTracker(Path(tmp) / "ckpt")
+        with tracking.pipi_run(entry_point="bench_train", experiment="bench_train") as run:
+            tracker = tracking.RunTracker(run, Path(tmp) / "ckpt")
             for epoch in range(repeats + 1):
                 t = time.perf_counter()
                 tracker.log_metrics({"train/loss": 1.0, "val/macro_auc": 0.5,

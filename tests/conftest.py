@@ -24,50 +24,47 @@ os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
 ROOT = Path(__file__).resolve().parent.parent
 
 from servers import MlflowServer  # noqa: E402  (tests/ is on sys.path before conftest loads)
-from stores import new_sqlite_store
+from stores import drop_artifacts, new_sqlite_store
 
-# what a command exports for the processes it starts (MLflow's experiment/run; pipi's model
-# prefix, `--model-prefix`): it must not outlive the test or module that ran the command
+# What a run hands to another used to travel through: MLflow's experiment and run, pipi's model
+# prefix. Issue 39: pipi passes them as arguments and writes none of them, so nothing resets
+# them between tests any more; a test or a fixture that leaves one behind fails instead.
 _RUN_ENV = ("MLFLOW_EXPERIMENT_ID", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_RUN_ID",
             "PIPI_MODEL_PREFIX")
 
 
-def _forget_active_experiment() -> None:
+def _process_state() -> dict:
+    """The hand-off variables in os.environ and MLflow's process-wide active experiment."""
     import sys
 
     fluent = sys.modules.get("mlflow.tracking.fluent")
-    if fluent is not None and hasattr(fluent, "_active_experiment_id"):
-        fluent._active_experiment_id = None
+    return {**{k: os.environ.get(k) for k in _RUN_ENV},
+            "mlflow's active experiment (set_experiment)": getattr(
+                fluent, "_active_experiment_id", None) if fluent is not None else None}
+
+
+def _left_behind(before: dict, what: str) -> None:
+    after = _process_state()
+    moved = {k: (before[k], after[k]) for k in after if after[k] != before[k]}
+    assert not moved, (f"{what} left process-wide state behind (was, now): {moved}; pass the "
+                       "experiment, run or prefix as an argument, or use monkeypatch")
 
 
 @pytest.fixture(autouse=True, scope="module")
-def _isolate_mlflow_env_per_module():
-    """The same for module fixtures: a workflow run in a session or module fixture (e.g. the
-    smoke study's trainings) leaves its experiment exported, and the next module's fixtures,
-    which set up before any per-test reset, would look for that experiment in their own store
-    (make test's 'No Experiment with id=2 exists' when the unit Capsule Vision module ran
-    after an integration module on the same worker). Each module starts and ends clean."""
-    for k in _RUN_ENV:
-        os.environ.pop(k, None)
-    _forget_active_experiment()
+def _a_module_leaves_nothing_behind(request):
+    """A module's fixtures (a session fixture's trainings run inside the first module that
+    needs them) leave no hand-off variable and no active experiment to the next module."""
+    before = _process_state()
     yield
-    for k in _RUN_ENV:
-        os.environ.pop(k, None)
-    _forget_active_experiment()
+    _left_behind(before, f"module {request.module.__name__}")
 
 
 @pytest.fixture(autouse=True)
-def _isolate_mlflow_env():
-    """mlflow.set_experiment exports MLFLOW_EXPERIMENT_ID into os.environ, where it would leak
-    into later tests and their subprocesses (pointing at another store). Reset per test."""
-    saved = {k: os.environ.pop(k) for k in _RUN_ENV if k in os.environ}
+def _a_test_leaves_nothing_behind(request):
+    """Nor does a test, to the next one (issue 39: the fixtures that reset them are gone)."""
+    before = _process_state()
     yield
-    for k in _RUN_ENV:
-        os.environ.pop(k, None)
-    os.environ.update(saved)
-    # ... and in mlflow's fluent module, where an experiment id of one test's store would be
-    # used by the next test's mlflow.start_run() against another store
-    _forget_active_experiment()
+    _left_behind(before, request.node.nodeid)
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -93,7 +90,7 @@ def pytest_runtest_makereport(item, call):
 
 
 @pytest.fixture(autouse=True)
-def _empty_tmp_path_of_a_passed_test(request):
+def _empty_tmp_path_of_a_passed_test(request, tmp_path_factory):
     """A passed test's tmp_path is emptied when the test ends (make test wrote about 14 GB there
     and CI's disk is the machine's). The folder itself stays: pytest numbers the next folder
     of the same name after the existing ones, and a reused path would reach MLflow's store
@@ -102,6 +99,9 @@ def _empty_tmp_path_of_a_passed_test(request):
     path = request.node.funcargs.get("tmp_path")
     if path is None or request.node.stash.get(_FAILED, False):
         return
+    # the artifacts of the test's own stores live in the working folder's ./mlruns
+    for db in Path(path).rglob("*.db"):
+        drop_artifacts(db, within=tmp_path_factory.getbasetemp())
     for child in list(Path(path).iterdir()) if Path(path).is_dir() else ():
         if child.is_dir() and not child.is_symlink():
             shutil.rmtree(child, ignore_errors=True)
@@ -134,7 +134,9 @@ def sqlite_store(tmp_path_factory, request) -> str:
     """A SQLite tracking and registry store of one test module (a registry needs no server):
     a copy of the process's new store (tests/stores.py: MLflow's migrations run once)."""
     name = request.module.__name__.rsplit(".", 1)[-1]
-    return new_sqlite_store(tmp_path_factory.mktemp(f"{name}-store") / "mlflow.db")
+    uri = new_sqlite_store(tmp_path_factory.mktemp(f"{name}-store") / "mlflow.db")
+    yield uri
+    drop_artifacts(Path(uri.removeprefix("sqlite:///")), within=tmp_path_factory.getbasetemp())
 
 
 @pytest.fixture()

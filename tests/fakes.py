@@ -88,10 +88,10 @@ def log_fake_run(client, exp_id: str, folder: Path | None, *, cell: str, seed: i
 
     names = list(class_names) if class_names is not None else list(CLASSES)
     evaluable = list(range(len(names))) if class_names is not None else EVALUABLE
-    tags = {tracking.TAG_ENTRY_POINT: entry_point, tracking.TAG_DATA_DIGEST: digest}
+    tags = {tracking.tags.TAG_ENTRY_POINT: entry_point, tracking.tags.TAG_DATA_DIGEST: digest}
     if cell:
-        tags |= {tracking.TAG_CELL: cell, tracking.TAG_BACKBONE: backbone,
-                 tracking.TAG_SEED: str(seed),
+        tags |= {tracking.tags.TAG_CELL: cell, tracking.tags.TAG_BACKBONE: backbone,
+                 tracking.tags.TAG_SEED: str(seed),
                  "pipi.evaluable_classes": json.dumps([names[k] for k in evaluable])}
     run = client.create_run(exp_id, tags=tags, run_name=f"{cell}-s{seed}")
     rid = run.info.run_id
@@ -106,7 +106,7 @@ def log_fake_run(client, exp_id: str, folder: Path | None, *, cell: str, seed: i
 
 
 def fake_version_tags(client, run_id: str) -> dict:
-    """The tags pipi writes on a version it registers (``tracking.VERSION_TAGS``), from the
+    """The tags pipi writes on a version it registers (``tracking.registry.VERSION_TAGS``), from the
     run's own tags: a version without them is refused by promote."""
     t = client.get_run(run_id).data.tags
     return {"run_id": run_id, "test_macro_auc": "0.5", "recipe": "mlflow run . -e train",
@@ -393,3 +393,15 @@ def study(tmp_path_factory):
     runs = pd.DataFrame(rows)
     runs["seed"] = runs["seed"].astype("Int64")
     return {"runs": runs, "dirs": dirs, "kv": kv, "ga": ga, "probs": probs, "tmp": tmp}
+
+
+def experiment(name: str) -> str:
+    """The id of experiment ``name`` in the current store, created when missing: a test names
+    its experiment on each call (``mlflow.start_run(experiment_id=...)``, a workflow's
+    ``experiment=``), never MLflow's process-wide active experiment (``set_experiment``), which
+    would follow the process into the next test (issue 39)."""
+    from mlflow.tracking import MlflowClient
+
+    c = MlflowClient()
+    exp = c.get_experiment_by_name(name)
+    return exp.experiment_id if exp is not None else c.create_experiment(name)

@@ -12,10 +12,12 @@ start, a first run) make their own.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import shutil
 import sqlite3
 import tempfile
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 _TEMPLATE: dict[str, Path] = {}
 
@@ -47,3 +49,30 @@ def new_sqlite_store(path: Path) -> str:
     path.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(_template(), path)
     return f"sqlite:///{path}"
+
+
+def drop_artifacts(db: Path, *, within: Path) -> int:
+    """Remove the local artifact folders of the runs and logged models recorded in the SQLite
+    store ``db`` (a test's checkpoints and models: make test wrote 15 GB of them and CI's
+    disk filled), leaving the records. Only folders inside ``within`` go (the test session's
+    own temporary folder: a checkout can lie under /tmp too); a file that is not an MLflow
+    store is left alone. Returns how many folders went."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as con:
+            found = [r[0] for r in con.execute("SELECT artifact_uri FROM runs")]
+            with contextlib.suppress(sqlite3.Error):   # a store from before logged models
+                found += [r[0] for r in con.execute("SELECT artifact_location FROM logged_models")]
+    except sqlite3.Error:
+        return 0
+    root, gone = Path(within).resolve(), 0
+    for uri in filter(None, found):
+        parsed = urlparse(uri)
+        if parsed.scheme not in ("", "file"):
+            continue
+        path = Path(unquote(parsed.path)).resolve()
+        if path.name == "artifacts":   # <experiment>/<run or model id>/artifacts
+            path = path.parent
+        if path.is_dir() and path.is_relative_to(root) and path != root:
+            shutil.rmtree(path, ignore_errors=True)
+            gone += 1
+    return gone

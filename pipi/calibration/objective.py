@@ -33,7 +33,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from pipi.calibration.options import CALIBRATE_MODES  # how calibrate fits (its mode)
+from pipi.calibration.options import (  # how calibrate fits (its mode), its targets
+    CALIBRATE_MODES,
+    TARGET_KVASIR,
+    parse_target,
+)
 from pipi.classes import CLASSES, KVASIR_MAP_HINT, ClassSet, class_set_of, not_kvasir
 from pipi.config import TrainConfig
 from pipi.data.cache import to_float
@@ -48,8 +52,6 @@ PRIOR_PARAMS_FORMAT = "pipi.prior_params"
 PRIOR_PARAMS_VERSION = 1
 #: How many intermediate values a trial reports (the pruner's steps).
 REPORTS_PER_TRIAL = 10
-TARGET_KVASIR = "kvasir-val"
-TARGET_GALAR = "galar:"
 
 
 # --------------------------------------------------------------------------- prior params
@@ -179,17 +181,6 @@ class SearchSpace:
 
 
 # --------------------------------------------------------------------------- targets, folds
-def parse_target(target: str) -> tuple[str, str | None]:
-    """``kvasir-val`` -> ("kvasir-val", None); ``galar:<system>`` -> ("galar", system)."""
-    t = (target or "").strip()
-    if t == TARGET_KVASIR:
-        return TARGET_KVASIR, None
-    if t.startswith(TARGET_GALAR) and t[len(TARGET_GALAR):].strip():
-        return "galar", t[len(TARGET_GALAR):].strip()
-    raise ConfigError(f"target={target!r}: use kvasir-val or galar:<capsule system> "
-                      "(e.g. galar:PillCam SB3)")
-
-
 @dataclass(frozen=True)
 class Fold:
     """The calibration fold: staged rows (cache order), their labels and scored classes."""

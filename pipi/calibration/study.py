@@ -16,6 +16,7 @@ import sqlalchemy
 from pipi.calibration.objective import ALPHA_RANGE, LAMBDA_FRACTION_RANGE
 from pipi.calibration.options import PRUNERS, SAMPLERS, STORAGE_SCHEMES
 from pipi.errors import ConfigError
+from pipi.options.runtime import auto_or_count
 from pipi.paths import PROJECT_ROOT
 
 __all__ = ["PRUNERS", "SAMPLERS", "STORAGE_ENV", "STORAGE_SCHEMES", "check_storage_url",
@@ -112,16 +113,7 @@ def make_pruner(name: str) -> optuna.pruners.BasePruner:
 
 def parse_epochs(epochs) -> int | None:
     """``auto`` (the profile's epochs) -> None; ``N`` -> N (>= 1)."""
-    text = "" if epochs is None else str(epochs).strip().lower()
-    if text in ("", "auto"):
-        return None
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise ConfigError(f"epochs={epochs!r}: use auto (the profile's) or an integer >= 1")
-    return n
+    return auto_or_count(epochs, "epochs", "the profile's")
 
 
 def create_study(name: str, storage: optuna.storages.BaseStorage, storage_url: str,

@@ -13,6 +13,8 @@ for; ``pipi --help`` lists the commands from :data:`COMMANDS` without importing 
 
 from __future__ import annotations
 
+import atexit
+import gc
 import importlib
 import logging
 import sys
@@ -79,10 +81,26 @@ def _fail(message: str) -> None:
     sys.exit(2)
 
 
+def _freeze_at_exit() -> None:
+    """The last exit handler (registered before any other): the objects still alive go to
+    the collector's permanent generation, so the interpreter's final collections do not walk
+    the million objects torch, torchvision and MLflow made (1.4 s of every command that loaded
+    them, on 2 cores: docs/benchmarks.md). Every other exit handler has run; objects still
+    referenced are released as usual; only garbage in reference cycles stays uncollected, as
+    Python allows for objects alive at exit."""
+    gc.freeze()
+
+
+_FREEZE_REGISTERED: list[bool] = []
+
+
 def _main(super_main, *args, standalone_mode: bool = True, **kw):
     """click's ``main`` with one line (not a traceback) for an error, Ctrl-C or SIGTERM."""
     if not standalone_mode:
         return super_main(*args, standalone_mode=False, **kw)
+    if not _FREEZE_REGISTERED:   # once per process (a test may call main many times)
+        atexit.register(_freeze_at_exit)   # first registered, last run
+        _FREEZE_REGISTERED.append(True)
     tracking.install_signal_handlers()  # SIGTERM is handled like Ctrl-C (docs/faults.md)
     tracking.end_with_mlflow_run()  # `mlflow run` killed alone: this run ends KILLED too
     try:

@@ -45,6 +45,6 @@ def onnx(model, out, opset, register):
                f"{len(res.class_names)} classes (ONNX Runtime matches the model to "
                f"{res.max_abs_diff:.1e})")
     if register:
-        uri = tracking.attach_to_version(ref.name, ref.version, res.path, "onnx",
-                                         tracking.TAG_ONNX)
-        click.echo(f"kept beside {ref.label}: {uri} (version tag {tracking.TAG_ONNX})")
+        uri = tracking.registry.attach_to_version(ref.name, ref.version, res.path, "onnx",
+                                         tracking.tags.TAG_ONNX)
+        click.echo(f"kept beside {ref.label}: {uri} (version tag {tracking.tags.TAG_ONNX})")

@@ -36,23 +36,32 @@ else:   # loaded when the command runs: `pipi predict --help` imports neither to
 @click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--workers", type=click.IntRange(min=0), default=2, show_default=True,
               help="DataLoader processes that decode the frames (0: in this process).")
+@click.option("--replicas", default="auto", show_default=True,
+              help="On a CPU: processes that each decode and score their own batches on one "
+                   "thread, instead of one process with decoding workers (auto: one per core "
+                   "on a CPU of 2-4 cores, else 1; --workers is then unused).")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
               show_default=True)
 @click.option("--precision", type=click.Choice(PRECISIONS), default="auto", show_default=True,
               help="The forward pass's precision (auto: bf16 on a GPU that has it, fp32 "
                    "otherwise; fp32 answers as the registered pyfunc does, to 1e-5).")
 @click.option("--channels-last", type=click.Choice(SWITCHES), default="auto",
-              show_default=True, help="NHWC memory format (auto: on a GPU).")
+              show_default=True, help="NHWC memory format (auto: on a GPU and on a oneDNN CPU).")
+@click.option("--compile", "compile_", type=click.Choice(SWITCHES), default="auto",
+              show_default=True, help="torch.compile of the model (auto: on a GPU; the first "
+              "batches pay the compilation).")
 @experiment_option
-def predict(model, out, images, labels, data, split, batch_size, workers, device, precision,
-            channels_last, experiment):
+def predict(model, out, images, labels, data, split, batch_size, workers, replicas, device,
+            precision, channels_last, compile_, experiment):
     """Score a folder of frames or a staged split with a registered model into a parquet file."""
     setup_logging()
     tracking.configure()
     res = workflow.run_predict(model=model, out=out, images=images or None, data=data or None,
                                labels=labels or None, split=split, batch_size=batch_size,
-                               workers=workers, device=device, precision=precision,
-                               channels_last=channels_last, experiment=experiment or None)
+                               workers=workers, replicas=replicas, device=device,
+                               precision=precision,
+                               channels_last=channels_last, compile=compile_,
+                               experiment=experiment or None)
     s = res.score
     click.echo(f"predict run {res.run_id}: {s.n_frames} frames scored by {res.model.label} "
                f"into {s.out} ({s.frames_per_s:.1f} frames/s"

@@ -52,13 +52,20 @@ else:   # loaded when the command runs: `pipi train --help` imports neither torc
               help="true: log MLflow's system metrics (CPU, memory, disk, network; GPU with "
                    "nvidia-ml-py) as system/* metrics of the run; auto: $PIPI_SYSTEM_METRICS "
                    "(default false). Needs psutil (docs/mlflow-ui.md).")
+@click.option("--onnx", type=click.BOOL, default=False, show_default=True,
+              help="true: also keep the model as an ONNX graph (prior inside, checked with "
+                   "ONNX Runtime) beside it: onnx/model.onnx of the run, named by the tag "
+                   "pipi.onnx on the run and the registered version. Per-frame cells; needs "
+                   "pip install -e '.[onnx]' (docs/serving.md, ONNX).")
 @model_prefix_option
 @experiment_option
 def train(cell, seed, backbone, data, profile, weights, prior_params, resume, base_run,
-          system_metrics, model_prefix, experiment, **kw):
+          system_metrics, onnx, model_prefix, experiment, **kw):
     """Train one cell and register its model (the run contract: docs/run-contract.md)."""
     setup_logging()
     system_metrics = tracking.system_metrics_enabled(system_metrics)
+    if onnx:   # a cell that cannot be exported is refused before anything is staged
+        training.check_onnx(cell)
     # the prefix reaches the training as a context value, for this command only (issue 39)
     click.get_current_context().with_resource(tracking.using_model_prefix(model_prefix))
     # one request: every option checked before anything is staged, loaded or started, the
@@ -70,7 +77,8 @@ def train(cell, seed, backbone, data, profile, weights, prior_params, resume, ba
         **overrides_from(kw))
     # the options as `mlflow run -e train` logs them, whichever launcher parsed them
     req = dataclasses.replace(req, options=requested_options(click.get_current_context()))
-    s = training.run(req, experiment=experiment or None, system_metrics=system_metrics)
+    s = training.run(req, experiment=experiment or None, system_metrics=system_metrics,
+                     onnx=onnx)
     cfg = req.cfg
     click.echo(f"run {s.run_id}: test macro-AUC {s.test_macro_auc:.4f} "
                f"(val {s.val_macro_auc:.4f}, best epoch {s.best_epoch}; profile "
@@ -81,7 +89,7 @@ def train(cell, seed, backbone, data, profile, weights, prior_params, resume, ba
     if s.registered:
         click.echo(f"registered {s.registered} (alias candidate: "
                    f"models:/{s.registered_name}@candidate)")
-        held = [(a, tracking.alias_version(s.registered_name, a))
+        held = [(a, tracking.registry.alias_version(s.registered_name, a))
                 for a in ("candidate", "champion", "previous-champion")]
         click.echo(f"  aliases of {s.registered_name}: "
                    + ", ".join(f"@{a} -> version {v}" for a, v in held if v))

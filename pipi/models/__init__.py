@@ -7,8 +7,9 @@ torch; a name below is imported from its module on first use (PEP 562, as ``pipi
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from pipi import lazy_face
 
 if TYPE_CHECKING:   # what each name is, for readers and type checkers; loaded on first use
     from pipi.models.autoencoder import NormalAutoencoder, residual_features
@@ -28,18 +29,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
 _WHERE = {name: mod for mod, names in _MODULES.items() for name in names}
 
 
-def __getattr__(name: str):
-    """A public name imported from its submodule on first use (then cached here)."""
-    mod = _WHERE.get(name)
-    if mod is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{mod}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_WHERE))
+__getattr__, __dir__ = lazy_face(__name__, _WHERE)
 
 
 __all__ = [

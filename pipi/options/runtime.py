@@ -40,3 +40,18 @@ def check_runtime(*, device: str, precision: str, channels_last: str, compile: b
     if graph == "on" and precision == "fp16":
         raise ConfigError("graph=on with precision=fp16: the fp16 loss scaler is not "
                           "captured; use precision=bf16 or fp32 (or graph=off)")
+
+
+def auto_or_count(value, name: str, auto: str) -> int | None:
+    """An option that is ``auto`` (or empty: ``None``) or a whole number of at least 1;
+    anything else is refused in one line naming the option and what ``auto`` means."""
+    text = "" if value is None else str(value).strip().lower()
+    if text in ("", "auto"):
+        return None
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ConfigError(f"{name}={value!r}: use auto ({auto}) or an integer >= 1")
+    return n

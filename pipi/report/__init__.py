@@ -7,20 +7,19 @@
 the table model and its Markdown/CSV/JSON forms, ``dashboard`` the HTML page.
 """
 
-from pipi.report.build import Report, build_report
-from pipi.report.tables import (
-    Table,
-    fmt_auc,
-    fmt_ci,
-    fmt_delta,
-    fmt_mean_sd,
-    fmt_p,
-    fmt_z,
-    json_safe,
-    table_markdown,
-)
+from pipi import lazy_face
 
-__all__ = [
-    "Report", "Table", "build_report", "fmt_auc", "fmt_ci", "fmt_delta", "fmt_mean_sd", "fmt_p",
-    "fmt_z", "json_safe", "table_markdown",
-]
+#: The face's names and the submodule each comes from: imported on first use (PEP 562, as
+#: :mod:`pipi.tracking` does), so a module that needs one figure (``pipi predict``'s
+#: timeline) does not load the whole report, its statistics and scipy.
+_WHERE = {
+    "Report": "build", "build_report": "build",
+    **{n: "tables" for n in ("Table", "fmt_auc", "fmt_ci", "fmt_delta", "fmt_mean_sd", "fmt_p",
+                             "fmt_z", "json_safe", "table_markdown")},
+}
+
+
+__getattr__, __dir__ = lazy_face(__name__, _WHERE, submodules=True)
+
+__all__ = ["Report", "Table", "build_report", "fmt_auc", "fmt_ci", "fmt_delta", "fmt_mean_sd",
+           "fmt_p", "fmt_z", "json_safe", "table_markdown"]

@@ -11,13 +11,10 @@
 
 from __future__ import annotations
 
-import io
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from PIL import Image
 
 from pipi.analysis import (
     ABLATION_CELLS,
@@ -27,11 +24,8 @@ from pipi.analysis import (
     Analysis,
     is_mechanism_arm,
 )
+from pipi.report.png import COLORS, figure_png, fixed_png  # noqa: F401  (this face's names)
 from pipi.report.tables import Table
-
-COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3",
-           "#8c8c8c", "#ccb974", "#64b5cd", "#1b9e77", "#d95f02", "#7570b3", "#e7298a"]
-
 
 
 def curve_axes(ax, kind: str, *, pr_ylabel: str = "precision") -> None:
@@ -45,25 +39,6 @@ def curve_axes(ax, kind: str, *, pr_ylabel: str = "precision") -> None:
         ax.set_ylabel(pr_ylabel)
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1.02)
-
-def figure_png(fig: Figure, dpi: int = 110) -> bytes:
-    FigureCanvasAgg(fig)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
-    return buf.getvalue()
-
-
-def fixed_png(fig: Figure, dpi: int) -> bytes:
-    """An RGB PNG of a figure whose layout is fixed (margins set to hold every label): one
-    Agg draw and one encoding, where ``bbox_inches="tight"`` measures the figure before
-    drawing it and Agg's PNG is RGBA (a quarter more bytes on an opaque figure)."""
-    fig.set_dpi(dpi)
-    canvas = FigureCanvasAgg(fig)
-    canvas.draw()
-    buf = io.BytesIO()
-    Image.fromarray(np.asarray(canvas.buffer_rgba())[..., :3]).save(buf, format="PNG")
-    return buf.getvalue()
-
 
 def bar_deltas(cells: Sequence[str], means: np.ndarray, reference: str | None,
                references: Mapping[str, str] | None = None) -> dict[int, float]:

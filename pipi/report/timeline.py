@@ -9,7 +9,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from pipi.predictions import prob_columns_of
-from pipi.report.figures import COLORS, fixed_png
+from pipi.report.png import COLORS, fixed_png
 
 __all__ = ["findings_timeline", "top_frames"]
 

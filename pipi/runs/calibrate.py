@@ -177,11 +177,13 @@ def _trial_logger(spec: TrialSpec, image_size: int, result: WorkerResult):
         metrics = {f"calibration/{k}_seconds": v for k, v in cost.items()}
         if trial.value is not None:
             metrics["calibration/macro_auc"] = trial.value
-        tags = {**spec.tags, tracking.TAG_ENTRY_POINT: "calibrate",
-                tracking.TAG_OPTUNA_STUDY: study.study_name, tracking.TAG_TRIAL_NUMBER: trial.number,
-                tracking.TAG_TRIAL_STATE: state, tracking.TAG_PRUNED: str(state == "PRUNED").lower(),
-                tracking.TAG_WORKER: result.worker,
-                tracking.TAG_BASELINE_TRIAL: str(bool(trial.user_attrs.get("baseline"))).lower()}
+        tags = {**spec.tags, tracking.tags.TAG_ENTRY_POINT: "calibrate",
+                tracking.tags.TAG_OPTUNA_STUDY: study.study_name,
+                tracking.tags.TAG_TRIAL_NUMBER: trial.number,
+                tracking.tags.TAG_TRIAL_STATE: state,
+                tracking.tags.TAG_PRUNED: str(state == "PRUNED").lower(),
+                tracking.tags.TAG_WORKER: result.worker,
+                tracking.tags.TAG_BASELINE_TRIAL: str(bool(trial.user_attrs.get("baseline"))).lower()}
         tracking.log_finished_child(
             spec.parent_run_id, run_name=f"trial-{trial.number}", params=params,
             metrics=metrics, tags=tags,
@@ -205,12 +207,14 @@ def _value(run_id: str, spec: TrialSpec, target: TargetFold | None) -> float:
     return target.score(model, cfg)
 
 
-def _target_scorer(target: TargetFold, cfg: TrainConfig) -> Callable[[int, object], float]:
-    """Per epoch: the model being trained, scored on the fold (and logged on its run)."""
+def _target_scorer(target: TargetFold, cfg: TrainConfig, run: tracking.Run
+                   ) -> Callable[[int, object], float]:
+    """Per epoch: the model being trained, scored on the fold (and logged on ``run``, the
+    trial's training run)."""
     def score(epoch: int, model) -> float:
         value = target.score(model, cfg)
         if math.isfinite(value):
-            tracking.log_metrics({TARGET_EPOCH_METRIC: value}, step=epoch)
+            run.log_metrics({TARGET_EPOCH_METRIC: value}, step=epoch)
         return value
     return score
 
@@ -225,7 +229,7 @@ def _train_trial(trial: optuna.Trial, spec: TrialSpec, result: WorkerResult,
     trial.set_user_attr("lambda_eff", cfg.prior.lambda_eff)
     key = tracking.config_hash(tracking.config_key(cfg, spec.data_digest))
     trial.set_user_attr("config_hash", key)
-    found = tracking.find_finished_run(key, **{tracking.TAG_ENTRY_POINT: "train"})
+    found = tracking.find_finished_run(key, **{tracking.tags.TAG_ENTRY_POINT: "train"})
     if found is not None:
         rid = found.run_id
         log.info("trial %d: reusing FINISHED run %s (config hash %s)", trial.number, rid, key)
@@ -234,17 +238,19 @@ def _train_trial(trial: optuna.Trial, spec: TrialSpec, result: WorkerResult,
         result.reused.append(trial.number)
         return _value(rid, spec, target)
     rid = tracking.create_child_run(spec.parent_run_id, run_name=f"trial-{trial.number}", tags={
-        tracking.TAG_PARENT_RUN: spec.parent_run_id, tracking.TAG_OPTUNA_STUDY: spec.study,
-        tracking.TAG_TRIAL_NUMBER: trial.number, tracking.TAG_WORKER: result.worker})
+        tracking.tags.TAG_PARENT_RUN: spec.parent_run_id,
+        tracking.tags.TAG_OPTUNA_STUDY: spec.study,
+        tracking.tags.TAG_TRIAL_NUMBER: trial.number, tracking.tags.TAG_WORKER: result.worker})
     trial.set_user_attr("run_id", rid)
     trial.set_user_attr("reused", False)
     try:   # train fills this run (handed as an argument, not through os.environ)
         spec.train_fn(cfg, data=spec.data, progress=False, register=False, run_id=rid,
                       epoch_hook=epoch_reporter(
-                          trial, None if target is None else _target_scorer(target, cfg)))
+                          trial, None if target is None
+                          else _target_scorer(target, cfg, tracking.run_of(rid))))
     except optuna.TrialPruned as exc:
         tracking.terminate_run(rid, PRUNED_STATUS, f"pruned by Optuna: {exc}")
-        tracking.set_run_tags(rid, {tracking.TAG_PRUNED: "true"})
+        tracking.set_run_tags(rid, {tracking.tags.TAG_PRUNED: "true"})
         raise
     except BaseException as exc:  # the trial FAILs; its run must not stay RUNNING
         if tracking.get_run(rid).live:
@@ -254,7 +260,7 @@ def _train_trial(trial: optuna.Trial, spec: TrialSpec, result: WorkerResult,
                                    else "FAILED", f"trial {trial.number}: {reason}")
         raise
     result.trained.append(trial.number)
-    tracking.set_run_tags(rid, {tracking.TAG_PRUNED: "false"})
+    tracking.set_run_tags(rid, {tracking.tags.TAG_PRUNED: "false"})
     return _value(rid, spec, target)
 
 
@@ -332,11 +338,11 @@ def end_lost_trial_runs(study: optuna.Study) -> list[str]:
 
 
 # --------------------------------------------------------------------------- the summary
-def finish(spec: TrialSpec, results: Sequence[WorkerResult], work: Path, *, storage,
-           source_run_id: str | None, target_digest: str = "") -> CalibrationResult:
+def finish(run: tracking.Run, spec: TrialSpec, results: Sequence[WorkerResult], work: Path, *,
+           storage, source_run_id: str | None, target_digest: str = "") -> CalibrationResult:
     """Log the study's best trial (params, ``prior_params.json``), its counts, Optuna's plots
-    and the trials table (``optuna/``) on the calibrate run (the active run); ``spec`` is any
-    of the call's worker specs."""
+    and the trials table (``optuna/``) on the calibrate run ``run``; ``spec`` is any of the
+    call's worker specs."""
     cfg, space, name, train = (TrainConfig.from_dict(spec.base_config), spec.space(),
                                spec.study, spec.mode == "train")
     storage_url = redact(spec.storage)
@@ -355,10 +361,10 @@ def finish(spec: TrialSpec, results: Sequence[WorkerResult], work: Path, *, stor
         search=space.key, **({"target_data_digest": target_digest} if target_digest else {}))
     trained = sorted(n for r in results for n in r.trained)
     reused = sorted(n for r in results for n in r.reused)
-    tracking.log_params({"alpha": o.best.alpha, "lambda_eff": doc["lambda_eff"],
-                         "lambda_eff_fraction": o.best.lambda_eff_fraction,
-                         "best_trial": best_trial.number,
-                         **({"best_run_id": best_run or ""} if train else {})})
+    run.log_params({"alpha": o.best.alpha, "lambda_eff": doc["lambda_eff"],
+                    "lambda_eff_fraction": o.best.lambda_eff_fraction,
+                    "best_trial": best_trial.number,
+                    **({"best_run_id": best_run or ""} if train else {})})
     metrics = {"calibration/best_macro_auc": best_trial.value,
                "calibration/trials_complete": len(o.complete),
                "calibration/trials_pruned": o.n_pruned, "calibration/trials_total": len(trials)}
@@ -368,13 +374,13 @@ def finish(spec: TrialSpec, results: Sequence[WorkerResult], work: Path, *, stor
     if o.baseline is not None:
         metrics["calibration/baseline_macro_auc"] = o.baseline
         metrics["calibration/gain_macro_auc"] = best_trial.value - o.baseline
-    tracking.log_metrics(metrics)
-    tracking.log_dict(doc, "prior_params.json")
+    run.log_metrics(metrics)
+    run.log_dict(doc, "prior_params.json")
     write_study_plots(o.study, work / "optuna")
     table = (trials_table(trials, image_size=cfg.image_size, space=space) if train
              else o.study.trials_dataframe())
     table.to_csv(work / "optuna" / "trials.csv", index=False)
-    tracking.log_artifacts(work / "optuna", "optuna")
+    run.log_artifacts(work / "optuna", "optuna")
     ran = sorted(n for r in results for n in r.trials)
     return CalibrationResult(spec.parent_run_id, name, storage_url, o.best, best_trial.value,
                              o.baseline, ran, len(o.complete), o.n_pruned, len(trials),

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from pipi import tracking
-from pipi.calibration.objective import TARGET_KVASIR, parse_target
+from pipi.calibration.options import TARGET_KVASIR, parse_target
 from pipi.data.staging import (
     ImageStageRequest,
     StageResult,
@@ -113,11 +113,11 @@ def _log_stage_run(result: StageResult, *, dataset: str, out: Path, log_run: boo
                            run_name=f"stage {dataset}", tags=tracking.data_tags(result.manifest)
                            ) as run:
         # prefixed: `mlflow run -e stage` already logs its own raw parameters
-        tracking.log_params(params)
-        tracking.log_metrics({f"frames_{s}": n for s, n in result.manifest["n_frames"].items()})
+        run.log_params(params)
+        run.log_metrics({f"frames_{s}": n for s, n in result.manifest["n_frames"].items()})
         for name in ("manifest.json", "counts.md", "counts.csv"):
-            tracking.log_artifact(out / name)
-        tracking.log_dataset(result.frames, source=str(Path(out).resolve()), name=dataset,
+            run.log_artifact(out / name)
+        run.log_dataset(result.frames, source=str(Path(out).resolve()), name=dataset,
                              digest=result.data_digest, context="staging")
         print(f"stage run {run.run_id}; {tracking.ui_hint(run.run_id)}", flush=True)
 

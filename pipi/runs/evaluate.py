@@ -53,7 +53,7 @@ def load_run_model(run_id: str) -> tuple[nn.Module, TrainConfig]:
     """The best weights of a per-frame run (from its logged ``model``) and its config."""
     work = tmpdir()
     try:
-        folder = tracking.download_model_files(run_id, work)
+        folder = tracking.registry.download_model_files(run_id, work)
         spec = yaml.safe_load((folder / "MLmodel").read_text())
         arts = spec["flavors"]["python_function"]["artifacts"]
         doc = json.loads((folder / arts["config"]["path"]).read_text())
@@ -121,7 +121,9 @@ def evaluation_key(ev: Evaluation, *, source_run_id: str, data_digest: str) -> s
 def evaluate_run(source_run_id: str, ev: Evaluation, *, data: Path,
                  parent_run_id: str | None = None, entry_point: str = "ablate",
                  progress: bool = False) -> str:
-    """Score ``source_run_id`` as ``ev`` says on the staged folder ``data``; return the child run id."""
+    """Score ``source_run_id`` as ``ev`` says on the staged folder ``data``; return the child run
+    id. The child is nested under the active run (a study's parent ``parent_run_id``), else it
+    goes into the source run's experiment."""
     frames, manifest = load_staged(data)
     digest = manifest["data_digest"]
     model, cfg = load_run_model(source_run_id)
@@ -133,11 +135,12 @@ def evaluate_run(source_run_id: str, ev: Evaluation, *, data: Path,
                          cache_dir=pipi_home() / "cache", progress=progress)
     key = evaluation_key(ev, source_run_id=source_run_id, data_digest=digest)
     # a child of an imported run is imported too (aggregate keeps it beside its source)
-    src_tags = tracking.get_run(source_run_id).tags
+    src = tracking.get_run(source_run_id)
+    src_tags = src.tags
     tags = {**tracking.evaluation_tags(cfg, manifest, study=ev.study, variant=ev.variant,
                                        source_run_id=source_run_id, key=key,
                                        parent_run_id=parent_run_id),
-            **{k: src_tags[k] for k in tracking.INHERITED_SOURCE_TAGS if k in src_tags},
+            **{k: src_tags[k] for k in tracking.tags.INHERITED_SOURCE_TAGS if k in src_tags},
             **{k: str(v) for k, v in ev.tags.items()}}
     keep = np.ones(len(frames), bool) if ev.select is None else np.asarray(ev.select(frames), bool)
     split = np.where(keep, frames["split"].to_numpy(), "")
@@ -145,9 +148,11 @@ def evaluate_run(source_run_id: str, ev: Evaluation, *, data: Path,
     work = tmpdir()
     try:
         with tracking.pipi_run(entry_point=entry_point, nested=True, tags=tags,
+                               experiment=None if parent_run_id
+                               else tracking.experiment_name(src.experiment_id),
                                run_name=f"{cfg.cell}@{ev.variant}-{cfg.backbone}-s{cfg.seed}"
                                ) as run:
-            tracking.log_params({**run_params(cfg), "data_dir": str(data), "variant": ev.variant,
+            run.log_params({**run_params(cfg), "data_dir": str(data), "variant": ev.variant,
                                  "study": ev.study, "source_run_id": source_run_id,
                                  **{f"{ev.study}.{k}": v for k, v in ev.options.items()}})
             ctx = EvalContext(model.to(device_for()), cfg, frames, images, device_for(),
@@ -158,9 +163,9 @@ def evaluate_run(source_run_id: str, ev: Evaluation, *, data: Path,
                                           cv2024=is_capsule_vision(manifest))
             if ev.finalize is not None:
                 metrics.update(ev.finalize(metrics))
-            log_scores(preds, metrics, scored, work, names=cfg.class_set.names)
+            log_scores(run, preds, metrics, scored, work, names=cfg.class_set.names)
             if "test" in preds:  # the figures that fit a re-scored run (docs/mlflow-ui.md)
-                tracking.log_figures(evaluation_figures(
+                run.log_figures(evaluation_figures(
                     preds["test"], split_classes(scored, "test"),
                     label=f"{cfg.cell}@{ev.variant} {cfg.backbone} s{cfg.seed}",
                     names=cfg.class_set.names))
@@ -192,14 +197,15 @@ def score_splits(frames: pd.DataFrame, split: np.ndarray, splits: Sequence[str],
     return preds, metrics
 
 
-def log_scores(preds: Mapping[str, pd.DataFrame], metrics: Mapping[str, float],
-               scored: pd.DataFrame, work: Path, *, names: Sequence[str] = CLASSES) -> None:
-    """Log into the active run: finite metrics, the class tags, the predictions artifact
+def log_scores(run: tracking.Run, preds: Mapping[str, pd.DataFrame],
+               metrics: Mapping[str, float], scored: pd.DataFrame, work: Path, *,
+               names: Sequence[str] = CLASSES) -> None:
+    """Log into ``run``: finite metrics, the class tags, the predictions artifact
     (``names``: the class set in index order)."""
-    tracking.log_metrics({k: v for k, v in metrics.items() if math.isfinite(v)})
-    tracking.set_tags(tracking.class_tags(test=split_classes(scored, "test"),
+    run.log_metrics({k: v for k, v in metrics.items() if math.isfinite(v)})
+    run.set_tags(tracking.class_tags(test=split_classes(scored, "test"),
                                           val=split_classes(scored, "val"), names=names))
-    tracking.log_artifacts(write_predictions(dict(preds), work / "predictions", names),
+    run.log_artifacts(write_predictions(dict(preds), work / "predictions", names),
                            "predictions")
 
 
@@ -208,7 +214,7 @@ def find_evaluation(source_run_id: str, ev: Evaluation, *, data_digest: str,
     """The FINISHED child of this evaluation, or None."""
     return tracking.find_finished_run(
         evaluation_key(ev, source_run_id=source_run_id, data_digest=data_digest),
-        **{tracking.TAG_ENTRY_POINT: entry_point})
+        **{tracking.tags.TAG_ENTRY_POINT: entry_point})
 
 
 # --------------------------------------------------------------------------- channel zeroing

@@ -155,13 +155,13 @@ def log_gradcam(rgb_run: str, pi_run: str, *, models, data, digest: str, tags: d
         (work / "prior.png").write_bytes(res.prior_png)
         with tracking.pipi_run(entry_point=entry_point, nested=True, tags=tags,
                                run_name=run_name) as run:
-            tracking.log_params({"rgb_run_id": rgb_run, "pi_run_id": pi_run,
+            run.log_params({"rgb_run_id": rgb_run, "pi_run_id": pi_run,
                                  "n_frames": n_frames, "frame_seed": seed,
                                  "quantile": QUANTILE,
                                  "classes": ",".join(gradcam_classes(c_pi.class_set.names)),
                                  "image_size": c_rgb.image_size})
-            tracking.log_metrics(res.metrics)
-            tracking.log_artifacts(work, "gradcam")
+            run.log_metrics(res.metrics)
+            run.log_artifacts(work, "gradcam")
             return run.run_id
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -41,7 +41,8 @@ def prior_tags(doc: Mapping, source: str, *, run_id: str = "") -> dict[str, str]
     calibrate run that fitted it (``run_id`` when given as one, else the document's own
     ``calibrate_run_id``; left out when neither names one)."""
     run = run_id or str(doc.get("calibrate_run_id") or "")
-    return {tracking.TAG_PRIOR_PARAMS: source, **({tracking.TAG_PRIOR_PARAMS_RUN: run} if run else {})}
+    return {tracking.tags.TAG_PRIOR_PARAMS: source,
+    **({tracking.tags.TAG_PRIOR_PARAMS_RUN: run} if run else {})}
 
 
 def check_prior_params(spec: str, overrides: Mapping | None = None) -> None:
@@ -69,9 +70,9 @@ def resolve_prior(spec: str) -> CalibratedPrior:
         return CalibratedPrior(parse_prior_params(doc, spec), prior_tags(doc, spec))
     if RUN_ID.match(spec):
         run = tracking.get_run(spec)
-        if run.tags.get(tracking.TAG_ENTRY_POINT) != "calibrate":
+        if run.tags.get(tracking.tags.TAG_ENTRY_POINT) != "calibrate":
             raise ConfigError(f"prior_params={spec}: run {spec} is not a calibrate run "
-                              f"(entry point {run.tags.get(tracking.TAG_ENTRY_POINT)!r})")
+                              f"(entry point {run.tags.get(tracking.tags.TAG_ENTRY_POINT)!r})")
         with tracking.downloaded(spec, "prior_params.json", prefix="pipi-prior-params-") as got:
             doc = json.loads(got.read_text())
         source = f"run {spec}"

@@ -52,17 +52,17 @@ def looks_like_filter(spec: str) -> bool:
 
 
 def _source(run_id: str, tags: dict, params: dict, status: str, *, name: str) -> SourceRun:
-    cell = tags.get(tracking.TAG_CELL, "")
+    cell = tags.get(tracking.tags.TAG_CELL, "")
     if status != "FINISHED":
         raise ConfigError(f"{name}: run {run_id} is {status}, not FINISHED")
     if not cell or cell not in CELLS or CELLS[cell].is_sequence:
         what = f"cell {cell!r}" if cell else "no pipi.cell tag"
         raise ConfigError(f"{name}: run {run_id} is not a per-frame model run ({what}); pass "
                           "runs of the train entry point with a per-frame cell (a, pi, ...)")
-    seed = tags.get(tracking.TAG_SEED, "")
-    return SourceRun(run_id, cell, tags.get(tracking.TAG_BACKBONE, ""),
+    seed = tags.get(tracking.tags.TAG_SEED, "")
+    return SourceRun(run_id, cell, tags.get(tracking.tags.TAG_BACKBONE, ""),
                      int(seed) if seed.lstrip("-").isdigit() else 0,
-                     tags.get(tracking.TAG_DATA_DIGEST, ""), params.get("data_dir", ""))
+                     tags.get(tracking.tags.TAG_DATA_DIGEST, ""), params.get("data_dir", ""))
 
 
 def resolve_runs(spec: str, *, name: str = "runs", experiment: str | None = None,
@@ -88,7 +88,8 @@ def resolve_runs(spec: str, *, name: str = "runs", experiment: str | None = None
                     or (cells and r.cell not in cells)):
                 continue
             params = json.loads(r.params or "{}")
-            out.append(SourceRun(r.run_id, r.cell, r.backbone, 0 if pd.isna(r.seed) else int(r.seed),
+            out.append(SourceRun(r.run_id, r.cell, r.backbone,
+            0 if pd.isna(r.seed) else int(r.seed),
                                  r.data_digest,
                                  params.get("data_dir", "")))
         if not out:

@@ -49,17 +49,18 @@ EMBEDDINGS_FORMAT = "pipi.embeddings"
 
 def ensure_autoencoder(cfg: TrainConfig, *, frames: pd.DataFrame, images: np.ndarray,
                        manifest: dict, cache_dir: Path, device: torch.device,
-                       progress: bool = False) -> tuple[str, np.ndarray]:
+                       progress: bool = False, parent: tracking.Run | None = None
+                       ) -> tuple[str, np.ndarray]:
     """(run id, raw C3 features ``(N, 192)``): reuse the FINISHED AE run, or train one.
 
     The AE run is keyed by ``pipi.config_hash`` over the recipe, the data digest and the code
-    version; a new one is started nested under the active run (if any).
+    version; a new one is started nested under ``parent`` (the run that needs it), if any.
     """
     digest = manifest["data_digest"]
     recipe = AutoencoderRecipe.of(cfg)
     key = tracking.config_hash({"c3_autoencoder": asdict(recipe), "data_digest": digest,
                                 "code": tracking.code_version()})
-    found = tracking.find_finished_run(key, **{tracking.TAG_ENTRY_POINT: "c3_autoencoder"})
+    found = tracking.find_finished_run(key, **{tracking.tags.TAG_ENTRY_POINT: "c3_autoencoder"})
     if found is not None:
         rid = found.run_id
         local = Path(cache_dir) / "c3" / f"{rid}.npy"
@@ -75,23 +76,23 @@ def ensure_autoencoder(cfg: TrainConfig, *, frames: pd.DataFrame, images: np.nda
 
     normal = np.flatnonzero((frames["split"].to_numpy() == "train")
                             & (frames["class_index"].to_numpy() == class_index(NORMAL_CLASS)))
-    tags = {tracking.TAG_CONFIG_HASH: key, tracking.TAG_SEED: str(cfg.seed),
-            tracking.TAG_DATA_DIGEST: digest, tracking.TAG_DATASET: manifest.get("dataset", ""),
-            tracking.TAG_IMAGE_SIZE: cfg.image_size}
-    nested = tracking.active_experiment_id() is not None
+    tags = {tracking.tags.TAG_CONFIG_HASH: key, tracking.tags.TAG_SEED: str(cfg.seed),
+            tracking.tags.TAG_DATA_DIGEST: digest,
+            tracking.tags.TAG_DATASET: manifest.get("dataset", ""),
+            tracking.tags.TAG_IMAGE_SIZE: cfg.image_size}
     work = tmpdir()
     try:
-        with tracking.pipi_run(entry_point="c3_autoencoder", nested=nested, tags=tags,
+        with tracking.pipi_run(entry_point="c3_autoencoder", nested=parent is not None, tags=tags,
                                run_name=f"c3-autoencoder-s{cfg.seed}-{cfg.image_size}px") as run:
-            tracking.log_params({**asdict(recipe), "normal_train_frames": len(normal)})
+            run.log_params({**asdict(recipe), "normal_train_frames": len(normal)})
             ae = train_autoencoder(
                 images, normal, recipe, device=device,
-                on_epoch=lambda e, v: tracking.log_metrics({"c3/train_l1": v}, step=e))
+                on_epoch=lambda e, v: run.log_metrics({"c3/train_l1": v}, step=e))
             res = residual_matrix(ae, images, device=device)
             torch.save(ae.state_dict(), work / "autoencoder.pt")
             np.save(work / "residuals.npy", res)
-            tracking.log_artifact(work / "autoencoder.pt", C3_DIR)
-            tracking.log_artifact(work / "residuals.npy", C3_DIR)
+            run.log_artifact(work / "autoencoder.pt", C3_DIR)
+            run.log_artifact(work / "residuals.npy", C3_DIR)
             rid = run.run_id
         local = Path(cache_dir) / "c3" / f"{rid}.npy"
         local.parent.mkdir(parents=True, exist_ok=True)
@@ -111,12 +112,12 @@ def find_base_run(cfg: TrainConfig, digest: str) -> str | None:
     """
     bcfg = base_config(cfg)
     exact = tracking.find_finished_run(tracking.config_hash(tracking.config_key(bcfg, digest)),
-                                       **{tracking.TAG_ENTRY_POINT: "train"})
+                                       **{tracking.tags.TAG_ENTRY_POINT: "train"})
     if exact is not None:
         return exact.run_id
     same_recipe = tracking.find_finished_runs({
-        tracking.TAG_ENTRY_POINT: "train",
-        tracking.TAG_RECIPE_HASH: tracking.config_hash(recipe_key(bcfg, digest)),
+        tracking.tags.TAG_ENTRY_POINT: "train",
+        tracking.tags.TAG_RECIPE_HASH: tracking.config_hash(recipe_key(bcfg, digest)),
     }, max_results=1)
     return same_recipe[0].run_id if same_recipe else None
 
@@ -165,8 +166,10 @@ def base_embeddings(run_id: str, *, frames: pd.DataFrame, images: np.ndarray, di
 
 def build_streams(cfg: TrainConfig, *, base_run_id: str, frames: pd.DataFrame, manifest: dict,
                   images: np.ndarray, cache_dir: Path, device: torch.device,
-                  progress: bool = False) -> tuple[Streams, dict]:
-    """All streams of the cell, plus the ids of the runs they came from."""
+                  progress: bool = False, parent: tracking.Run | None = None
+                  ) -> tuple[Streams, dict]:
+    """All streams of the cell, plus the ids of the runs they came from (a run trained for
+    them is nested under ``parent``)."""
     cell = cfg.cell_config
     digest = manifest["data_digest"]
     train_rows = frames["split"].to_numpy() == "train"
@@ -175,7 +178,7 @@ def build_streams(cfg: TrainConfig, *, base_run_id: str, frames: pd.DataFrame, m
     streams = Streams(embeddings=zscore(emb, emb[train_rows]),
                       windows=build_windows(frames, window=cfg.window),
                       norms={"emb": zscore_stats(emb[train_rows])})
-    sources = {tracking.TAG_BASE_RUN: base_run_id}
+    sources = {tracking.tags.TAG_BASE_RUN: base_run_id}
     if cell.c1:
         streams.c1 = c1_stream(frames, images, cfg, cache_dir=cache_dir, digest=digest,
                                device=device)
@@ -184,8 +187,9 @@ def build_streams(cfg: TrainConfig, *, base_run_id: str, frames: pd.DataFrame, m
             streams.norms["c1"] = zscore_stats(raw[train_rows])
     if cell.c3:
         rid, res = ensure_autoencoder(cfg, frames=frames, images=images, manifest=manifest,
-                                      cache_dir=cache_dir, device=device, progress=progress)
+                                      cache_dir=cache_dir, device=device, progress=progress,
+                                      parent=parent)
         streams.c3 = zscore(res, res[train_rows])
         streams.norms["c3"] = zscore_stats(res[train_rows])
-        sources[tracking.TAG_C3_RUN] = rid
+        sources[tracking.tags.TAG_C3_RUN] = rid
     return streams, sources

@@ -45,9 +45,10 @@ from pipi.report.run_figures import cell_prior_figure, first_per_class, predicti
 from pipi.runs.checks import check_base_run, check_sources, check_trainable
 from pipi.runs.data import StagedData, data_short_name, is_synthetic, load_data
 from pipi.runs.evaluate import load_run_model
+from pipi.runs.onnx_file import check_onnx, keep_onnx
 from pipi.runs.prior_params import CalibratedPrior, check_prior_params, resolve_prior
 from pipi.runs.streams import build_streams, find_base_run
-from pipi.runtime import Runtime, runtime_of
+from pipi.runtime import Runtime, keep_freed_memory, runtime_of
 from pipi.serving.model_input import encode_png
 from pipi.serving.predictors import MAX_CLIP_FRAMES
 from pipi.serving.sequence_clip import ClipPredictor
@@ -254,9 +255,9 @@ class TrainSummary:
 _MODEL_FIELDS = ("model_uri", "model_id", "registered", "registered_name", "registered_version")
 
 
-def log_results(out: FitResult, work: Path, classes: Sequence[str]
+def log_results(run: tracking.Run, out: FitResult, work: Path, classes: Sequence[str]
                 ) -> tuple[TrainSummary, dict[str, float]]:
-    """Log a fitted cell's final metrics (all but the test split's, which are logged with the
+    """Log to ``run`` a fitted cell's final metrics (all but the test split's, which are logged with the
     model: the second value returned), predictions and history; return the summary."""
     m = {k: v for k, v in out.metrics.items() if isinstance(v, float) and math.isfinite(v)}
     # val/macro_auc is the per-epoch series; the selected epoch's value gets its own name
@@ -264,15 +265,14 @@ def log_results(out: FitResult, work: Path, classes: Sequence[str]
     test = {k: v for k, v in m.items() if k.startswith("test/")}
     # at the selected epoch's step (the model is logged there and links them); the per-epoch
     # series already holds that epoch's val/macro_f1: not logged a second time
-    tracking.log_metrics({k: v for k, v in m.items() if k not in test and k not in EPOCH_SERIES},
-                         step=out.best_epoch)
-    tracking.set_tags({**tracking.class_tags(test=out.classes, val=out.val_classes,
-                                             names=classes),
-                       tracking.TAG_BEST_EPOCH: out.best_epoch})
-    tracking.log_artifacts(write_predictions(out.predictions, work / "predictions", classes),
-                           "predictions")
-    tracking.log_dict(out.history, "history.json")
-    return TrainSummary(run_id=tracking.active_run_id(),
+    run.log_metrics({k: v for k, v in m.items() if k not in test and k not in EPOCH_SERIES},
+                    step=out.best_epoch)
+    run.set_tags({**tracking.class_tags(test=out.classes, val=out.val_classes, names=classes),
+                  tracking.tags.TAG_BEST_EPOCH: out.best_epoch})
+    run.log_artifacts(write_predictions(out.predictions, work / "predictions", classes),
+                      "predictions")
+    run.log_dict(out.history, "history.json")
+    return TrainSummary(run_id=run.run_id,
                         test_macro_auc=out.metrics["test/macro_auc"],
                         val_macro_auc=out.metrics["val/macro_auc"], best_epoch=out.best_epoch,
                         test_classes=list(out.classes)), test
@@ -296,19 +296,21 @@ def train(cfg: TrainConfig, *, data: str | None = None, resume: str | None = Non
                system_metrics=system_metrics, epoch_hook=epoch_hook, run_id=run_id)
 
 
-def request_form(cfg: TrainConfig, data: str | None) -> dict[str, str]:
+def request_form(cfg: TrainConfig, data: str | None, *, onnx: bool = False) -> dict[str, str]:
     """The options that ask for ``cfg`` on ``data``, as ``mlflow run . -e train`` logs them
     (every MLproject parameter; :func:`pipi.tracking.entry_point_params`): what a run that no
     launcher parsed (a sequence cell's base, a sweep's child or a calibrate trial trained in
     this process) logs, so that its params read as a top-level run's do: ``batch_size=auto``
     beside ``batch_size.resolved=16`` (issue 38). Empty for a configuration no command asks
-    for (``max_batches`` set outside the smoke profile)."""
+    for (``max_batches`` set outside the smoke profile). ``onnx``: the run keeps an ONNX copy."""
     try:
         request = train_params(cfg, data=None if data in (None, "", "synthetic") else str(data))
     except ConfigError:
         return {}
     if tracking.model_prefix() != tracking.DEFAULT_MODEL_PREFIX:
         request["model_prefix"] = tracking.model_prefix()
+    if onnx:
+        request["onnx"] = True
     return tracking.entry_point_params("train", request)
 
 
@@ -322,19 +324,23 @@ def run_name(cfg: TrainConfig, root: Path) -> str:
 def run(req: TrainRequest, *, experiment: str | None = None, register: bool = True,
         progress: bool = True, nested: bool = False, system_metrics: bool = False,
         epoch_hook: Callable[[int, Mapping[str, float], object], None] | None = None,
-        run_id: str | None = None) -> TrainSummary:
+        run_id: str | None = None, onnx: bool = False) -> TrainSummary:
     """Train a request inside an MLflow run and return a summary (:func:`_run`), registering
-    under the request's model prefix (a resumed run's own)."""
+    under the request's model prefix (a resumed run's own); ``onnx``: also keep the model as
+    an ONNX graph beside it (:mod:`pipi.runs.onnx_file`)."""
+    if onnx:
+        check_onnx(req.cfg.cell)
+    keep_freed_memory()   # each batch reuses the memory the last one freed (pipi.runtime)
     with tracking.using_model_prefix(req.model_prefix or None):
         return _run(req, experiment=experiment, register=register, progress=progress,
                     nested=nested, system_metrics=system_metrics, epoch_hook=epoch_hook,
-                    run_id=run_id)
+                    run_id=run_id, onnx=onnx)
 
 
 def _run(req: TrainRequest, *, experiment: str | None, register: bool, progress: bool,
          nested: bool, system_metrics: bool,
          epoch_hook: Callable[[int, Mapping[str, float], object], None] | None,
-         run_id: str | None) -> TrainSummary:
+         run_id: str | None, onnx: bool = False) -> TrainSummary:
     """Train a request inside an MLflow run and return a summary.
 
     ``epoch_hook(epoch, metrics, model)`` is called after each epoch's metrics are logged,
@@ -363,41 +369,42 @@ def _run(req: TrainRequest, *, experiment: str | None, register: bool, progress:
             # the base run this sequence cell will train first registers under its own name
             tracking.check_can_register(registered_name(base_config(cfg)))
     if resume:  # the recipe the run was started with, not one naming the resolved folder
-        tags[tracking.TAG_RECIPE] = req.resumed.tags.get(tracking.TAG_RECIPE,
-                                                         tags[tracking.TAG_RECIPE])
+        tags[tracking.tags.TAG_RECIPE] = req.resumed.tags.get(tracking.tags.TAG_RECIPE,
+                                                         tags[tracking.tags.TAG_RECIPE])
     if resume:  # `mlflow run -P resume=` made a run of its own: say what it did
         wrapper = tracking.tag_project_run(
-            {tracking.TAG_ENTRY_POINT: "train", tracking.TAG_RESUMED_RUN: resume},
+            {tracking.tags.TAG_ENTRY_POINT: "train", tracking.tags.TAG_RESUMED_RUN: resume},
             note=f"resumed run {resume}: its metrics, predictions and model are there",
             unless=resume)
         if wrapper:
-            tags[tracking.TAG_RESUMED_BY] = ",".join(
-                x for x in (req.resumed.tags.get(tracking.TAG_RESUMED_BY), wrapper) if x)
+            tags[tracking.tags.TAG_RESUMED_BY] = ",".join(
+                x for x in (req.resumed.tags.get(tracking.tags.TAG_RESUMED_BY), wrapper) if x)
     work = tmpdir()
     try:
         with tracking.pipi_run(entry_point="train", experiment=experiment,
                                run_id=resume or run_id,
                                nested=nested, run_name=run_name(cfg, root),
-                               tags=tags, log_system_metrics=system_metrics):
+                               tags=tags, log_system_metrics=system_metrics) as mrun:
             if not resume:   # the request form first (a nested or in-process run too)
-                tracking.log_params(req.options or request_form(cfg, data))
+                mrun.log_params(req.options or request_form(cfg, data, onnx=onnx))
                 params = {**run_params(cfg), "data_dir": str(root)}
                 if seq:
                     params["base_cell"] = cfg.cell_config.base_cell
                 if cfg.weights == "imagenet" and cfg.backbone in ARCHS:   # which release
                     params["weights.resolved"] = str(imagenet_weights(cfg.backbone))
-                tracking.log_params(params)
-                tracking.log_dict(cfg.to_dict(), "config.json")
+                mrun.log_params(params)
+                mrun.log_dict(cfg.to_dict(), "config.json")
                 # one dataset input per split; the test metrics link to the test one
-                tracking.log_split_datasets(frames, source=str(root),
-                                            name=tags[tracking.TAG_DATASET],
+                tracking.log_split_datasets(mrun, frames, source=str(root),
+                                            name=tags[tracking.tags.TAG_DATASET],
                                             digest=manifest["data_digest"])
-            test_ds = tracking.split_datasets(tags[tracking.TAG_DATASET],
+            test_ds = tracking.split_datasets(tags[tracking.tags.TAG_DATASET],
                                               manifest["data_digest"])["test"]
-            tracking.log_params(runtime.params())  # on resume: `.resolved` if it moved
-            tracker = tracking.RunTracker(work / "ckpt", epoch_hook=epoch_hook)
+            mrun.log_params(runtime.params())  # on resume: `.resolved` if it moved
+            tracker = tracking.RunTracker(mrun, work / "ckpt", epoch_hook=epoch_hook,
+                                          resumed=bool(resume))
             if seq:
-                summary, test = _fit_sequence(cfg, root=root, data=data, frames=frames,
+                summary, test = _fit_sequence(mrun, cfg, root=root, data=data, frames=frames,
                                               manifest=manifest,
                                               base_id=base_id, tracker=tracker, work=work,
                                               resume_state=resume_state, register=register,
@@ -407,22 +414,29 @@ def _run(req: TrainRequest, *, experiment: str | None, register: bool, progress:
                 out = run_frame_cell(cfg, data=root, resume_state=resume_state, tracker=tracker,
                                      progress=progress, runtime=runtime,
                                      staged=(frames, manifest))
-                summary, test_metrics = log_results(out, work, cfg.class_set.names)
+                summary, test_metrics = log_results(mrun, out, work, cfg.class_set.names)
                 test = out.test_predictions
                 summary = _with_model(summary, log_frame_model(
-                    cfg, out.model, work, test_auc=summary.test_macro_auc, register=register,
+                    mrun, cfg, out.model, work, test_auc=summary.test_macro_auc, register=register,
                     tags=tags, test_metrics=test_metrics, test_dataset=test_ds,
                     description=_version_text(cfg, summary, manifest, tags),
                     step=summary.best_epoch))
-            _show_in_ui(cfg, summary, test, root=root, frames=frames, manifest=manifest,
+                if onnx:
+                    keep_onnx(mrun, cfg, model_uri=summary.model_uri, work=work,
+                              registered=(summary.registered_name, summary.registered_version)
+                              if summary.registered else None)
+            _show_in_ui(mrun, cfg, summary, test, root=root, frames=frames, manifest=manifest,
                         tags=tags)
+        # FINISHED: resume refuses the run, so its checkpoint has no further use
+        tracker.drop_checkpoint()
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return summary
 
 
 # --------------------------------------------------------------------------- the MLflow UI
-def _show_in_ui(cfg: TrainConfig, summary: TrainSummary, test: pd.DataFrame, *, root: Path,
+def _show_in_ui(run: tracking.Run, cfg: TrainConfig, summary: TrainSummary, test: pd.DataFrame, *,
+root: Path,
                 frames: pd.DataFrame, manifest: dict, tags: dict) -> None:
     """Figures (``figures/``, from the ``test`` predictions), the run's description, the
     model card and the version's evidence (docs/mlflow-ui.md)."""
@@ -433,11 +447,11 @@ def _show_in_ui(cfg: TrainConfig, summary: TrainSummary, test: pd.DataFrame, *, 
     if not cell.is_sequence and (cell.input_channels == 5 or cell.distill):
         figs["prior_examples"] = _prior_figure(cfg, root=root, frames=frames, manifest=manifest,
                                                label=label)
-    tracking.log_figures(figs)
-    recipe = tags.get(tracking.TAG_RECIPE, recipe_command(cfg))
+    run.log_figures(figs)
+    recipe = tags.get(tracking.tags.TAG_RECIPE, recipe_command(cfg))
     digest = manifest.get("data_digest", "")
     base = summary.base_run_id
-    tracking.set_run_description(run_description(
+    run.set_description(run_description(
         cell=cfg.cell, backbone=cfg.backbone, seed=cfg.seed, recipe=recipe,
         test_macro_auc=summary.test_macro_auc, test_classes=summary.test_classes,
         data_digest=digest, base_run_id=base,
@@ -447,7 +461,7 @@ def _show_in_ui(cfg: TrainConfig, summary: TrainSummary, test: pd.DataFrame, *, 
         name = summary.registered_name
         # the serve command names an alias that exists: champion once promoted, else candidate
         alias = next((a for a in ("champion", "candidate")
-                      if tracking.alias_version(name, a)), None)
+                      if tracking.registry.alias_version(name, a)), None)
         if alias is None:   # a dependency's first version: no alias to serve yet
             return
         tracking.set_model_description(name, model_card(cell=cfg.cell, backbone=cfg.backbone,
@@ -460,7 +474,7 @@ def _version_text(cfg: TrainConfig, summary: TrainSummary, manifest: dict, tags:
     return version_description(
         run_id=summary.run_id, test_macro_auc=summary.test_macro_auc,
         test_classes=summary.test_classes, data_digest=manifest.get("data_digest", ""),
-        recipe=tags.get(tracking.TAG_RECIPE, recipe_command(cfg)), seed=cfg.seed,
+        recipe=tags.get(tracking.tags.TAG_RECIPE, recipe_command(cfg)), seed=cfg.seed,
         class_names=cfg.class_set.names)
 
 
@@ -476,67 +490,71 @@ def _prior_figure(cfg: TrainConfig, *, root: Path, frames: pd.DataFrame, manifes
 
 # --------------------------------------------------------------------------- sequence cells
 def train_base_run(cfg: TrainConfig, *, staged: StagedData, register: bool,
-                   progress: bool, data: str | None = None) -> str:
+                   progress: bool, data: str | None = None,
+                   parent: tracking.Run | None = None) -> str:
     """The run id of the base per-frame run of a sequence cell that has none (``run`` looked
-    for it), trained now, nested, on the staged data already loaded (its index not read
-    again). ``data``: the sequence run's ``data`` option, which the base run's request form
-    repeats."""
+    for it), trained now, on the staged data already loaded (its index not read again):
+    nested under ``parent`` (the sequence run that needs it) where one is given. ``data``: the
+    sequence run's ``data`` option, which the base run's request form repeats."""
     bcfg = base_config(cfg)
     log.info("no FINISHED %s run for backbone %s, seed %d: training it first",
              bcfg.cell, bcfg.backbone, bcfg.seed)
-    needed_by = tracking.active_run_id() if tracking.active_experiment_id() else ""
+    needed_by = parent.run_id if parent is not None else ""
     req = TrainRequest(bcfg.with_classes(class_set_of(staged.manifest)), staged,
                        runtime_of(bcfg), data=data if data is not None else str(staged.root),
-                       tags={tracking.TAG_NEEDED_BY: needed_by} if needed_by else {})
+                       tags={tracking.tags.TAG_NEEDED_BY: needed_by} if needed_by else {})
     summary = run(req, register=register, progress=progress,
-                  nested=tracking.active_experiment_id() is not None)
+                  nested=parent is not None)
     return summary.run_id
 
 
-def _fit_sequence(cfg: TrainConfig, *, root: Path, data: str | None, frames: pd.DataFrame,
+def _fit_sequence(run: tracking.Run, cfg: TrainConfig, *, root: Path, data: str | None,
+frames: pd.DataFrame,
                   manifest: dict,
                   base_id: str | None, tracker, work: Path, resume_state: dict | None,
                   register: bool, progress: bool, tags: dict, device: torch.device,
                   test_ds=None) -> tuple[TrainSummary, pd.DataFrame]:
-    """The sequence part of a ``train`` run: base run, streams, head; checkpoint and the
+    """The sequence part of the ``train`` run ``run``: base run, streams, head; checkpoint and the
     registered pyfunc (base backbone + head + C3 autoencoder). Returns the summary and the
     test predictions."""
     digest = manifest["data_digest"]
     if base_id is None:
         base_id = train_base_run(cfg, staged=StagedData(root, frames, manifest), data=data,
-                                 register=register, progress=progress)
-    base_code = tracking.get_run(base_id).tags.get(tracking.TAG_CODE_VERSION, "")
-    tracking.set_tags({tracking.TAG_BASE_RUN: base_id, tracking.TAG_BASE_CODE_VERSION: base_code})
+                                 register=register, progress=progress, parent=run)
+    base_code = tracking.get_run(base_id).tags.get(tracking.tags.TAG_CODE_VERSION, "")
+    run.set_tags({tracking.tags.TAG_BASE_RUN: base_id,
+    tracking.tags.TAG_BASE_CODE_VERSION: base_code})
     dev = device
     cache_dir = pipi_home() / "cache"
     images = build_cache(root, frames, size=cfg.image_size, digest=digest, cache_dir=cache_dir,
                          progress=progress)
     streams, sources = build_streams(cfg, base_run_id=base_id, frames=frames, manifest=manifest,
                                      images=images, cache_dir=cache_dir, device=dev,
-                                     progress=progress)
-    tracking.set_tags(sources)
+                                     progress=progress, parent=run)
+    run.set_tags(sources)
     out = fit_sequence(cfg, frames, streams, tracker=tracker, resume_state=resume_state,
                        device=dev, progress=progress, manifest=manifest)
-    summary, test_metrics = log_results(out, work, cfg.class_set.names)
+    summary, test_metrics = log_results(run, out, work, cfg.class_set.names)
     torch.save({"model": out.model.state_dict(), "spec": out.model.spec,
                 "config": cfg.to_dict(), **sources}, work / "best_state.pt")
-    tracking.log_artifact(work / "best_state.pt", "checkpoints")
+    run.log_artifact(work / "best_state.pt", "checkpoints")
     summary = replace(summary, base_run_id=base_id)
     summary = _with_model(summary, _log_sequence_model(
-        cfg, out.model, streams.norms, sources, work, summary.test_macro_auc, register, tags,
+        run, cfg, out.model, streams.norms, sources, work, summary.test_macro_auc, register, tags,
         test_metrics=test_metrics, test_ds=test_ds, step=summary.best_epoch,
         description=_version_text(cfg, summary, manifest, tags)))
     return summary, out.test_predictions
 
 
-def _log_sequence_model(cfg: TrainConfig, head, norms: dict, sources: dict, work: Path,
+def _log_sequence_model(run: tracking.Run, cfg: TrainConfig, head, norms: dict, sources: dict,
+work: Path,
                         test_auc: float, register: bool, tags: dict, *, test_metrics=None,
                         test_ds=None, description: str | None = None, step: int = 0) -> dict:
     """Log (and register) the sequence pyfunc: base backbone + head (+ C3 autoencoder)."""
-    base_model, base_cfg = load_run_model(sources[tracking.TAG_BASE_RUN])
+    base_model, base_cfg = load_run_model(sources[tracking.tags.TAG_BASE_RUN])
     ae_state = None
-    if tracking.TAG_C3_RUN in sources:
-        got = tracking.download_artifact(sources[tracking.TAG_C3_RUN],
+    if tracking.tags.TAG_C3_RUN in sources:
+        got = tracking.download_artifact(sources[tracking.tags.TAG_C3_RUN],
                                          f"{C3_DIR}/autoencoder.pt", work / "c3")
         ae_state = torch.load(got, map_location="cpu", weights_only=True)
     bundle = {"config": cfg.to_dict(), "base_config": base_cfg.to_dict(),
@@ -550,15 +568,16 @@ def _log_sequence_model(cfg: TrainConfig, head, norms: dict, sources: dict, work
     cpath.write_text(json.dumps(cfg.to_dict(), indent=2))
     clip = example_images(cfg, n=2)
     predictor = ClipPredictor(cfg=cfg, base_cfg=base_cfg, base=base_model, head=head.cpu(),
-                              norms={k: (np.asarray(m), np.asarray(s)) for k, (m, s) in norms.items()},
+                              norms={k: (np.asarray(m), np.asarray(s)) for k, (m,
+                              s) in norms.items()},
                               autoencoder=_autoencoder(ae_state))
     out_example = predictor.predict([clip])
     example = pd.DataFrame({"image": [encode_png(im) for im in clip]})   # one clip, 2 frames
-    return log_and_register(cfg, {"bundle": str(work / "sequence_model.pt"),
+    return log_and_register(run, cfg, {"bundle": str(work / "sequence_model.pt"),
                              "config": str(cpath)}, example, out_example, test_auc, register,
                              tags, params=None, work=work, test_metrics=test_metrics,
                              test_dataset=test_ds, image_columns=True,
-                             extra={"base_run_id": sources[tracking.TAG_BASE_RUN],
+                             extra={"base_run_id": sources[tracking.tags.TAG_BASE_RUN],
                                     "window": cfg.window, "max_clip_frames": MAX_CLIP_FRAMES},
                              description=description, step=step)
 

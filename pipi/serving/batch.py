@@ -8,7 +8,10 @@
 * **Decoding** happens in DataLoader workers, exactly as the registered model decodes a
   request's image (``decode_file`` with the model's decode size, then the training cache's
   resize), so the probabilities equal the pyfunc's; the model (:class:`FrameModule`) runs on
-  batches in the main process (pinned memory and the device's transfer on a GPU).
+  batches in the main process (pinned memory and the device's transfer on a GPU). On a CPU
+  with few cores, ``replicas`` forked processes instead each decode and score their own
+  batches on one thread (:mod:`pipi.serving.replicas`): the same answers, no core waiting
+  for a decoding worker.
 * **Output.** Rows are written in chunks of :data:`CHUNK` frames to ``<out>.parts/``, each
   part written whole (a temporary name, then renamed), so a broken run resumes from the parts
   it finished; the parts are then merged, row group by row group, into ``out`` (the run
@@ -36,7 +39,8 @@ from pipi.data.staging.images_scan import scan_table
 from pipi.errors import ConfigError, DataError
 from pipi.predictions import predictions_frame, predictions_schema
 from pipi.serving.model_input import InputError, Limits, decode_file
-from pipi.serving.sequence_clip import resize_batch
+from pipi.serving.replicas import replica_map, resolve_replicas
+from pipi.serving.sequence_clip import resize_frame, to_unit
 
 __all__ = ["CHUNK", "IMAGE_SUFFIXES", "FrameList", "ScoreResult", "TableLabels", "folder_frames",
            "score_frames", "staged_frames", "table_frames"]
@@ -164,7 +168,9 @@ def table_frames(table: Path, class_names: tuple[str, ...], *,
 
 
 class _Frames(torch.utils.data.Dataset):
-    """The frames' pixels as the registered model takes them: ``[3, S, S]`` floats in [0, 1]."""
+    """The frames' pixels at the model's size, ``uint8`` ``[S, S, 3]``: the registered model's
+    resize, before its conversion to floats (:func:`to_unit`, in the scoring process: a
+    quarter of the bytes cross from the workers, and a GPU gets them as they are)."""
 
     def __init__(self, root: Path, paths: list[str], size: int):
         self.root, self.paths, self.size = root, paths, size
@@ -180,7 +186,7 @@ class _Frames(torch.utils.data.Dataset):
             img = decode_file(data, where=path, limits=self.limits)
         except (OSError, InputError) as exc:
             raise DataError(f"{self.root / path}: {exc}") from None
-        return resize_batch([img], self.size)[0]
+        return torch.from_numpy(resize_frame(img, self.size))
 
 
 def _key(flist: FrameList, model_key: str) -> str:
@@ -212,15 +218,21 @@ def score_frames(module: torch.nn.Module, flist: FrameList, out: Path, *, model_
                  batch_size: int = 64, workers: int = 0, device: torch.device | None = None,
                  progress: Callable[[int], None] | None = None,
                  amp_dtype: torch.dtype | None = None,
-                 channels_last: bool = False) -> ScoreResult:
+                 channels_last: bool = False, compile: bool = False,
+                 replicas: int = 1) -> ScoreResult:
     """Score every frame of ``flist`` with ``module`` (``forward(x01) -> probabilities``, a
     :class:`~pipi.serving.predictors.FrameModule`) into ``out`` (see the module docstring).
     ``model_key`` names the model (its URI and version, and how it computes: parts of another
     are refused). ``amp_dtype``: the forward pass under ``torch.autocast`` in that precision
     (bf16 on a GPU: faster, probabilities to about 1e-2 of fp32); ``channels_last``: inputs
-    in NHWC memory format. ``progress(n)`` is called with the frames done after each batch."""
+    in NHWC memory format; ``compile``: the forward pass through ``torch.compile(module)``
+    (the same weights; a GPU's kernels fused, the first batches pay the compilation).
+    ``replicas`` > 1 (a CPU only): that many forked processes score the batches, each
+    decoding its own on one thread (:mod:`pipi.serving.replicas`; ``workers`` is then unused).
+    ``progress(n)`` is called with the frames done after each batch."""
     if batch_size < 1 or workers < 0:
         raise ConfigError(f"batch_size={batch_size}, workers={workers}: need >= 1 and >= 0")
+    replicas = resolve_replicas(replicas, device or torch.device("cpu"))
     out = Path(out).expanduser().resolve()
     if out.suffix != ".parquet":
         raise ConfigError(f"out={out}: write a .parquet file")
@@ -228,6 +240,7 @@ def score_frames(module: torch.nn.Module, flist: FrameList, out: Path, *, model_
     device = device or torch.device("cpu")
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     module = module.to(device, memory_format=fmt).eval()
+    forward = torch.compile(module) if compile else module
     n, size = len(flist), int(module.image_size)
     parts = _parts(out, _key(flist, model_key))
     chunks = [(c, s, min(s + CHUNK, n)) for c, s in enumerate(range(0, n, CHUNK))]
@@ -236,19 +249,37 @@ def score_frames(module: torch.nn.Module, flist: FrameList, out: Path, *, model_
     if progress and resumed:
         progress(resumed)
     t0 = time.perf_counter()
+    names = tuple(module.class_names)
+    autocast = dict(device_type=device.type, dtype=amp_dtype or torch.float32,
+                    enabled=amp_dtype is not None)
+    if replicas > 1:
+        _score_in_replicas(forward, flist, parts, todo, names, size=size, fmt=fmt,
+                           batch_size=batch_size, replicas=replicas, autocast=autocast,
+                           progress=progress)
+    else:
+        _score_here(forward, flist, parts, todo, names, size=size, fmt=fmt, device=device,
+                    batch_size=batch_size, workers=workers, autocast=autocast,
+                    progress=progress)
+    _merge(parts, [c for c, _, _ in chunks], out, names)
+    return ScoreResult(out, n, resumed, time.perf_counter() - t0)
+
+
+def _score_here(forward, flist: FrameList, parts: Path, todo: list, names: tuple[str, ...], *,
+                size: int, fmt, device: torch.device, batch_size: int, workers: int,
+                autocast: dict, progress) -> None:
+    """The chunks ``todo`` scored in this process, decoded by ``workers`` DataLoader workers,
+    each part written as soon as its rows are scored."""
     rows = np.concatenate([np.arange(s, e) for _, s, e in todo]) if todo else np.array([], int)
     paths = flist.frames["path"].to_numpy()[rows].tolist()
     loader = torch.utils.data.DataLoader(
         _Frames(flist.root, paths, size), batch_size=batch_size, num_workers=workers,
         pin_memory=device.type == "cuda", persistent_workers=False)
-    names = tuple(module.class_names)
     pending: list[np.ndarray] = []
     queue = list(todo)
-    with torch.inference_mode(), torch.autocast(device.type, dtype=amp_dtype or torch.float32,
-                                                enabled=amp_dtype is not None):
+    with torch.inference_mode(), torch.autocast(**autocast):
         for x in loader:
-            x = x.to(device, non_blocking=True).contiguous(memory_format=fmt)
-            pending.append(module(x).float().cpu().numpy())
+            x = to_unit(x.to(device, non_blocking=True)).contiguous(memory_format=fmt)
+            pending.append(forward(x).float().cpu().numpy())
             if progress:
                 progress(len(x))
             while queue and sum(len(p) for p in pending) >= queue[0][2] - queue[0][1]:
@@ -256,8 +287,32 @@ def score_frames(module: torch.nn.Module, flist: FrameList, out: Path, *, model_
                 probs = np.concatenate(pending)
                 _write_part(parts, c, flist.frames.iloc[s:e], probs[:e - s], names)
                 pending = [probs[e - s:]] if len(probs) > e - s else []
-    _merge(parts, [c for c, _, _ in chunks], out, names)
-    return ScoreResult(out, n, resumed, time.perf_counter() - t0)
+
+
+def _score_in_replicas(forward, flist: FrameList, parts: Path, todo: list,
+                       names: tuple[str, ...], *, size: int, fmt, batch_size: int,
+                       replicas: int, autocast: dict, progress) -> None:
+    """The chunks ``todo`` scored batch by batch by ``replicas`` forked processes (CPU); a
+    chunk's part is written once all its batches are back (in any order)."""
+    frames = _Frames(flist.root, flist.frames["path"].tolist(), size)
+
+    def score(task: tuple[int, int, int]) -> np.ndarray:
+        _, a, b = task
+        x = torch.stack([frames[i] for i in range(a, b)])
+        with torch.inference_mode(), torch.autocast(**autocast):
+            return forward(to_unit(x).contiguous(memory_format=fmt)).float().numpy()
+
+    tasks = [(c, a, min(a + batch_size, e)) for c, s, e in todo for a in range(s, e, batch_size)]
+    bounds = {c: (s, e) for c, s, e in todo}
+    done: dict[int, list[tuple[int, np.ndarray]]] = {c: [] for c in bounds}
+    for (c, a, b), probs in replica_map(score, tasks, replicas):
+        if progress:
+            progress(b - a)
+        done[c].append((a, probs))
+        s, e = bounds[c]
+        if sum(len(p) for _, p in done[c]) == e - s:
+            ordered = np.concatenate([p for _, p in sorted(done.pop(c), key=lambda t: t[0])])
+            _write_part(parts, c, flist.frames.iloc[s:e], ordered, names)
 
 
 def _write_part(parts: Path, c: int, frames: pd.DataFrame, probs: np.ndarray,

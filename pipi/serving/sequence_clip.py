@@ -36,17 +36,27 @@ from pipi.prior import c1_features, prior_channels
 from pipi.serving.frame_model import FrameInputs, build_frame_model
 from pipi.serving.windows import build_windows, c1_form, zscore
 
-__all__ = ["ClipPredictor", "resize_batch"]
+__all__ = ["ClipPredictor", "resize_batch", "resize_frame", "to_unit"]
+
+
+def resize_frame(image: np.ndarray, size: int) -> np.ndarray:
+    """A ``uint8`` ``H x W x 3`` image at ``size x size`` (the training cache's resize: PIL
+    bilinear), still ``uint8`` and channels last."""
+    pil = Image.fromarray(np.ascontiguousarray(image))
+    return np.array(pil.resize((size, size), Image.BILINEAR))
+
+
+def to_unit(frames: torch.Tensor) -> torch.Tensor:
+    """``uint8`` ``[B, S, S, 3]`` -> float ``[B, 3, S, S]`` in [0, 1], left in NHWC memory
+    (``torch.channels_last``): what :func:`resize_batch` computes, on any device."""
+    return frames.permute(0, 3, 1, 2).float().div_(255.0)
 
 
 def resize_batch(images: list[np.ndarray], size: int) -> torch.Tensor:
     """``uint8`` ``H x W x 3`` images -> float ``[B, 3, size, size]`` in [0, 1] (training-cache
-    resize: PIL bilinear)."""
-    out = []
-    for im in images:
-        pil = Image.fromarray(np.ascontiguousarray(im))
-        out.append(np.asarray(pil.resize((size, size), Image.BILINEAR)).transpose(2, 0, 1))
-    return torch.from_numpy(np.stack(out)).float().div_(255.0)
+    resize: PIL bilinear), NCHW-contiguous."""
+    frames = torch.from_numpy(np.stack([resize_frame(im, size) for im in images]))
+    return to_unit(frames).contiguous()
 
 
 def _standardise(x: torch.Tensor, stats) -> torch.Tensor:

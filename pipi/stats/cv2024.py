@@ -29,18 +29,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.metrics import (
-    auc,
-    balanced_accuracy_score,
-    f1_score,
-    precision_recall_curve,
-    recall_score,
-    roc_auc_score,
-)
 
 from pipi.paths import metric_key
 
 __all__ = ["CV2024_CLASSES", "CV2024Report", "cv2024_metrics"]
+
+
+def _skm():
+    """scikit-learn's metrics, imported when a metric is computed (1.2 s on 2 cores): the
+    modules that import this one (training, ``pipi predict``) do not all score the challenge."""
+    import sklearn.metrics
+
+    return sklearn.metrics
 
 #: The challenge's ten classes in its sheet's column order.
 CV2024_CLASSES = ("Angioectasia", "Bleeding", "Erosion", "Erythema", "Foreign Body",
@@ -112,8 +112,8 @@ def _score_or_zero(fn, *args) -> float:
 def _pr_auc(y: np.ndarray, s: np.ndarray) -> float:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # no positive frame: recall is set to one
-        precision, recall, _ = precision_recall_curve(y, s)
-        return float(auc(recall, precision))
+        precision, recall, _ = _skm().precision_recall_curve(y, s)
+        return float(_skm().auc(recall, precision))
 
 
 def cv2024_metrics(labels, probs, classes: Sequence[str]) -> CV2024Report:
@@ -127,7 +127,7 @@ def cv2024_metrics(labels, probs, classes: Sequence[str]) -> CV2024Report:
     onehot = labels if labels.ndim == 2 else np.eye(k, dtype=np.int64)[labels.astype(np.int64)]
     y = onehot.argmax(1)
     pred = probs.argmax(1)
-    aucs = tuple(_score_or_zero(roc_auc_score, onehot[:, i], probs[:, i])
+    aucs = tuple(_score_or_zero(_skm().roc_auc_score, onehot[:, i], probs[:, i])
                  if len(np.unique(onehot[:, i])) == 2 else 0.0 for i in range(k))
     spec = []
     for i in range(k):
@@ -135,11 +135,11 @@ def cv2024_metrics(labels, probs, classes: Sequence[str]) -> CV2024Report:
         tn, fp = int(np.sum(neg & (pred != i))), int(np.sum(neg & (pred == i)))
         spec.append(tn / (tn + fp) if tn + fp > 0 else 0.0)
     every = list(range(k))
-    sens = recall_score(y, pred, labels=every, average=None, zero_division=0)
-    f1 = f1_score(y, pred, labels=every, average=None, zero_division=0)
+    sens = _skm().recall_score(y, pred, labels=every, average=None, zero_division=0)
+    f1 = _skm().f1_score(y, pred, labels=every, average=None, zero_division=0)
     pr = tuple(_score_or_zero(_pr_auc, onehot[:, i], probs[:, i]) for i in range(k))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # predicted classes absent from the labels
-        bacc = float(balanced_accuracy_score(y, pred)) if len(y) else float("nan")
+        bacc = float(_skm().balanced_accuracy_score(y, pred)) if len(y) else float("nan")
     return CV2024Report(tuple(classes), aucs, tuple(spec), tuple(float(v) for v in sens),
                         tuple(float(v) for v in f1), pr, bacc)

@@ -69,8 +69,8 @@ def _in_process(procs: ProcessPoolExecutor, child: Child, parent_run_id: str,
                 kwargs: dict) -> str:
     """Create the child's run, fill it in a worker process; a crash marks it FAILED."""
     run_id = tracking.create_child_run(parent_run_id, run_name=child.label,
-                                       tags={tracking.TAG_SWEEP_ROLE: child.role,
-                                             tracking.TAG_PARENT_RUN: parent_run_id})
+                                       tags={tracking.tags.TAG_SWEEP_ROLE: child.role,
+                                             tracking.tags.TAG_PARENT_RUN: parent_run_id})
     try:
         return procs.submit(_spawn_child, child, run_id=run_id, **kwargs).result()
     except BaseException as exc:
@@ -96,6 +96,6 @@ def _spawn_child(child: Child, *, run_id: str, threads: int, data: str,
 
 def _train_child(child: Child, *, data: Path, progress: bool, parent_run_id: str) -> str:
     summary = train(child.cfg, data=str(data), nested=True, progress=progress)
-    tracking.set_run_tags(summary.run_id, {tracking.TAG_PARENT_RUN: parent_run_id,
-                                           tracking.TAG_SWEEP_ROLE: child.role})
+    tracking.set_run_tags(summary.run_id, {tracking.tags.TAG_PARENT_RUN: parent_run_id,
+                                           tracking.tags.TAG_SWEEP_ROLE: child.role})
     return summary.run_id

@@ -135,14 +135,14 @@ def result_of(child: Child, run, status: str, attempts: int, error: str = "") ->
         run_id=run.run_id if run is not None else None, attempts=attempts,
         val_macro_auc=float(m.get("val/best_macro_auc", m.get("val/macro_auc", math.nan))),
         test_macro_auc=float(m.get("test/macro_auc", math.nan)),
-        base_run_id=(run.tags.get(tracking.TAG_BASE_RUN, "") if run is not None else ""),
+        base_run_id=(run.tags.get(tracking.tags.TAG_BASE_RUN, "") if run is not None else ""),
         error=error)
 
 
 def find_done(child: Child, *, entry_point: str) -> ChildResult | None:
     """The child's FINISHED run with the same config hash, as a ``reused`` result."""
     found = tracking.find_finished_run(child.config_hash,
-                                       **{tracking.TAG_ENTRY_POINT: entry_point})
+                                       **{tracking.tags.TAG_ENTRY_POINT: entry_point})
     if found is None:
         return None
     log.info("child %s: reusing FINISHED run %s", child.label, found.run_id)

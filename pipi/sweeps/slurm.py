@@ -215,9 +215,9 @@ def run_slurm(children, *, data: Path, parent_run_id: str, retries: int = 1,
                 c = children[i]
                 rid = tracking.create_child_run(parent_run_id, run_name=c.cfg.cell + "-"
                                                 + f"{c.cfg.backbone}-s{c.cfg.seed}",
-                                                tags={tracking.TAG_PARENT_RUN: parent_run_id,
-                                                      tracking.TAG_SWEEP_ROLE: c.role,
-                                                      tracking.TAG_SLURM_ATTEMPT: attempt})
+                                                tags={tracking.tags.TAG_PARENT_RUN: parent_run_id,
+                                                      tracking.tags.TAG_SWEEP_ROLE: c.role,
+                                                      tracking.tags.TAG_SLURM_ATTEMPT: attempt})
                 runs[i] = rid
                 tasks.append(Task(rid, c.label, train_command(
                     c.cfg, run_id=rid, experiment_id=experiment_id, data=data)))
@@ -231,14 +231,14 @@ def run_slurm(children, *, data: Path, parent_run_id: str, retries: int = 1,
         for job, name, idx in jobs:
             states = task_states(job)
             for k, i in enumerate(idx):
-                tracking.set_run_tags(runs[i], {tracking.TAG_SLURM_JOB: f"{job}_{k}"})
+                tracking.set_run_tags(runs[i], {tracking.tags.TAG_SLURM_JOB: f"{job}_{k}"})
                 run = tracking.get_run(runs[i])
                 if run.status in TERMINAL_OK:
                     status = "trained" if attempt == 1 else "retried"
                     results[i] = result_of(children[i], run, status, attempt,
                                          "; ".join(errors[i]))
                     continue
-                reason = run.tags.get(tracking.TAG_FAILURE) or log_tail(folder, name, k)
+                reason = run.tags.get(tracking.tags.TAG_FAILURE) or log_tail(folder, name, k)
                 errors[i].append(f"attempt {attempt} (SLURM {job}_{k} "
                                  f"{states.get(k, '?')}): {reason.strip()}")
                 if run.live:

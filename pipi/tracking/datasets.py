@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import mlflow
 
-from pipi.tracking.runs import log_dataset
+from pipi.tracking.handle import Run
 
 __all__ = ["SPLIT_CONTEXTS", "DatasetRef", "log_model_metrics", "log_split_datasets",
            "split_datasets"]
@@ -37,21 +37,20 @@ def split_datasets(name: str, digest: str) -> dict[str, DatasetRef]:
             for split, context in SPLIT_CONTEXTS.items()}
 
 
-def log_split_datasets(frames, *, source: str, name: str, digest: str
+def log_split_datasets(run: Run, frames, *, source: str, name: str, digest: str
                        ) -> dict[str, DatasetRef]:
     """Log the train, validation and test rows of a staged frame index as three dataset
-    inputs of the active run (contexts ``training``, ``validation``, ``testing``)."""
+    inputs of ``run`` (contexts ``training``, ``validation``, ``testing``)."""
     refs = split_datasets(name, digest)
     for split, ref in refs.items():
         rows = frames[frames["split"] == split].reset_index(drop=True)
-        log_dataset(rows, source=source, name=ref.name, digest=ref.digest, context=ref.context)
+        run.log_dataset(rows, source=source, name=ref.name, digest=ref.digest, context=ref.context)
     return refs
 
 
-def log_model_metrics(model_id: str, metrics: Mapping[str, float], *,
+def log_model_metrics(run_id: str, model_id: str, metrics: Mapping[str, float], *,
                       dataset: DatasetRef | None = None) -> None:
-    """Log metrics of the active run linked to a logged model (and to a dataset input)."""
-    # run_id given: MLflow then reads the run's inputs from the store (the active run object
-    # it holds was fetched before the datasets were logged) and finds the dataset there
+    """Log metrics of run ``run_id`` linked to a logged model (and to a dataset input)."""
+    # run_id given: MLflow then reads the run's inputs from the store and finds the dataset
     mlflow.log_metrics({k: float(v) for k, v in metrics.items()}, model_id=model_id,
-                       dataset=dataset, run_id=mlflow.active_run().info.run_id)
+                       dataset=dataset, run_id=run_id)

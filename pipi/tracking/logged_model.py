@@ -39,7 +39,7 @@ from pipi.tracking.registry import (
     set_aliases,
     set_registered_model_tags,
 )
-from pipi.tracking.runs import active_run_id
+from pipi.tracking.handle import Run
 from pipi.tracking.store import code_version
 from pipi.tracking.tags import (
     TAG_BACKBONE,
@@ -114,12 +114,13 @@ def example_images(cfg: TrainConfig, *, n: int) -> list[np.ndarray]:
     return list(rng.integers(0, 256, (n, cfg.image_size, cfg.image_size, 3), dtype=np.uint8))
 
 
-def log_frame_model(cfg: TrainConfig, model, work: Path, *, test_auc: float, register: bool,
+def log_frame_model(run: Run, cfg: TrainConfig, model, work: Path, *, test_auc: float,
+                    register: bool,
                     tags: Mapping[str, str], version_tags: Mapping[str, str] | None = None,
                     test_metrics: Mapping[str, float] | None = None,
                     test_dataset: DatasetRef | None = None,
                     description: str | None = None, step: int = 0) -> dict:
-    """Log a per-frame model as the pyfunc of the active run (and register it) at ``step``
+    """Log a per-frame model as the pyfunc of ``run`` (and register it) at ``step``
     (the selected epoch).
     ``test_metrics`` are logged linked to the model (and to ``test_dataset``)."""
     wpath = work / "model_state.pt"
@@ -139,14 +140,14 @@ def log_frame_model(cfg: TrainConfig, model, work: Path, *, test_auc: float, reg
     out_example["predicted_class"] = [names[i] for i in probs.argmax(1)]
     # the serving example shows the base64 form a client sends without numpy (PNG: lossless)
     example = pd.DataFrame({"image": [encode_png(im) for im in images]})
-    return log_and_register(cfg, {"weights": str(wpath), "config": str(cpath)}, example,
+    return log_and_register(run, cfg, {"weights": str(wpath), "config": str(cpath)}, example,
                             out_example, test_auc, register, tags, params=PARAMS,
                             extra=dict(version_tags or {}), work=work,
                             test_metrics=test_metrics, test_dataset=test_dataset,
                             image_columns=True, description=description, step=step)
 
 
-def log_and_register(cfg: TrainConfig, artifacts: dict, example, out_example,
+def log_and_register(run: Run, cfg: TrainConfig, artifacts: dict, example, out_example,
                      test_auc: float, register: bool, tags: Mapping[str, str], *, params,
                      extra: dict, work: Path, test_metrics: Mapping[str, float] | None = None,
                      test_dataset: DatasetRef | None = None, image_columns: bool = False,
@@ -158,7 +159,7 @@ def log_and_register(cfg: TrainConfig, artifacts: dict, example, out_example,
 
     A run that already has a version (a resume after registration) logs no second model and
     registers no second version: its version is completed and kept."""
-    run_id = active_run_id()
+    run_id = run.run_id
     model_name = registered_name(cfg)
     name = model_name if register else None
     version_tags = {"run_id": run_id, "test_macro_auc": f"{test_auc:.6f}",
@@ -172,14 +173,14 @@ def log_and_register(cfg: TrainConfig, artifacts: dict, example, out_example,
     if existing is None:
         code = copy_closure(SERVED_MODEL, work / "served_code")
         info = log_pyfunc_model(
-            python_model=SERVED_MODEL, artifacts=artifacts, input_example=example,
+            run_id, python_model=SERVED_MODEL, artifacts=artifacts, input_example=example,
             registered_model_name=None, signature_output=out_example, params=params,
             code_paths=[code], pip_requirements=serving_requirements(cfg.backbone),
             model_name=model_name, model_params=run_params(cfg),
             model_tags=model_tags(cfg, tags), image_columns=image_columns, step=step,
         )
         if test_metrics:
-            log_model_metrics(info.model_id, test_metrics, dataset=test_dataset)
+            log_model_metrics(run_id, info.model_id, test_metrics, dataset=test_dataset)
     result = {"model_uri": info.model_uri if info else existing.source,
               "model_id": info.model_id if info else getattr(existing, "model_id", None),
               "registered": None}

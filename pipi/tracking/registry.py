@@ -33,14 +33,14 @@ __all__ = [
 ]
 
 
-def log_pyfunc_model(*, python_model: Path, artifacts: dict[str, str], input_example,
+def log_pyfunc_model(run_id: str, *, python_model: Path, artifacts: dict[str, str], input_example,
                      registered_model_name: str | None, signature_output,
                      code_paths: list[Path], pip_requirements: list[str],
                      params: Mapping[str, Any] | None = None, model_name: str = "model",
                      model_params: Mapping[str, Any] | None = None,
                      model_tags: Mapping[str, str] | None = None,
                      image_columns: bool = False, step: int = 0) -> Any:
-    """Log (and register) a pyfunc model from code (``python_model``: the file that calls
+    """Log (and register) a pyfunc model of run ``run_id`` (the active run) from code (``python_model``: the file that calls
     ``mlflow.models.set_model``) with signature and input example, named ``model_name`` (what
     the experiment's Models tab lists), with ``model_params`` and ``model_tags``, at ``step``
     (the selected epoch: MLflow links the run's metrics of that step to the model).
@@ -54,6 +54,12 @@ def log_pyfunc_model(*, python_model: Path, artifacts: dict[str, str], input_exa
     """
     from mlflow.models import ModelSignature, infer_signature
 
+    # MLflow logs a model from code into the active run only: it must be the run named
+    active = mlflow.active_run()
+    if active is None or active.info.run_id != run_id:
+        raise TrackingError(f"the model of run {run_id} would go to "
+                            f"{'no run' if active is None else 'run ' + active.info.run_id}: "
+                            "log it inside that run's pipi_run block")
     with warnings.catch_warnings():
         # MLflow's hint about integer columns (a sequence model's frame index in its output):
         # outputs are never enforced, so it was a dozen lines of noise per sequence model

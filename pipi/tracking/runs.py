@@ -10,19 +10,19 @@ import shlex
 import sys
 import tempfile
 import traceback
-import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import mlflow
-from mlflow.data.dataset_source_registry import get_registered_sources, resolve_dataset_source
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from pipi.errors import ArtifactStoreError, ServerGoneError, TrackingError
 from pipi.paths import PROJECT_ROOT
+from pipi.tracking.handle import Run, param_value, where
 from pipi.tracking.liveness import heartbeat
+from pipi.tracking.mlflow_run import MlflowRun
 from pipi.tracking.parent import attach_launched_run, launched_run_id
 from pipi.tracking.permissions import check_can_create_runs
 from pipi.tracking.records import RunRecord, run_record
@@ -33,13 +33,12 @@ from pipi.tracking.ui import mark_experiment
 from pipi.tracking.uploads import environ_set, guarded_upload
 
 __all__ = [
-    "RETRY_VARS", "RunTracker", "active_experiment_id", "active_run_id", "child_runs", "client",
-    "create_child_run", "current_tracking_uri", "default_experiment", "download_artifact",
-    "downloaded", "filter_value", "find_finished_run", "find_finished_runs", "get_run",
-    "keep_killed_after_parent", "entry_point_params", "launch_env_manager", "launch_params", "log_artifact", "log_artifact_to_run",
-    "log_artifacts", "log_dataset", "log_dict", "log_metrics", "log_params", "log_text",
-    "param_value", "pipi_run", "reported", "resume_hint", "set_run_tags", "set_tags",
-    "tag_project_run", "terminate_run", "usable_run",
+    "RETRY_VARS", "RunTracker", "child_runs", "client", "create_child_run",
+    "current_tracking_uri", "default_experiment", "download_artifact", "downloaded",
+    "entry_point_params", "filter_value", "find_finished_run", "find_finished_runs", "get_run",
+    "keep_killed_after_parent", "launch_env_manager", "launch_params", "log_artifact_to_run",
+    "param_value", "pipi_run", "reported", "resume_hint", "run_of", "set_run_tags", "tag_project_run",
+    "terminate_run", "usable_run",
 ]
 
 log = logging.getLogger(__name__)
@@ -69,9 +68,25 @@ def default_experiment() -> str:
     return DEFAULT_EXPERIMENT
 
 
-def _set_experiment(experiment: str | None) -> None:
-    if experiment:
-        mlflow.set_experiment(experiment)
+def _experiment_id(experiment: str) -> str:
+    """The id of the experiment named ``experiment``, created when there is none, as
+    ``mlflow.set_experiment`` finds it, without making it the process's active experiment
+    (``set_experiment`` also exports ``MLFLOW_EXPERIMENT_ID`` to every later run and child
+    process: issue 39). A deleted one is refused in one line."""
+    c = MlflowClient()
+    exp = c.get_experiment_by_name(experiment)
+    if exp is None:
+        try:
+            return c.create_experiment(experiment)
+        except MlflowException:   # another process created it in between
+            exp = c.get_experiment_by_name(experiment)
+            if exp is None:
+                raise
+    if exp.lifecycle_stage == "deleted":
+        raise TrackingError(f"experiment {experiment!r} is deleted; restore it (`mlflow "
+                            f"experiments restore --experiment-id {exp.experiment_id}`) or "
+                            "choose another name")
+    return exp.experiment_id
 
 
 @contextlib.contextmanager
@@ -84,10 +99,12 @@ def pipi_run(
     nested: bool = False,
     run_id: str | None = None,
     log_system_metrics: bool = False,
-) -> Iterator[RunRecord]:
+) -> Iterator[MlflowRun]:
     """Start (or resume, or attach to ``mlflow run``'s) run; mark it FAILED with a reason on error.
 
-    Yields the run's record as it started (:class:`~pipi.tracking.records.RunRecord`).
+    Yields the run as a value (:class:`~pipi.tracking.handle.MlflowRun`): everything the
+    entry point logs goes through it, to this run by id; its ``started`` record is the run as
+    it started.
 
     The run's experiment is tagged as a model-development one (``tracking.ui``), so the UI
     opens it on the runs table; ``log_system_metrics`` turns on MLflow's system metrics.
@@ -95,7 +112,9 @@ def pipi_run(
     all_tags = {TAG_ENTRY_POINT: entry_point, TAG_CODE_VERSION: code_version(),
                 **{k: str(v) for k, v in (tags or {}).items()}}  # REST needs strings
     env_run = launched_run_id()
-    if nested and mlflow.active_run() is None:
+    experiment_id = None
+    active = mlflow.active_run()
+    if nested and active is None:
         nested = False
         if env_run and run_id is None:
             # Inside `mlflow run` but before its run is active here: a side run (e.g. staging
@@ -107,7 +126,10 @@ def pipi_run(
     if not nested and run_id is None:
         if not env_run:  # a 403 after the work would lose it: one line before (auth servers)
             check_can_create_runs(experiment or default_experiment())
-        _set_experiment(experiment)
+        if experiment and not env_run:
+            experiment_id = _experiment_id(experiment)
+    elif nested:   # a child goes where its parent is
+        experiment_id = active.info.experiment_id
     if run_id is not None:
         _clear_failure(run_id)
     elif env_run and not nested:
@@ -119,18 +141,20 @@ def pipi_run(
     with signals_end_runs():
         yield from _run_body(run_id=run_id, run_name=run_name, nested=nested, tags=all_tags,
                              entry_point=entry_point, env_run=env_run,
+                             experiment_id=None if run_id else experiment_id,
                              log_system_metrics=log_system_metrics)
 
 
-def _run_body(*, run_id, run_name, nested, tags, entry_point, env_run,
+def _run_body(*, run_id, run_name, nested, tags, entry_point, env_run, experiment_id=None,
               log_system_metrics=False):
     run = mlflow.start_run(run_id=run_id, run_name=run_name, nested=nested, tags=tags,
+                           experiment_id=experiment_id,
                            log_system_metrics=log_system_metrics or None)
     try:
         mark_experiment(run.info.experiment_id)
         # a training run says it is alive (resume refuses a run that another process trains)
         with heartbeat(run.info.run_id) if entry_point == "train" else contextlib.nullcontext():
-            yield run_record(run)
+            yield MlflowRun(run_record(run))
     except BaseException as exc:
         if server_gone():
             raise _lost_server(exc, run.info.run_id, entry_point) from None
@@ -284,14 +308,6 @@ def _drop_active_run() -> None:
         mlflow.end_run("FAILED")  # pops first, then tries the server once
 
 
-def param_value(v: Any) -> str:
-    """A param's one logged form: booleans ``true``/``false`` (as MLproject defaults and
-    ``-P`` values write them), None as empty, anything else ``str``."""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    return "" if v is None else str(v)
-
-
 #: What ``mlflow run`` tags its run with when it builds an environment (not with ``local``).
 _PROJECT_ENV_TAG = "mlflow.project.env"
 
@@ -348,124 +364,53 @@ def _project_entry_point(name: str):
     return load_project(str(PROJECT_ROOT)).get_entry_point(name)
 
 
-def _same_param(logged: str, new: str) -> bool:
-    # `mlflow run` logs an empty MLproject default as the shell-quoted string "''", and a
-    # boolean as typed (-P compile=False)
-    return (logged == new or (logged == "''" and new == "")
-            or (new in ("true", "false") and logged.lower() == new))
-
-
-def log_params(params: Mapping[str, Any]) -> None:
-    """Log params in chunks of 100 (MLflow's per-call limit).
-
-    Params that ``mlflow run`` already logged with the same value are skipped; one that it
-    logged with another value (a sentinel such as 0 that pipi resolved) is kept as logged and
-    the resolved value goes to ``<key>.resolved``.
-    """
-    existing = mlflow.get_run(active_run_id()).data.params
-    items = []
-    for k, v in params.items():
-        v = param_value(v)
-        if k in existing:
-            if _same_param(existing[k], v):
-                continue
-            k = f"{k}.resolved"
-        items.append((k, v))
-    for i in range(0, len(items), 100):
-        mlflow.log_params(dict(items[i:i + 100]))
-
-
-def log_metrics(metrics: Mapping[str, float], *, step: int | None = None) -> None:
-    mlflow.log_metrics({k: float(v) for k, v in metrics.items()}, step=step)
-
-
-def set_tags(tags: Mapping[str, Any]) -> None:
-    mlflow.set_tags({k: str(v) for k, v in tags.items()})
-
-
-def _where(name: str, folder: str | None) -> str:
-    return f"{folder}/{name}" if folder else name
-
-
-def log_artifact(path: Path, artifact_path: str | None = None) -> None:
-    guarded_upload(lambda: mlflow.log_artifact(str(path), artifact_path), path=path,
-                   what=_where(Path(path).name, artifact_path), folder=artifact_path)
-
-
-def log_artifacts(path: Path, artifact_path: str | None = None) -> None:
-    guarded_upload(lambda: mlflow.log_artifacts(str(path), artifact_path), path=path,
-                   what=f"{artifact_path or 'the run'}/ (a folder)", folder=artifact_path)
-
-
-def log_text(text: str, artifact_file: str) -> None:
-    guarded_upload(lambda: mlflow.log_text(text, artifact_file), what=artifact_file,
-                   folder=os.path.dirname(artifact_file) or None)
-
-
-def log_dict(obj: Any, artifact_file: str) -> None:
-    guarded_upload(lambda: mlflow.log_dict(obj, artifact_file), what=artifact_file,
-                   folder=os.path.dirname(artifact_file) or None)
-
-
-def _local_source(path: str):
-    """The staged folder as MLflow's local-file dataset source.
-
-    A bare path string is resolved by every registered local source class at once, and MLflow
-    warns that it is ambiguous; naming the (last registered) local class resolves it once.
-    """
-    uri = Path(path).resolve().as_uri()
-    local = [s for s in get_registered_sources() if s.__name__ == "LocalArtifactDatasetSource"]
-    return resolve_dataset_source(uri, candidate_sources=local[-1:] or None)
-
-
-def log_dataset(frames, *, source: str, name: str, digest: str, context: str) -> None:
-    """Record a staged frame index as an MLflow dataset input of the active run.
-
-    MLflow's schema inference hints that integer columns cannot hold missing values; that
-    hint is about model signatures, and a frame index has no missing values, so the schema
-    of this dataset record is inferred without it.
-    """
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Hint: Inferred schema contains integer")
-        ds = mlflow.data.from_pandas(frames, source=_local_source(source), name=name,
-                                     digest=digest[:32])
-        mlflow.log_input(ds, context=context)
-
-
-def active_run_id() -> str:
-    run = mlflow.active_run()
-    if run is None:
-        raise TrackingError("no active MLflow run")
-    return run.info.run_id
-
-
 def client() -> MlflowClient:
     return MlflowClient()
 
 
-# --------------------------------------------------------------------------- training runs
-class RunTracker:
-    """What a training loop needs from MLflow: per-epoch metrics and a resumable checkpoint."""
+#: the resumable checkpoint of a training run, while it trains (docs/run-contract.md)
+CHECKPOINT = "checkpoints/last.pt"
 
-    def __init__(self, workdir: Path, *, epoch_hook=None):
+
+class RunTracker:
+    """What a training loop needs from its run: per-epoch metrics and a resumable checkpoint."""
+
+    def __init__(self, run: Run, workdir: Path, *, epoch_hook=None, resumed: bool = False):
+        self.run = run
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         #: (epoch, metrics, model) -> None, after the epoch's metrics are logged; ``model``
         #: is the module being trained (this epoch's weights), or None where none was given
         self.epoch_hook = epoch_hook
+        #: whether the run holds a checkpoint (logged here, or the one a resume started from):
+        #: what :meth:`drop_checkpoint` removes
+        self.checkpointed = resumed
 
     def log_metrics(self, metrics: Mapping[str, float], *, step: int | None = None,
                     model=None) -> None:
-        log_metrics(metrics, step=step)
+        self.run.log_metrics(metrics, step=step)
         if self.epoch_hook is not None and step is not None:
             self.epoch_hook(step, metrics, model)
 
     def log_checkpoint(self, state: dict) -> None:
         import torch
 
-        path = self.workdir / "last.pt"
+        path = self.workdir / CHECKPOINT.rsplit("/", 1)[-1]
         torch.save(state, path)
-        log_artifact(path, "checkpoints")
+        self.run.log_artifact(path, CHECKPOINT.rsplit("/", 1)[0])
+        self.checkpointed = True
+
+    def drop_checkpoint(self) -> None:
+        """Remove the resumable checkpoint from a run that has FINISHED: resume refuses such a
+        run, and the checkpoint (model, best state, optimizer: 65-180 MB) would stay in the
+        store for good. A failure to remove it is a warning; the run stays FINISHED."""
+        if not self.checkpointed:
+            return
+        try:
+            self.run.delete_artifact(CHECKPOINT)
+        except Exception as exc:  # noqa: BLE001 - any store error: the run's result stands
+            log.warning("run %s: %s stays in the artifact store (%s: %s)", self.run.run_id,
+                        CHECKPOINT, type(exc).__name__, str(exc).splitlines()[0][:200])
 
 
 def download_artifact(run_id: str, path: str, dst: Path | None = None) -> Path:
@@ -484,6 +429,12 @@ def downloaded(run_id: str, path: str, *, prefix: str = "pipi-download-") -> Ite
     predictions would otherwise stay in the temp folder for good)."""
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         yield download_artifact(run_id, path, Path(tmp))
+
+
+def run_of(run_id: str) -> MlflowRun:
+    """A handle on an existing run, by id (a trial's run that another call created): what is
+    logged through it goes to that run, whichever is active."""
+    return MlflowRun(get_run(run_id))
 
 
 def get_run(run_id: str) -> RunRecord:
@@ -568,13 +519,8 @@ def log_artifact_to_run(run_id: str, path: Path, artifact_path: str | None = Non
     """Attach a file to a run that is not the active one (e.g. a finished base run)."""
     c = MlflowClient()
     guarded_upload(lambda: c.log_artifact(run_id, str(path), artifact_path), path=path,
-                   what=_where(Path(path).name, artifact_path), folder=artifact_path,
+                   what=where(Path(path).name, artifact_path), folder=artifact_path,
                    run_id=run_id)
-
-
-def active_experiment_id() -> str | None:
-    run = mlflow.active_run()
-    return run.info.experiment_id if run else None
 
 
 def current_tracking_uri() -> str:

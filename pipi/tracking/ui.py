@@ -11,36 +11,27 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
-from collections.abc import Mapping
-from pathlib import Path
 
 import mlflow
 from mlflow.tracking import MlflowClient
 
 from pipi.errors import ConfigError
-from pipi.tracking.uploads import guarded_upload
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "EXPERIMENT_KIND",
     "EXPERIMENT_KIND_TAG",
-    "FIGURES_DIR",
-    "MAX_FIGURE_BYTES",
     "ML_VIEW_QUERY",
-    "NOTE_TAG",
     "SHARED_VIEW_PREFIX",
     "SYSTEM_METRICS_ENV",
     "TRAINING_VIEW",
     "TRAINING_VIEW_STATE",
     "artifact_url",
     "experiment_url",
-    "log_figures",
     "mark_experiment",
     "run_url",
     "set_model_description",
-    "set_run_description",
     "set_version_description",
     "system_metrics_enabled",
 ]
@@ -49,12 +40,6 @@ __all__ = [
 #: (traces); ``custom_model_development`` opens it on the runs table ("Training runs").
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
-#: The run tag the UI shows (and edits) as the run's Description (Markdown).
-NOTE_TAG = "mlflow.note.content"
-#: Artifact folder of a run's figures.
-FIGURES_DIR = "figures"
-#: The figures of one run together stay below this (a few hundred KB: the UI loads them).
-MAX_FIGURE_BYTES = 800_000
 #: Environment default of ``--system-metrics`` (true/false).
 SYSTEM_METRICS_ENV = "PIPI_SYSTEM_METRICS"
 
@@ -116,46 +101,6 @@ def _check_psutil() -> None:
     except ImportError:
         raise ConfigError("system_metrics=true needs the psutil package (pip install psutil; "
                           "GPU metrics also need nvidia-ml-py); see docs/mlflow-ui.md") from None
-
-
-def log_figures(figures: Mapping[str, bytes], artifact_dir: str = FIGURES_DIR, *,
-                run_id: str | None = None) -> list[str]:
-    """Log PNG figures (name -> PNG bytes) as ``<artifact_dir>/<name>.png`` of the active run
-    (or ``run_id``); return the artifact paths logged.
-
-    Figures are pictures of what the run logged already, so they never fail a run: a figure
-    that would take the run's figures past :data:`MAX_FIGURE_BYTES` is left out with a
-    warning naming it."""
-    kept, total = {}, 0
-    for name, png in figures.items():
-        if not png.startswith(b"\x89PNG"):
-            raise ValueError(f"figure {name!r} is not a PNG")
-        if total + len(png) > MAX_FIGURE_BYTES:
-            log.warning("figure %s (%d bytes) left out: the run's figures would exceed %d bytes",
-                        name, len(png), MAX_FIGURE_BYTES)
-            continue
-        kept[name], total = png, total + len(png)
-    if not kept:
-        return []
-    with tempfile.TemporaryDirectory(prefix="pipi-figures-") as tmp:
-        for name, png in kept.items():
-            (Path(tmp) / f"{name}.png").write_bytes(png)
-        if run_id is None:
-            guarded_upload(lambda: mlflow.log_artifacts(tmp, artifact_dir), path=tmp,
-                           what=f"{artifact_dir}/ (figures)", folder=artifact_dir)
-        else:
-            guarded_upload(lambda: MlflowClient().log_artifacts(run_id, tmp, artifact_dir),
-                           path=tmp, what=f"{artifact_dir}/ (figures)", folder=artifact_dir,
-                           run_id=run_id)
-    return [f"{artifact_dir}/{name}.png" for name in kept]
-
-
-def set_run_description(text: str, *, run_id: str | None = None) -> None:
-    """The run's Description in the UI (Markdown)."""
-    if run_id is None:
-        mlflow.set_tag(NOTE_TAG, text)
-    else:
-        MlflowClient().set_tag(run_id, NOTE_TAG, text)
 
 
 def set_model_description(name: str, text: str) -> None:

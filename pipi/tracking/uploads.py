@@ -108,13 +108,13 @@ def _accepts_empty_file(artifact_uri: str, folder: str | None) -> bool:
     return True
 
 
-def _artifact_uri(run_id: str | None) -> str | None:
+def _artifact_uri(run_id: str) -> str | None:
     with contextlib.suppress(MlflowException, OSError):
-        return mlflow.get_run(run_id).info.artifact_uri if run_id else mlflow.get_artifact_uri()
+        return mlflow.get_run(run_id).info.artifact_uri
     return None
 
 
-def _store_error(exc: BaseException, *, what: str, run_id: str | None,
+def _store_error(exc: BaseException, *, what: str, run_id: str,
                  folder: str | None) -> ArtifactStoreError | None:
     if isinstance(exc, OSError) and exc.errno in _FULL_ERRNOS:
         return ArtifactStoreError(f"the artifact store is full: {what} was not stored "
@@ -136,13 +136,13 @@ def _store_error(exc: BaseException, *, what: str, run_id: str | None,
         "unreachable artifact store? the server's log has the details)")
 
 
-def guarded_upload(call: Callable[[], T], *, what: str, path: str | Path | None = None,
-                   run_id: str | None = None, folder: str | None = None) -> T:
+def guarded_upload(call: Callable[[], T], *, what: str, run_id: str,
+                   path: str | Path | None = None, folder: str | None = None) -> T:
     """Run the MLflow artifact upload ``call`` (of ``what``, e.g. ``checkpoints/last.pt``)
     with :data:`UPLOAD_BUDGET`; raise :class:`ArtifactStoreError` when the store is full or
     answers 5xx, and try once more with MLflow's full budget when the server did not answer.
 
-    ``run_id`` is the run the upload goes to (default: the active run) and ``folder`` the
+    ``run_id`` is the run the upload goes to and ``folder`` the
     upload's folder in its artifacts, for the empty-file check; ``path`` the local file or
     folder (its size goes into the message).
     """

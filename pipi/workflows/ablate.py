@@ -137,9 +137,9 @@ def tta_evaluation(variant: str, tta: TTAConfig = TTAConfig()) -> Evaluation:
                       options={"tta_variant": variant, **asdict(tta)}, check=check,
                       finalize=lambda m: {"tta/delta_test_macro_auc": m["test/macro_auc"]
                                           - m["tta/baseline_test_macro_auc"]},
-                      tags={tracking.TAG_PAPER_VARIANT: str(paper).lower(),
-                            tracking.TAG_TTA_NOTE: NULL_NOTE if paper else BN_TENT_NOTE,
-                            tracking.TAG_ON_CLASSIFIER_PATH: str(not paper).lower()})
+                      tags={tracking.tags.TAG_PAPER_VARIANT: str(paper).lower(),
+                            tracking.tags.TAG_TTA_NOTE: NULL_NOTE if paper else BN_TENT_NOTE,
+                            tracking.tags.TAG_ON_CLASSIFIER_PATH: str(not paper).lower()})
 
 
 # --------------------------------------------------------------------------- the workflow
@@ -193,13 +193,13 @@ def run_ablation(*, study: str = "eight_cell", seeds: Sequence[int] | str = PAPE
         raise ConfigError(f"prior_params={prior_params}: no cell of this sweep uses the optical "
                           f"prior ({sorted({c.cfg.cell for c in children})}); it applies to "
                           "pi, pblood_only, phi_only, distill and the sequence cells")
-    tags = {tracking.TAG_STUDY: st.name, tracking.TAG_DATA_DIGEST: digest,
-            tracking.TAG_DATASET: manifest.get("dataset", "kvasir-capsule"),
+    tags = {tracking.tags.TAG_STUDY: st.name, tracking.tags.TAG_DATA_DIGEST: digest,
+            tracking.tags.TAG_DATASET: manifest.get("dataset", "kvasir-capsule"),
             **(dict(prior.tags) if prior is not None else {})}
     with tracking.pipi_run(entry_point="ablate", experiment=experiment, tags=tags,
                            run_name=f"ablate-{st.name}") as parent:
         pid = parent.run_id
-        tracking.log_params({"study": st.name, "seeds": ",".join(map(str, seeds)),
+        parent.log_params({"study": st.name, "seeds": ",".join(map(str, seeds)),
                              "backbones": ",".join(backbones), "cells": ",".join(cells),
                              "profile": profile, "executor": executor, "parallel": parallel,
                              "data": data or "",
@@ -222,12 +222,12 @@ def run_ablation(*, study: str = "eight_cell", seeds: Sequence[int] | str = PAPE
                 results, lambda b: [tta_evaluation(v) for v in variants_for(b)], cell="a", **kw)
         table = format_table(results, study=st.name, parent_run_id=pid)
         rows, agg = summary_frames(results)
-        tracking.log_text(table, "summary/summary.md")
+        parent.log_text(table, "summary/summary.md")
         if not rows.empty:
-            tracking.log_text(rows.to_csv(index=False), "summary/children.csv")
-            tracking.log_text(agg.to_csv(index=False), "summary/cells.csv")
+            parent.log_text(rows.to_csv(index=False), "summary/children.csv")
+            parent.log_text(agg.to_csv(index=False), "summary/cells.csv")
         counts = {s: sum(r.status == s for r in results)
                   for s in ("reused", "trained", "retried", "failed")}
-        tracking.log_metrics({f"children_{k}": v for k, v in counts.items()})
-        tracking.set_tags({tracking.TAG_FAILED_CHILDREN: counts["failed"]})
+        parent.log_metrics({f"children_{k}": v for k, v in counts.items()})
+        parent.set_tags({tracking.tags.TAG_FAILED_CHILDREN: counts["failed"]})
     return SweepResult(parent_run_id=pid, study=st.name, children=tuple(results), table=table)

@@ -176,7 +176,7 @@ def run_aggregate(*, experiment: str | None = None, filter_string: str = "",
     ----------
     experiment : str, optional
         MLflow experiment whose runs are aggregated (the aggregate run is logged there too);
-        default ``tracking.DEFAULT_EXPERIMENT``.
+        default ``tracking.tags.DEFAULT_EXPERIMENT``.
     filter_string : str
         MLflow search filter, e.g. ``"tags.`pipi.backbone` = 'efficientnet_b0'"``.
     out : Path, optional
@@ -212,7 +212,7 @@ def run_aggregate(*, experiment: str | None = None, filter_string: str = "",
     options = replace(options or AggregateOptions(), resample=resample)
     if channel_family is not None:
         options = replace(options, channel_family=channel_family)
-    experiment = experiment or tracking.DEFAULT_EXPERIMENT
+    experiment = experiment or tracking.tags.DEFAULT_EXPERIMENT
     target = prepare_out(Path(out)) if out else None
     try:
         report, ev, kept = _compute(experiment, filter_string, cache_dir, options,
@@ -247,8 +247,8 @@ def _write_and_log(report: Report, ev, kept: pd.DataFrame, experiment: str, filt
     run_id = None
     try:
         if log_run:
-            tags = {tracking.TAG_DATA_DIGEST: ev.data_digest,
-                    tracking.TAG_AGGREGATE_N_RUNS: len(kept)}
+            tags = {tracking.tags.TAG_DATA_DIGEST: ev.data_digest,
+                    tracking.tags.TAG_AGGREGATE_N_RUNS: len(kept)}
             # under `mlflow run` the run exists already (MLFLOW_RUN_ID), in the experiment
             # that `mlflow run` chose: attach to it instead of switching experiments
             attached = bool(tracking.launched_run_id())
@@ -259,14 +259,14 @@ def _write_and_log(report: Report, ev, kept: pd.DataFrame, experiment: str, filt
                                    tags=tags) as run:
                 run_id = run.run_id
                 # prefixed: `mlflow run` has already logged its own experiment/filter/out
-                tracking.log_params({f"aggregate.{k}": v for k, v in {
+                run.log_params({f"aggregate.{k}": v for k, v in {
                     "experiment": name, "filter": filter_string, "n_runs": len(kept),
                     "pair_imported": pair_imported,
                     **report.meta["options"]}.items()})
                 write_report(report, folder, aggregate_run_id=run_id,
                              aggregate_experiment_id=run.experiment_id)
-                tracking.log_artifacts(folder)
-                tracking.set_run_description(aggregate_description(
+                run.log_artifacts(folder)
+                run.set_description(aggregate_description(
                     report, n_runs=len(kept), dashboard_url=tracking.artifact_url(
                         run_id, "dashboard.html", run.experiment_id)))
         else:

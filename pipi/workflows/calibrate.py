@@ -168,10 +168,11 @@ def _frozen_plan(*, run, target, storage, study, data, search, progress,
                          cache_dir=pipi_home() / "cache", progress=progress)
     fold = calibration_fold(frames, manifest, target)
     objective = CalibrationObjective(model, cfg, images, fold, device_for())  # 5-channel check
-    binding = {tracking.TAG_SOURCE_RUN: run_id, tracking.TAG_TARGET: target,
-               tracking.TAG_DATA_DIGEST: manifest["data_digest"]}
-    tags = {**tracking.data_tags(manifest), tracking.TAG_SOURCE_RUN: run_id,
-            tracking.TAG_TARGET: target, tracking.TAG_CODE_VERSION: tracking.code_version()}
+    binding = {tracking.tags.TAG_SOURCE_RUN: run_id, tracking.tags.TAG_TARGET: target,
+               tracking.tags.TAG_DATA_DIGEST: manifest["data_digest"]}
+    tags = {**tracking.data_tags(manifest), tracking.tags.TAG_SOURCE_RUN: run_id,
+            tracking.tags.TAG_TARGET: target,
+            tracking.tags.TAG_CODE_VERSION: tracking.code_version()}
     prior = run_params(cfg)
     params = {"source_run_id": run_id, "source_cell": cfg.cell,
               "source_backbone": cfg.backbone, "source_alpha": prior["alpha"],
@@ -211,13 +212,14 @@ def _train_plan(*, target, storage, study, data, search, train_fn, epochs="auto"
         fold = calibration_fold(galar.frames, galar.manifest, target)
     recipe_key = train_study_name(cfg, target=target, data_digest=digest, target_digest=tdigest,
                                   search=search)
-    binding = {tracking.TAG_SOURCE_RUN: "", tracking.TAG_TARGET: target,
-               tracking.TAG_DATA_DIGEST: digest, tracking.TAG_CALIBRATE_MODE: "train",
-               tracking.TAG_RECIPE: recipe_key,
-               tracking.TAG_TARGET_DATA_DIGEST: tdigest or digest}
-    tags = {**tracking.data_tags(manifest), tracking.TAG_TARGET: target,
-            tracking.TAG_CALIBRATE_MODE: "train", tracking.TAG_CODE_VERSION: tracking.code_version(),
-            tracking.TAG_TARGET_DATA_DIGEST: tdigest or digest}
+    binding = {tracking.tags.TAG_SOURCE_RUN: "", tracking.tags.TAG_TARGET: target,
+               tracking.tags.TAG_DATA_DIGEST: digest, tracking.tags.TAG_CALIBRATE_MODE: "train",
+               tracking.tags.TAG_RECIPE: recipe_key,
+               tracking.tags.TAG_TARGET_DATA_DIGEST: tdigest or digest}
+    tags = {**tracking.data_tags(manifest), tracking.tags.TAG_TARGET: target,
+            tracking.tags.TAG_CALIBRATE_MODE: "train",
+            tracking.tags.TAG_CODE_VERSION: tracking.code_version(),
+            tracking.tags.TAG_TARGET_DATA_DIGEST: tdigest or digest}
     params = {"executor": executor, "epochs": cfg.epochs, "backbone": cfg.backbone,
               "seed": cfg.seed, "profile": profile, "weights": cfg.weights,
               **({"target_data": troot, "target_data_digest": tdigest} if troot else {})}
@@ -268,12 +270,12 @@ def run_calibration(*, run: str = "", target: str, trials: int = 40, sampler: st
     try:
         with tracking.pipi_run(entry_point="calibrate", experiment=experiment,
                                run_name=plan.run_name,
-                               tags={**plan.tags, tracking.TAG_OPTUNA_STUDY: plan.name,
-                                     tracking.TAG_CALIBRATE_MODE: mode,
-                                     tracking.TAG_OPTUNA_STORAGE: redact(plan.storage_url)}
+                               tags={**plan.tags, tracking.tags.TAG_OPTUNA_STUDY: plan.name,
+                                     tracking.tags.TAG_CALIBRATE_MODE: mode,
+                                     tracking.tags.TAG_OPTUNA_STORAGE: redact(plan.storage_url)}
                                ) as prun:
             parent = prun.run_id
-            tracking.log_params({
+            prun.log_params({
                 "mode": mode, "target": target, "optuna_study": plan.name,
                 "optuna_storage": redact(plan.storage_url), "trials": trials,
                 "sampler": sampler, "pruner": pruner, "workers": workers,
@@ -292,11 +294,11 @@ def run_calibration(*, run: str = "", target: str, trials: int = 40, sampler: st
                 **plan.spec)
                 for i, n in enumerate(split(trials, workers)) if n > 0]
             results = _run(plan, specs, storage)
-            result = finish(specs[0], results, work, storage=plan.rdb,
+            result = finish(prun, specs[0], results, work, storage=plan.rdb,
                             source_run_id=plan.source_run_id, target_digest=plan.target_digest)
             if plan.frames is not None:  # the best trial's prior on the target's frames
                 rows = first_per_class(plan.frames, plan.fold.rows)
-                tracking.log_figures({"best_prior_examples": cell_prior_figure(
+                prun.log_figures({"best_prior_examples": cell_prior_figure(
                     result.best.apply(plan.cfg), plan.images[rows],
                     list(plan.frames["class"].to_numpy()[rows]),
                     label=f"{plan.cfg.cell}, best trial", source=target)})

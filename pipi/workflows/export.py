@@ -39,7 +39,7 @@ def export_cv2024(run_id: str, out: Path, *, split: str = "test", fmt: str | Non
     if fmt not in SHEET_FORMATS:
         raise ConfigError(f"format={fmt!r}: use one of {list(SHEET_FORMATS)}")
     if str(run_id).startswith("models:/"):   # a registered version or alias: its run
-        run_id = tracking.model_uri_run_id(run_id)
+        run_id = tracking.registry.model_uri_run_id(run_id)
     work = Path(tempfile.mkdtemp(prefix="pipi-export-"))
     try:
         folder = tracking.download_predictions(run_id, work)

@@ -60,10 +60,10 @@ log = logging.getLogger(__name__)
 STUDY, VARIANT = "galar", "zero_shot"
 #: ``prior_params=``: the prior that ``calibrate`` fitted, instead of the run's own.
 VARIANT_CALIBRATED = "calibrated"
-TAG_FOLD = tracking.TAG_GALAR_FOLD
+TAG_FOLD = tracking.tags.TAG_GALAR_FOLD
 #: What the fold scored, in words (``fold_scope``): "every staged video (...)" or "the
 #: evaluation fold only (12 of 24 staged videos; ...)".
-TAG_SCOPE = tracking.TAG_GALAR_SCOPE
+TAG_SCOPE = tracking.tags.TAG_GALAR_SCOPE
 SYNTHETIC_PRESETS = GALAR_SYNTHETIC_PRESETS
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 
@@ -73,16 +73,16 @@ _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 def _check_source(run_id: str) -> None:
     run = tracking.get_run(run_id)
     tags = run.tags
-    cell = tags.get(tracking.TAG_CELL, "")
+    cell = tags.get(tracking.tags.TAG_CELL, "")
     if run.status != "FINISHED":
         raise ConfigError(f"runs: run {run_id} is {run.status}; galar scores FINISHED runs")
-    if tags.get(tracking.TAG_STUDY) or tags.get(tracking.TAG_DATASET) == "galar":
+    if tags.get(tracking.tags.TAG_STUDY) or tags.get(tracking.tags.TAG_DATASET) == "galar":
         raise ConfigError(f"runs: run {run_id} is an evaluation run (study "
-                          f"{tags.get(tracking.TAG_STUDY)!r}), not a Kvasir-trained model run")
+                          f"{tags.get(tracking.tags.TAG_STUDY)!r}), not a Kvasir-trained model run")
     if cell not in CELLS:
         raise ConfigError(f"runs: run {run_id} has no pipi.cell tag; galar scores runs of "
                           "`pipi train` / `ablate`")
-    if tags.get(tracking.TAG_SOURCE_KIND) == "predictions":
+    if tags.get(tracking.tags.TAG_SOURCE_KIND) == "predictions":
         raise ConfigError(f"runs: run {run_id} is an imported prediction file, with no model to "
                           "score on Galar; import the released checkpoint instead (`import -P "
                           "kind=checkpoint`)")
@@ -109,7 +109,7 @@ def resolve_source_runs(runs: str, *, experiment: str) -> list[str]:
                           "models:/NAME@candidate) or an MLflow filter string")
     tokens = [t.strip() for t in text.split(",") if t.strip()]
     if all(_RUN_ID.match(t) or t.startswith("models:/") for t in tokens):
-        ids = [tracking.model_uri_run_id(t) if t.startswith("models:/") else t for t in tokens]
+        ids = [tracking.registry.model_uri_run_id(t) if t.startswith("models:/") else t for t in tokens]
     else:
         found = tracking.load_runs(experiment, text)
         found = found[(found["status"] == "FINISHED") & found["cell"].isin(PER_FRAME_CELLS)
@@ -221,8 +221,9 @@ class GalarResult:
 def _row(source_id: str, child_id: str, reused: bool) -> dict:
     run = tracking.get_run(child_id)
     t, m = run.tags, run.metrics
-    row = {"cell": Arm.parse(t.get(tracking.TAG_CELL, "")).cell,
-           "backbone": t.get(tracking.TAG_BACKBONE, ""), "seed": t.get(tracking.TAG_SEED, ""),
+    row = {"cell": Arm.parse(t.get(tracking.tags.TAG_CELL, "")).cell,
+           "backbone": t.get(tracking.tags.TAG_BACKBONE, ""), "seed": t.get(tracking.tags.TAG_SEED,
+           ""),
            "source_run_id": source_id, "galar_run_id": child_id, "reused": reused,
            "n_frames": int(m.get("test/n_frames", 0)),
            "mapped_macro_auc": m.get("test/mapped_macro_auc", float("nan")),
@@ -282,7 +283,7 @@ def run_galar(*, runs: str, data: str | None = "synthetic", fold: str = "auto",
     with tracking.pipi_run(entry_point="galar", experiment=None if attached else experiment,
                            run_name="galar", tags={**tracking.data_tags(manifest),
                                                    TAG_FOLD: fold, TAG_SCOPE: scope}) as parent:
-        tracking.log_params({"galar.runs": runs, "galar.fold": fold, "galar.scope": scope,
+        parent.log_params({"galar.runs": runs, "galar.fold": fold, "galar.scope": scope,
                              "galar.data": str(root),
                              "galar.n_runs": len(sources), "galar.variant": ev.variant,
                              **({"galar.prior_params": prior_params} if prior_params else {})})
@@ -297,8 +298,8 @@ def run_galar(*, runs: str, data: str | None = "synthetic", fold: str = "auto",
             rows.append(_row(sid, child, False))
         table = pd.DataFrame(rows)
         summary = _summary(table, root, scope, digest)
-        tracking.log_text(table.to_csv(index=False), "galar_zero_shot.csv")
-        tracking.log_text(summary + "\n", "galar_zero_shot.txt")
-        tracking.log_metrics({"galar.n_runs": float(len(table)),
+        parent.log_text(table.to_csv(index=False), "galar_zero_shot.csv")
+        parent.log_text(summary + "\n", "galar_zero_shot.txt")
+        parent.log_metrics({"galar.n_runs": float(len(table)),
                               "galar.n_reused": float(table["reused"].sum())})
     return GalarResult(parent.run_id, table, summary)

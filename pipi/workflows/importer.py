@@ -230,8 +230,8 @@ def import_file(*, kind: str, file: str | Path, cell: str | None = None,
         manifest, kind=kind, cell=cell, backbone=backbone, seed=seed, params=params,
         sha256=sha, file_name=path.name, label=label, facts=facts,
         recipe=import_command(kind=kind, file=path, cfg=cfg, data=data_arg, label=label))
-    found = tracking.find_finished_run(tags[tracking.TAG_CONFIG_HASH],
-                                       **{tracking.TAG_ENTRY_POINT: ENTRY_POINT})
+    found = tracking.find_finished_run(tags[tracking.tags.TAG_CONFIG_HASH],
+                                       **{tracking.tags.TAG_ENTRY_POINT: ENTRY_POINT})
     if found is not None:
         log.info("file %s (sha256 %s) was imported already as run %s", path, sha[:12],
                  found.run_id)
@@ -247,13 +247,13 @@ def import_file(*, kind: str, file: str | Path, cell: str | None = None,
     try:
         with tracking.pipi_run(entry_point=ENTRY_POINT, experiment=experiment, tags=tags,
                                run_name=f"{cell}-{backbone}-s{seed}-{label}") as run:
-            tracking.log_params({**params, "data_dir": str(root), "import.kind": kind,
+            run.log_params({**params, "data_dir": str(root), "import.kind": kind,
                                  "import.file": str(path), "import.sha256": sha,
                                  "import.label": label})
-            tracking.log_dataset(frames, source=str(root), name=tags[tracking.TAG_DATASET],
+            run.log_dataset(frames, source=str(root), name=tags[tracking.tags.TAG_DATASET],
                                  digest=digest, context="evaluation")
             if kind == "checkpoint":
-                tracking.log_dict(cfg.to_dict(), "config.json")
+                run.log_dict(cfg.to_dict(), "config.json")
                 dev = device_for()
                 ctx = EvalContext(model.to(dev), cfg, frames, images, dev, "", work)
                 split = frames["split"].astype(str).to_numpy()
@@ -264,11 +264,11 @@ def import_file(*, kind: str, file: str | Path, cell: str | None = None,
                 preds, metrics = score_splits(frames, joined.split, joined.splits, frames,
                                               lambda rows, s: (joined.probs[rows], {}),
                                               names=classes.names, cv2024=cv2024)
-            log_scores(preds, metrics, frames, work, names=classes.names)
+            log_scores(run, preds, metrics, frames, work, names=classes.names)
             auc = float(metrics.get("test/macro_auc", float("nan")))
             registered = None
             if kind == "checkpoint":
-                out = log_frame_model(cfg, model.cpu(), work, test_auc=auc, register=register,
+                out = log_frame_model(run, cfg, model.cpu(), work, test_auc=auc, register=register,
                                       tags=tags,
                                       version_tags=tracking.import_version_tags(
                                           sha256=sha, label=label))

@@ -107,7 +107,8 @@ class Evidence:
         lines += [f"| {c} | {v} | {r} | {'yes' if ok else 'NO'} |"
                   for c, v, r, ok in self.criteria]
         if self.seeds:
-            lines += ["", "| seed | baseline run | new run | macro-AUC delta |", "|---|---|---|---|"]
+            lines += ["", "| seed | baseline run | new run | macro-AUC delta |",
+            "|---|---|---|---|"]
             lines += [f"| {s} | {self.baseline_runs.get(s, '')} | {self.new_runs.get(s, '')} | "
                       f"{d:+.4f} |" for s, d in zip(self.seeds, self.deltas, strict=True)]
         if self.per_class is not None and len(self.per_class):
@@ -131,19 +132,20 @@ class PromoteResult:
 def _runs_of_version(mv: tracking.VersionRecord) -> dict:
     run = tracking.usable_run(mv.run_id, what=f"version {mv.version}")
     t = run.tags
-    need = [tracking.TAG_CELL, tracking.TAG_BACKBONE, tracking.TAG_DATA_DIGEST]
+    need = [tracking.tags.TAG_CELL, tracking.tags.TAG_BACKBONE, tracking.tags.TAG_DATA_DIGEST]
     missing = [k for k in need if not t.get(k)]
     if missing:
         raise DataError(f"version {mv.version} (run {mv.run_id}) lacks the tags {missing}; "
                         "only versions registered by pipi train can be promoted")
     # a version imported from outside (entry point import) is judged against imported
     # baseline runs of the same source, as aggregate keeps them (analysis.mark_imported)
-    external = t.get(tracking.TAG_SOURCE) == EXTERNAL_SOURCE
-    label = (t.get(tracking.TAG_SOURCE_LABEL) or RELEASED) if external else ""
+    external = t.get(tracking.tags.TAG_SOURCE) == EXTERNAL_SOURCE
+    label = (t.get(tracking.tags.TAG_SOURCE_LABEL) or RELEASED) if external else ""
     return {"run_id": mv.run_id, "experiment_id": run.experiment_id,
-            "cell": t[tracking.TAG_CELL] + (f" ({label})" if label else ""), "label": label,
-            "backbone": t[tracking.TAG_BACKBONE],
-            "digest": t[tracking.TAG_DATA_DIGEST], "profile": tracking.resolved_param(run.params, "profile")}
+            "cell": t[tracking.tags.TAG_CELL] + (f" ({label})" if label else ""), "label": label,
+            "backbone": t[tracking.tags.TAG_BACKBONE],
+            "digest": t[tracking.tags.TAG_DATA_DIGEST],
+            "profile": tracking.resolved_param(run.params, "profile")}
 
 
 def _select(runs: pd.DataFrame, src: dict, baseline: str) -> pd.DataFrame:
@@ -175,8 +177,8 @@ def gather_evidence(src: dict, *, baseline: str, min_sign_positive: int,
         baseline = f"{baseline} ({src['label']})"
     ev = Evidence(cell=src["cell"], baseline=baseline, backbone=src["backbone"],
                   evidence=evidence)
-    flt = (f"tags.`{tracking.TAG_DATA_DIGEST}` = '{src['digest']}' and "
-           f"tags.`{tracking.TAG_BACKBONE}` = '{src['backbone']}'")
+    flt = (f"tags.`{tracking.tags.TAG_DATA_DIGEST}` = '{src['digest']}' and "
+           f"tags.`{tracking.tags.TAG_BACKBONE}` = '{src['backbone']}'")
     runs = tracking.load_runs(src["experiment_id"], flt)
     runs = mark_imported(runs[runs["entry_point"].isin(("train", "import"))])
     kept, _ = select_runs(_select(runs, src, baseline))
@@ -254,33 +256,34 @@ def _record(model: str, version: str, ev: Evidence | None, decision: str, *,
     if force_reason:
         text += f"\nFORCED promotion, reason: {force_reason}"
     head = f"pipi promote {now}: {decision}"
-    tags = {tracking.TAG_PROMOTE_DECISION: decision, tracking.TAG_PROMOTE_DATE: now}
+    tags = {tracking.tags.TAG_PROMOTE_DECISION: decision, tracking.tags.TAG_PROMOTE_DATE: now}
     if ev is not None:
         tags.update({
-            tracking.TAG_PROMOTE_BASELINE: ev.baseline,
-            tracking.TAG_PROMOTE_SEEDS: ",".join(map(str, ev.seeds)),
-            tracking.TAG_PROMOTE_DELTA: f"{ev.delta:.6f}",
-            tracking.TAG_PROMOTE_CI: f"[{ev.ci[0]:.6f}, {ev.ci[1]:.6f}]",
-            tracking.TAG_PROMOTE_EVIDENCE: ev.evidence, tracking.TAG_PROMOTE_CI_UNIT: ev.unit,
-            tracking.TAG_PROMOTE_INTERVALS: json.dumps(
+            tracking.tags.TAG_PROMOTE_BASELINE: ev.baseline,
+            tracking.tags.TAG_PROMOTE_SEEDS: ",".join(map(str, ev.seeds)),
+            tracking.tags.TAG_PROMOTE_DELTA: f"{ev.delta:.6f}",
+            tracking.tags.TAG_PROMOTE_CI: f"[{ev.ci[0]:.6f}, {ev.ci[1]:.6f}]",
+            tracking.tags.TAG_PROMOTE_EVIDENCE: ev.evidence,
+            tracking.tags.TAG_PROMOTE_CI_UNIT: ev.unit,
+            tracking.tags.TAG_PROMOTE_INTERVALS: json.dumps(
                 {u: [round(lo, 6), round(hi, 6)] for u, (lo, hi) in ev.intervals.items()}),
-            tracking.TAG_PROMOTE_P_BOOTSTRAP: f"{ev.pvalue:.6g}",
-            tracking.TAG_PROMOTE_RUNS: json.dumps({"new": ev.new_runs,
+            tracking.tags.TAG_PROMOTE_P_BOOTSTRAP: f"{ev.pvalue:.6g}",
+            tracking.tags.TAG_PROMOTE_RUNS: json.dumps({"new": ev.new_runs,
                                                    "baseline": ev.baseline_runs}),
-            tracking.TAG_PROMOTE_CRITERIA: json.dumps([[c, v, r, bool(ok)] for c, v, r, ok
+            tracking.tags.TAG_PROMOTE_CRITERIA: json.dumps([[c, v, r, bool(ok)] for c, v, r, ok
                                                           in ev.criteria]),
         })
         if ev.per_class is not None:
-            tags[tracking.TAG_PROMOTE_CLASS_P_BH] = json.dumps(
+            tags[tracking.tags.TAG_PROMOTE_CLASS_P_BH] = json.dumps(
                 {r["class"]: [round(r["delta"], 6), round(r["p_bh"], 6)]
                  for _, r in ev.per_class.iterrows()})
     if force_reason:
-        tags[tracking.TAG_PROMOTE_FORCE_REASON] = force_reason
+        tags[tracking.tags.TAG_PROMOTE_FORCE_REASON] = force_reason
     if error:
-        tags[tracking.TAG_PROMOTE_ERROR] = error
+        tags[tracking.tags.TAG_PROMOTE_ERROR] = error
     # the training evidence written at registration stays below the gate's numbers
-    kept = training_evidence(tracking.model_version(model, version).description)
-    tracking.record_on_version(model, version, tags,
+    kept = training_evidence(tracking.registry.model_version(model, version).description)
+    tracking.registry.record_on_version(model, version, tags,
                                description=f"{head}\n\n{text}" + (f"\n\n{kept}" if kept else ""))
     return f"{head}\n{text}"
 
@@ -288,15 +291,16 @@ def _record(model: str, version: str, ev: Evidence | None, decision: str, *,
 def rollback(model: str) -> PromoteResult:
     """Point ``champion`` back at ``previous-champion`` (which then names the demoted one)."""
     _check_name(model)
-    with tracking.model_lock(model):
-        prev = tracking.alias_version(model, PREVIOUS)
+    with tracking.registry.model_lock(model):
+        prev = tracking.registry.alias_version(model, PREVIOUS)
         if prev is None:
             raise ConfigError(f"rollback=true: {model} has no @{PREVIOUS} to restore")
-        cur = tracking.alias_version(model, CHAMPION)
-        tracking.set_aliases(model, {CHAMPION: prev, PREVIOUS: cur})
-        tracking.check_aliases(model, {CHAMPION: prev, PREVIOUS: cur})
+        cur = tracking.registry.alias_version(model, CHAMPION)
+        tracking.registry.set_aliases(model, {CHAMPION: prev, PREVIOUS: cur})
+        tracking.registry.check_aliases(model, {CHAMPION: prev, PREVIOUS: cur})
     now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    tracking.record_on_version(model, prev, {tracking.TAG_PROMOTE_RESTORED: f"{now} (rollback from "
+    tracking.registry.record_on_version(model, prev,
+    {tracking.tags.TAG_PROMOTE_RESTORED: f"{now} (rollback from "
                                                                        f"version {cur})"})
     text = f"rolled back {model}: @{CHAMPION} -> version {prev}" + (
         f", @{PREVIOUS} -> version {cur}" if cur else "")
@@ -321,9 +325,9 @@ def promote(*, model: str, version: str = "", baseline: str = "a", min_sign_posi
     _check_evidence(evidence)
     if min_sign_positive < 1:
         raise ConfigError(f"min_sign_positive={min_sign_positive}: must be >= 1")
-    mv = tracking.model_version(model, version or None, alias=CANDIDATE)
+    mv = tracking.registry.model_version(model, version or None, alias=CANDIDATE)
     ver = str(mv.version)
-    missing = tracking.missing_version_tags(mv)
+    missing = tracking.registry.missing_version_tags(mv)
     if missing:  # a registration cut short: not a version pipi finished registering
         raise ConfigError(
             f"model={model} version {ver}: lacks the version tags {', '.join(missing)} that "
@@ -351,11 +355,11 @@ def promote(*, model: str, version: str = "", baseline: str = "a", min_sign_posi
     prev = None
     if go:
         # one promotion at a time per model: read the champion, move, check, under a lock
-        with tracking.model_lock(model):
-            prev = tracking.alias_version(model, CHAMPION)
+        with tracking.registry.model_lock(model):
+            prev = tracking.registry.alias_version(model, CHAMPION)
             aliases = {PREVIOUS: prev} if prev and prev != ver else {}
-            tracking.set_aliases(model, {**aliases, CHAMPION: ver})
-            tracking.check_aliases(model, {**aliases, CHAMPION: ver})
+            tracking.registry.set_aliases(model, {**aliases, CHAMPION: ver})
+            tracking.registry.check_aliases(model, {**aliases, CHAMPION: ver})
         # the model card's serve command now names the champion (train wrote @candidate)
         tracking.set_model_description(model, model_card(
             cell=Arm.parse(src["cell"]).cell, backbone=src["backbone"], name=model,
@@ -369,7 +373,7 @@ def promote(*, model: str, version: str = "", baseline: str = "a", min_sign_posi
                   if not ok]
         text += f"\nrefused: {model} version {ver} is not promoted; failed: " + \
             "; ".join(failed)
-        prev = tracking.alias_version(model, CHAMPION)
+        prev = tracking.registry.alias_version(model, CHAMPION)
     _name_project_run(model, ver, decision, text)
     return PromoteResult(go, model, ver, prev, text)
 
@@ -377,7 +381,7 @@ def promote(*, model: str, version: str = "", baseline: str = "a", min_sign_posi
 def _name_project_run(model: str, version: str, decision: str, text: str) -> None:
     """Under ``mlflow run -e promote``: the run MLflow made says what it was (not MLflow's
     random name) and holds the gate's evidence (or why there was none) as its description."""
-    tracking.tag_project_run({tracking.TAG_ENTRY_POINT: "promote",
-                              tracking.TAG_PROMOTE_DECISION: decision},
+    tracking.tag_project_run({tracking.tags.TAG_ENTRY_POINT: "promote",
+                              tracking.tags.TAG_PROMOTE_DECISION: decision},
                              note=f"promote {model} version {version}: {decision}\n\n{text}",
                              name=f"promote {model} v{version} ({decision})")

@@ -75,9 +75,9 @@ def robustness_evaluation(perturbation: str, *, seed: int = 0) -> Evaluation:
                "noise_seed": int(seed)}
     return Evaluation(study=STUDY, variant=variant_of(spec.name), scorer=scorer,
                       splits=("test",), options=options,
-                      tags={tracking.TAG_PERTURBATION: spec.name,
-                            tracking.TAG_PERTURBATION_KIND: spec.kind,
-                            tracking.TAG_PERTURBATION_LEVEL: spec.level})
+                      tags={tracking.tags.TAG_PERTURBATION: spec.name,
+                            tracking.tags.TAG_PERTURBATION_KIND: spec.kind,
+                            tracking.tags.TAG_PERTURBATION_LEVEL: spec.level})
 
 
 def run_robustness(*, runs: str, perturbations: str = "all", seed: int = 0, data: str = "",
@@ -91,17 +91,18 @@ def run_robustness(*, runs: str, perturbations: str = "all", seed: int = 0, data
     evs = [robustness_evaluation(n, seed=seed) for n in names]
     with tracking.pipi_run(entry_point=ENTRY_POINT, experiment=experiment,
                            run_name="robustness",
-                           tags={tracking.TAG_STUDY: STUDY, tracking.TAG_DATA_DIGEST: digest}
+                           tags={tracking.tags.TAG_STUDY: STUDY,
+                           tracking.tags.TAG_DATA_DIGEST: digest}
                            ) as parent:
         pid = parent.run_id
-        tracking.log_params({"runs": runs, "perturbations": ",".join(names), "seed": seed,
+        parent.log_params({"runs": runs, "perturbations": ",".join(names), "seed": seed,
                              "data": data, "data_dir": str(root),
                              "source_run_ids": ",".join(s.run_id for s in sources)})
         children = evaluate_children(sources, lambda s: evs, data=root, digest=digest,
                                      parent_run_id=pid, entry_point=ENTRY_POINT,
                                      progress=progress)
         table = children_table("robustness: test-image perturbations", children)
-        tracking.log_text(table, "summary/summary.md")
-        tracking.log_metrics({f"children_{k}": sum(c.status == k for c in children)
+        parent.log_text(table, "summary/summary.md")
+        parent.log_metrics({f"children_{k}": sum(c.status == k for c in children)
                               for k in ("scored", "reused")})
     return StudyResult(pid, tuple(children), table)

@@ -44,7 +44,8 @@ def stage_source(source: str, *, metadata: str | None, out: str | None,
             print(f"reusing the staged synthetic-{preset} release at {target} "
                   f"(data digest {manifest['data_digest'][:12]}); nothing to do", flush=True)
             tracking.tag_project_run(
-                {tracking.TAG_ENTRY_POINT: "stage", tracking.TAG_REUSED_STAGED: str(target),
+                {tracking.tags.TAG_ENTRY_POINT: "stage",
+                tracking.tags.TAG_REUSED_STAGED: str(target),
                  **tracking.data_tags(manifest)},
                 note=f"reused the staged synthetic-{preset} release at {target}; nothing staged",
                 name=f"stage synthetic-{preset} (reused, no-op)")

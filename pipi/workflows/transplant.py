@@ -104,9 +104,10 @@ def transplant_evaluation(what: str, *, donor: SourceRun, models: Callable) -> E
     return Evaluation(study="transplant", variant=f"transplant_{what}", splits=("test",),
                       options={"donor_run_id": donor.run_id, "what": what},
                       model_transform=transform,
-                      tags={tracking.TAG_DONOR_RUN: donor.run_id, tracking.TAG_TRANSPLANT: what,
-                            tracking.TAG_TRANSPLANT_KIND: kind,
-                            tracking.TAG_TRANSPLANT_BLOCKS: blocks})
+                      tags={tracking.tags.TAG_DONOR_RUN: donor.run_id,
+                      tracking.tags.TAG_TRANSPLANT: what,
+                            tracking.tags.TAG_TRANSPLANT_KIND: kind,
+                            tracking.tags.TAG_TRANSPLANT_BLOCKS: blocks})
 
 
 def _conv_child(a: SourceRun, b: SourceRun, *, variant: str, models: Models, digest: str,
@@ -114,7 +115,7 @@ def _conv_child(a: SourceRun, b: SourceRun, *, variant: str, models: Models, dig
     """First-conv cosine of runs a and b (a: the RGB run), norms of both first convs."""
     key = tracking.evaluation_key(study="transplant", variant=variant, source_run_id=a.run_id,
                                   data_digest=digest, options={"other_run_id": b.run_id})
-    found = tracking.find_finished_run(key, **{tracking.TAG_ENTRY_POINT: ENTRY_POINT})
+    found = tracking.find_finished_run(key, **{tracking.tags.TAG_ENTRY_POINT: ENTRY_POINT})
     if found is not None:
         cos = found.metrics.get("conv/cosine", float("nan"))
         return StudyChild(a, variant, found.run_id, "reused", cos)
@@ -124,17 +125,17 @@ def _conv_child(a: SourceRun, b: SourceRun, *, variant: str, models: Models, dig
                **{f"conv/norm_rgb/{k}": v for k, v in channel_norms(ma).items()},
                **{f"conv/norm_{'pi' if b.input_channels == 5 else 'other'}/{k}": v
                   for k, v in channel_norms(mb).items()}}
-    tags = {tracking.TAG_CONFIG_HASH: key, tracking.TAG_STUDY: "transplant",
-            tracking.TAG_VARIANT: variant, tracking.TAG_SOURCE_RUN: a.run_id,
-            tracking.TAG_DONOR_RUN: b.run_id, tracking.TAG_BACKBONE: a.backbone,
-            tracking.TAG_SEED: a.seed, tracking.TAG_OTHER_SEED: b.seed,
-            tracking.TAG_DATA_DIGEST: digest,
-            tracking.TAG_PARENT_RUN: parent_run_id}
+    tags = {tracking.tags.TAG_CONFIG_HASH: key, tracking.tags.TAG_STUDY: "transplant",
+            tracking.tags.TAG_VARIANT: variant, tracking.tags.TAG_SOURCE_RUN: a.run_id,
+            tracking.tags.TAG_DONOR_RUN: b.run_id, tracking.tags.TAG_BACKBONE: a.backbone,
+            tracking.tags.TAG_SEED: a.seed, tracking.tags.TAG_OTHER_SEED: b.seed,
+            tracking.tags.TAG_DATA_DIGEST: digest,
+            tracking.tags.TAG_PARENT_RUN: parent_run_id}
     with tracking.pipi_run(entry_point=ENTRY_POINT, nested=True, tags=tags,
                            run_name=f"{variant}-{a.backbone}-s{a.seed}-s{b.seed}") as run:
-        tracking.log_params({"run_a": a.run_id, "run_b": b.run_id, "cell_a": a.cell,
+        run.log_params({"run_a": a.run_id, "run_b": b.run_id, "cell_a": a.cell,
                              "cell_b": b.cell})
-        tracking.log_metrics(metrics)
+        run.log_metrics(metrics)
         return StudyChild(a, variant, run.run_id, "scored", cos)
 
 
@@ -145,14 +146,14 @@ def _gradcam_child(a: SourceRun, b: SourceRun, *, models: Models, data, digest: 
                 tracking.get_run(a.run_id).params.get("classes")).names))}
     key = tracking.evaluation_key(study="gradcam", variant="gradcam", source_run_id=a.run_id,
                                   data_digest=digest, options=opts)
-    found = tracking.find_finished_run(key, **{tracking.TAG_ENTRY_POINT: ENTRY_POINT})
+    found = tracking.find_finished_run(key, **{tracking.tags.TAG_ENTRY_POINT: ENTRY_POINT})
     if found is not None:
         return StudyChild(a, "gradcam", found.run_id, "reused", float("nan"))
-    tags = {tracking.TAG_CONFIG_HASH: key, tracking.TAG_STUDY: "gradcam",
-            tracking.TAG_VARIANT: "gradcam", tracking.TAG_SOURCE_RUN: a.run_id,
-            tracking.TAG_DONOR_RUN: b.run_id, tracking.TAG_BACKBONE: a.backbone,
-            tracking.TAG_SEED: a.seed, tracking.TAG_DATA_DIGEST: digest,
-            tracking.TAG_PARENT_RUN: parent_run_id}
+    tags = {tracking.tags.TAG_CONFIG_HASH: key, tracking.tags.TAG_STUDY: "gradcam",
+            tracking.tags.TAG_VARIANT: "gradcam", tracking.tags.TAG_SOURCE_RUN: a.run_id,
+            tracking.tags.TAG_DONOR_RUN: b.run_id, tracking.tags.TAG_BACKBONE: a.backbone,
+            tracking.tags.TAG_SEED: a.seed, tracking.tags.TAG_DATA_DIGEST: digest,
+            tracking.tags.TAG_PARENT_RUN: parent_run_id}
     rid = log_gradcam(a.run_id, b.run_id, models=models, data=data, digest=digest, tags=tags,
                       n_frames=n_frames, seed=seed, entry_point=ENTRY_POINT,
                       run_name=f"gradcam-{a.backbone}-s{a.seed}")
@@ -174,10 +175,11 @@ def run_transplant(*, rgb: str, pi: str, study: str = "transplant", data: str = 
     models = Models()
     with tracking.pipi_run(entry_point=ENTRY_POINT, experiment=experiment,
                            run_name=f"transplant-{study}",
-                           tags={tracking.TAG_STUDY: study, tracking.TAG_DATA_DIGEST: digest}
+                           tags={tracking.tags.TAG_STUDY: study,
+                           tracking.tags.TAG_DATA_DIGEST: digest}
                            ) as parent:
         pid = parent.run_id
-        tracking.log_params({"rgb": rgb, "pi": pi, "study": study, "data": data,
+        parent.log_params({"rgb": rgb, "pi": pi, "study": study, "data": data,
                              "data_dir": str(root), "n_frames": n_frames, "seed": seed,
                              "pairs": ";".join(f"{a.run_id},{b.run_id}" for a, b in pairs)})
         children: list[StudyChild] = []
@@ -203,7 +205,7 @@ def run_transplant(*, rgb: str, pi: str, study: str = "transplant", data: str = 
         table = children_table(f"transplant: study {study}", children)
         if notes:
             table += "\n\n" + "\n".join(notes)
-        tracking.log_text(table, "summary/summary.md")
-        tracking.log_metrics({f"children_{k}": sum(c.status == k for c in children)
+        parent.log_text(table, "summary/summary.md")
+        parent.log_metrics({f"children_{k}": sum(c.status == k for c in children)
                               for k in ("scored", "reused")})
     return StudyResult(pid, tuple(children), table)

@@ -52,7 +52,7 @@ def test_load_runs_reads_every_page(server_runs, tracking):
     name, _, ids = server_runs
     runs = tracking.load_runs(name, page_size=2)
     assert sorted(runs["run_id"]) == sorted(ids.values())
-    assert list(runs.columns) == list(tracking.RUN_COLUMNS)
+    assert list(runs.columns) == list(tracking.queries.RUN_COLUMNS)
     pi42 = runs.set_index("run_id").loc[ids[("pi", 42)]]
     assert (pi42["cell"], pi42["seed"], pi42["status"]) == ("pi", 42, "FINISHED")
     sub = tracking.load_runs(name, "tags.`pipi.cell` = 'a'", page_size=1)
@@ -90,7 +90,7 @@ def test_run_aggregate_logs_every_output_and_writes_the_same_locally(server_runs
     client = MlflowClient()
     run = client.get_run(res.run_id)
     assert run.info.status == "FINISHED"
-    assert run.data.tags[tracking.TAG_ENTRY_POINT] == "aggregate"
+    assert run.data.tags[tracking.tags.TAG_ENTRY_POINT] == "aggregate"
     # issue 38: the run says what it is; the experiment by name under both launchers
     n = int(run.data.params["aggregate.n_runs"])
     assert run.info.run_name == f"aggregate {name} ({n} runs)"

@@ -52,7 +52,7 @@ def test_a_trial_whose_worker_died_ends_its_run_failed_and_nothing_else(sqlite_t
                       reused.number: "FAIL", alive.number: "RUNNING"}
     run = client.get_run(killed_run)
     assert run.info.status == "FAILED"
-    reason = run.data.tags[tracking.TAG_FAILURE]
+    reason = run.data.tags[tracking.tags.TAG_FAILURE]
     assert f"trial {killed.number} of study lost" in reason and "node1:4242" in reason
     assert [client.get_run(r).info.status for r in (done_run, reused_run, alive_run)] == [
         "FINISHED", "FINISHED", "RUNNING"]

@@ -16,17 +16,18 @@ pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("test_dependency
 
 
 def test_the_base_a_sequence_cell_trains_moves_no_alias(training_store, tiny_staged):
-    mlflow.set_experiment("dependency-alias")
     kw = dict(backbone="resnet18", profile="smoke", weights="none", image_size=32)
-    mine = workflow.train(make_config(cell="a", seed=1, **kw), data=str(tiny_staged),
+    mine = workflow.train(make_config(cell="a", seed=1, **kw), experiment="dependency-alias",
+    data=str(tiny_staged),
                           progress=False)
-    seq = workflow.train(make_config(cell="b", seed=2, **kw), data=str(tiny_staged),
+    seq = workflow.train(make_config(cell="b", seed=2, **kw), experiment="dependency-alias",
+    data=str(tiny_staged),
                          progress=False)
     c = MlflowClient()
     name = mine.registered_name
     assert str(c.get_model_version_by_alias(name, "candidate").run_id) == mine.run_id
     base = tracking.get_run(seq.base_run_id)
-    assert base.tags[tracking.TAG_NEEDED_BY] == seq.run_id and base.seed == 2
+    assert base.tags[tracking.tags.TAG_NEEDED_BY] == seq.run_id and base.seed == 2
     (dep,) = c.search_model_versions(f"name='{name}' and run_id='{seq.base_run_id}'")
     assert dep.tags["needed_by"] == seq.run_id and not dep.aliases
     # the sequence model the user asked for holds its own candidate
@@ -43,7 +44,7 @@ def test_the_base_a_sequence_cell_trains_moves_no_alias(training_store, tiny_sta
         assert params["batch_size"] == "auto" and "batch_size.resolved" in params
         assert params["weights"] == "none" and params["train_sources"] == "''"
         # item 8: the recipe names the environment it ran in (this process: local)
-        assert "--env-manager local" in c.get_run(rid).data.tags[tracking.TAG_RECIPE]
+        assert "--env-manager local" in c.get_run(rid).data.tags[tracking.tags.TAG_RECIPE]
     assert c.get_run(seq.base_run_id).data.params["cell"] == base.cell
     # item 8: the sequence model declares its inputs (the UI showed Inputs (0))
     info = mlflow.models.get_model_info(f"models:/{seq.registered_name}@candidate")

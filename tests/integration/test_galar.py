@@ -67,11 +67,14 @@ def test_galar_children_aggregate_retention_and_submission(tracking, tiny_staged
     for row in res.table.to_dict("records"):
         run = tr.get_run(row["galar_run_id"])
         t = run.tags
-        assert t["pipi.source_run_id"] == row["source_run_id"] == src[(row["cell"], int(row["seed"]))]
-        assert (t["pipi.dataset"], t["pipi.study"], t["pipi.galar_fold"]) == ("galar", "galar", "all")
+        assert t["pipi.source_run_id"] == row["source_run_id"] == src[(row["cell"],
+        int(row["seed"]))]
+        assert (t["pipi.dataset"], t["pipi.study"], t["pipi.galar_fold"]) == ("galar", "galar",
+        "all")
         assert t["pipi.data_digest"] == json.loads((staged / "manifest.json").read_text())["data_digest"]
-        folder = tr.download_artifact(row["galar_run_id"], "predictions", tmp_path / row["galar_run_id"])
-        figs = {a.path for a in tr.client().list_artifacts(row["galar_run_id"], "figures")}
+        folder = tr.download_artifact(row["galar_run_id"], "predictions",
+        tmp_path / row["galar_run_id"])
+        figs = {a.path for a in tr.runs.client().list_artifacts(row["galar_run_id"], "figures")}
         assert "figures/roc_per_capsule.png" in figs and "figures/confusion.png" in figs
         pred = read_predictions(folder)
         staged_frames = pd.read_parquet(staged / "frames.parquet")
@@ -80,7 +83,8 @@ def test_galar_children_aggregate_retention_and_submission(tracking, tiny_staged
         assert set(pred["video_id"].astype(str)) == set(staged_frames["video_id"].astype(str))
         assert t["pipi.galar_scope"].startswith(
             f"every staged video ({staged_frames['video_id'].nunique()} videos")
-        assert set(pred["capsule_system"]) >= {"PillCam SB3", "Olympus"} or pred["capsule_system"].nunique() >= 2
+        assert set(pred["capsule_system"]) >= {"PillCam SB3",
+        "Olympus"} or pred["capsule_system"].nunique() >= 2
         y, p = pred["label"].to_numpy(), pred[[f"prob_{i:02d}" for i in range(14)]].to_numpy()
         g = np.isin(y, GALKVA)
         assert run.metrics["test/galkva_macro_auc"] == pytest.approx(

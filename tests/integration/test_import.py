@@ -472,7 +472,7 @@ def test_an_evaluation_child_of_an_imported_run_is_imported_too(tiny_staged, sql
     res = import_file(kind="checkpoint", file=ckpt, cell="pi", backbone="efficientnet_b0",
                       seed=44, data=str(tiny_staged), profile="smoke", experiment="import-child",
                       progress=False, register=False)
-    mlflow.set_experiment("import-child")
+    # no study around it: the child goes into its source run's experiment
     child = evaluate_run(res.run_id, channel_evaluation("zero_phi"), data=tiny_staged)
     t = mlflow.get_run(child).data.tags
     assert t["pipi.source"] == "external" and t["pipi.source_label"] == "released"

@@ -63,27 +63,26 @@ def test_lost_runs_are_marked_failed_once_the_store_answers(tmp_path, pipi_home,
     running = client.create_run(exp).info.run_id
     finished = client.create_run(exp).info.run_id
     client.set_terminated(finished, "FINISHED")
-    other = tracking.record_lost_run("0" * 32, "http://elsewhere:5000", "not this store")
+    other = tracking.store.record_lost_run("0" * 32, "http://elsewhere:5000", "not this store")
     for rid in (running, finished):
-        path = tracking.record_lost_run(rid, uri, "server stopped answering")
+        path = tracking.store.record_lost_run(rid, uri, "server stopped answering")
         assert json.loads(path.read_text())["run_id"] == rid
-    assert sorted(tracking.flush_lost_runs(uri)) == sorted([running, finished])
+    assert sorted(tracking.store.flush_lost_runs(uri)) == sorted([running, finished])
     run = client.get_run(running)
     assert run.info.status == "FAILED"
-    assert run.data.tags[tracking.TAG_FAILURE] == "server stopped answering"
+    assert run.data.tags[tracking.tags.TAG_FAILURE] == "server stopped answering"
     run = client.get_run(finished)  # resumed and finished meanwhile: left alone
-    assert run.info.status == "FINISHED" and tracking.TAG_FAILURE not in run.data.tags
-    assert tracking.flush_lost_runs(uri) == []
+    assert run.info.status == "FINISHED" and tracking.tags.TAG_FAILURE not in run.data.tags
+    assert tracking.store.flush_lost_runs(uri) == []
     assert other.exists()  # another server's record waits for that server
     other.unlink()
 
     # a resumed run keeps the reason as pipi.previous_failure, not as a failure reason
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     mlflow.set_tracking_uri(uri)
-    mlflow.set_experiment(experiment_id=exp)  # resume happens in the run's own experiment
     with tracking.pipi_run(entry_point="train", run_id=running):
         pass
     run = client.get_run(running)
     assert run.info.status == "FINISHED"
-    assert tracking.TAG_FAILURE not in run.data.tags
-    assert run.data.tags[tracking.TAG_PREVIOUS_FAILURE] == "server stopped answering"
+    assert tracking.tags.TAG_FAILURE not in run.data.tags
+    assert run.data.tags[tracking.tags.TAG_PREVIOUS_FAILURE] == "server stopped answering"

@@ -13,9 +13,9 @@ pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("test_limitation
 
 
 def test_c1_frozen_trains_on_resnet50_and_registers(training_store, tiny_staged):
-    mlflow.set_experiment("limitation")
     s = train(make_config(cell="c1_frozen", backbone="resnet50", profile="smoke",
-                          weights="none"), data=str(tiny_staged), progress=False)
+                          weights="none"), experiment="limitation", data=str(tiny_staged),
+                          progress=False)
     run = mlflow.get_run(s.run_id)
     assert run.info.status == "FINISHED" and run.data.params["base_cell"] == "probe"
     assert s.registered_name == "pipi-resnet50-c1_frozen"

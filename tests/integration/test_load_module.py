@@ -21,10 +21,9 @@ pytestmark = [pytest.mark.timeout(600), pytest.mark.xdist_group("test_load_modul
 
 
 def test_the_module_gives_the_pyfuncs_probabilities(training_store, tiny_staged):
-    mlflow.set_experiment("load-module")
     cfg = make_config(cell="pi", backbone="resnet18", profile="smoke", weights="none",
                       image_size=32, seed=3)
-    s = train(cfg, data=str(tiny_staged), progress=False)
+    s = train(cfg, experiment="load-module", data=str(tiny_staged), progress=False)
     uri = f"models:/{s.registered_name}/{s.registered_version}"
     module = load_module(uri)
     assert module.class_names[0] == "Ampulla of Vater" and module.image_size == 32
@@ -44,6 +43,7 @@ def test_the_module_gives_the_pyfuncs_probabilities(training_store, tiny_staged)
     # the bare network and its transform are there too
     assert isinstance(module.network, torch.nn.Module)
     seq = train(make_config(cell="b", backbone="resnet18", profile="smoke", weights="none",
-                            image_size=32, seed=3), data=str(tiny_staged), progress=False)
+                            image_size=32, seed=3), experiment="load-module",
+                            data=str(tiny_staged), progress=False)
     with pytest.raises(ConfigError, match="a sequence cell's model \\(b: it takes clips\\)"):
         load_module(f"models:/{seq.registered_name}/{seq.registered_version}")

@@ -18,10 +18,10 @@ pytestmark = pytest.mark.timeout(300)
 
 
 def test_the_model_is_logged_at_its_epoch_and_no_metric_repeats(training_store, tiny_staged):
-    mlflow.set_experiment("model-metrics")
     cfg = make_config(cell="a", backbone="resnet18", profile="smoke", weights="none",
                       image_size=32, epochs=4, patience=4, lr=3e-3)
-    s = train(cfg, data=str(tiny_staged), register=False, progress=False)
+    s = train(cfg, experiment="model-metrics", data=str(tiny_staged), register=False,
+    progress=False)
     c = MlflowClient()
     run = c.get_run(s.run_id)
     history = {m.step: m.value for m in c.get_metric_history(s.run_id, "val/macro_auc")}

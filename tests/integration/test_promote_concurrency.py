@@ -21,12 +21,12 @@ NAME = "pipi-efficientnet_b0-b_plus"
 #: a promote whose alias move is slowed down, so that two of them overlap for sure
 SLOW_PROMOTE = """
 import sys, time
-import pipi.tracking as t
-real = t.set_aliases
+import pipi.tracking.registry as r
+real = r.set_aliases
 def slow(*a, **k):
     time.sleep(3)
     return real(*a, **k)
-t.set_aliases = slow
+r.set_aliases = slow
 from pipi.cli import main
 main(sys.argv[1:], prog_name="pipi")
 """

@@ -27,14 +27,24 @@ def other_staged(tiny_release, tmp_path_factory, pipi_home):
 
 
 @pytest.fixture()
-def interrupted(tiny_staged, sqlite_tracking):
-    """A run of 2 epochs on ``tiny_staged`` that ended FAILED (as a lost server leaves it)."""
-    r = _train("--data", str(tiny_staged), "--epochs", "2", "--patience", "2", "--seed", "3",
-               "--image-size", "48")
-    assert r.exit_code == 0, r.output
-    rid = r.output.split("run ", 1)[1].split(":", 1)[0]
-    MlflowClient().set_terminated(rid, "FAILED")
-    return rid
+def interrupted(tiny_staged, sqlite_tracking, monkeypatch):
+    """A run of 2 epochs on ``tiny_staged`` that ended KILLED after its first epoch's
+    checkpoint (Ctrl-C; a FINISHED run is not resumed and keeps no checkpoint)."""
+    real = tracking.RunTracker.log_checkpoint
+
+    def interrupt(self, state):
+        real(self, state)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tracking.RunTracker, "log_checkpoint", interrupt)
+    CliRunner().invoke(train_cmd, [*SMOKE, "--data", str(tiny_staged), "--epochs", "2",
+                                   "--patience", "2", "--seed", "3", "--image-size", "48"])
+    monkeypatch.setattr(tracking.RunTracker, "log_checkpoint", real)
+    newest = MlflowClient().search_runs(
+        [MlflowClient().get_experiment_by_name("resume").experiment_id],
+        order_by=["attributes.start_time DESC"], max_results=1)[0]
+    assert newest.info.status == "KILLED"
+    return newest.info.run_id
 
 
 @pytest.mark.slow
@@ -48,8 +58,8 @@ def test_resume_refuses_other_data_naming_both_digests(interrupted, tiny_staged,
     assert len(lines) == 1, r.output
     assert own[:12] in lines[0] and other[:12] in lines[0], lines[0]
     run = MlflowClient().get_run(interrupted)
-    assert run.info.status == "FAILED"  # not touched
-    assert run.data.tags[tracking.TAG_DATA_DIGEST] == own
+    assert run.info.status == "KILLED"  # not touched
+    assert run.data.tags[tracking.tags.TAG_DATA_DIGEST] == own
 
 
 @pytest.mark.slow
@@ -63,6 +73,6 @@ def test_resume_takes_the_runs_data_and_recipe(interrupted, tiny_staged):
     run = MlflowClient().get_run(interrupted)
     assert run.info.status == "FINISHED"
     own = load_staged(tiny_staged)[1]["data_digest"]
-    assert run.data.tags[tracking.TAG_DATA_DIGEST] == own
-    assert run.data.tags[tracking.TAG_SEED] == "3"
+    assert run.data.tags[tracking.tags.TAG_DATA_DIGEST] == own
+    assert run.data.tags[tracking.tags.TAG_SEED] == "3"
     assert run.data.params["data_dir"] == str(tiny_staged)

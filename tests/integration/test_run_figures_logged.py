@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from fakes import experiment
 
-from pipi.tracking import MAX_FIGURE_BYTES
-from pipi.tracking import ui as tracking_ui
+from pipi import tracking
+from pipi.tracking.handle import MAX_FIGURE_BYTES
 
 
 def _png_of(nbytes: int) -> bytes:
@@ -17,17 +18,17 @@ def _png_of(nbytes: int) -> bytes:
 def test_log_figures_logs_pngs_and_leaves_out_what_exceeds_the_budget(sqlite_tracking, caplog):
     import mlflow
 
-    mlflow.set_experiment("figure-budget")  # not an experiment id another test's store left
-    with mlflow.start_run() as run:
-        logged = tracking_ui.log_figures({"a": _png_of(1000), "big": _png_of(MAX_FIGURE_BYTES),
-                                          "b": _png_of(2000)})
+    exp = experiment("figure-budget")
+    with mlflow.start_run(experiment_id=exp) as run:
+        logged = tracking.run_of(run.info.run_id).log_figures(
+            {"a": _png_of(1000), "big": _png_of(MAX_FIGURE_BYTES), "b": _png_of(2000)})
     assert logged == ["figures/a.png", "figures/b.png"]
     files = {a.path: a.file_size for a in
              mlflow.MlflowClient().list_artifacts(run.info.run_id, "figures")}
     assert files == {"figures/a.png": 1000, "figures/b.png": 2000}
     assert "figure big" in caplog.text
-    with mlflow.start_run(), pytest.raises(ValueError, match="not a PNG"):
-        tracking_ui.log_figures({"x": b"GIF89a"})
+    with mlflow.start_run(experiment_id=exp) as run, pytest.raises(ValueError, match="not a PNG"):
+        tracking.run_of(run.info.run_id).log_figures({"x": b"GIF89a"})
 
 
 def test_every_pipi_run_marks_its_experiment_for_model_training(sqlite_tracking):
@@ -48,7 +49,7 @@ def test_every_pipi_run_marks_its_experiment_for_model_training(sqlite_tracking)
         pass
     assert c.get_experiment(run.experiment_id).tags["mlflow.experimentKind"] == \
         "genai_development"
-    url = tracking.experiment_url(run.experiment_id)
+    url = tracking.ui.experiment_url(run.experiment_id)
     assert url.endswith(f"/#/experiments/{run.experiment_id}/runs?"
                         "workflowType=machine_learning&viewStateShareKey=pipi")
 

@@ -69,7 +69,7 @@ def test_compile_true_trains_and_predicts_like_eager(tiny_staged, tmp_path):
 
 def _children(parent_run_id: str) -> pd.DataFrame:
     rows = []
-    for r in pipi_tracking.child_runs(parent_run_id):
+    for r in pipi_tracking.runs.child_runs(parent_run_id):
         rows.append({"cell": r.tags["pipi.cell"], "seed": r.tags["pipi.seed"],
                      "config_hash": r.tags["pipi.config_hash"], "status": r.status,
                      "role": r.tags.get("pipi.sweep_role"),

@@ -335,16 +335,40 @@ def _probs(served: _Served, body: bytes) -> np.ndarray:
     return np.array([[r[c] for c in CLASSES] for r in json.loads(text)["predictions"]])
 
 
+@pytest.fixture(scope="module")
+def env_tier_model(mlflow_server, tiny_staged) -> str:
+    """One registered `pi` model (smoke profile) for the environment tier, which needs no
+    more: ``make test-envs`` runs in a session of its own, where the whole smoke study (eight
+    trainings, 86 s) was trained for this alone. Registered under a prefix of its own, so the
+    smoke study's versions and aliases stay as they are when both run in one session."""
+    import mlflow
+
+    from pipi import tracking as pipi_tracking
+    from pipi.config import make_config
+    from pipi.runs.training import train
+
+    mlflow.set_tracking_uri(mlflow_server.uri)
+    cfg = make_config(cell="pi", seed=41, backbone="resnet18", profile="smoke", weights="none")
+    with pipi_tracking.using_model_prefix("envtier"):
+        s = train(cfg, data=str(tiny_staged), experiment="env-tier", progress=False)
+    return f"models:/{s.registered_name}@candidate"
+
+
 @pytest.mark.envbuild
-def test_the_candidate_serves_from_its_own_virtualenv_as_the_venv_server_does(
-        smoke_study, tracking, tmp_path):
-    """``mlflow models serve --env-manager virtualenv``: MLflow builds the model's environment
-    from its python_env.yaml and requirements (torch===2.13.0 from the registry, no pipi
-    install, no tqdm) and runs the code it ships; the answer equals the .venv server's.
-    The environment is kept under MLflow's env root (``MLFLOW_ENV_ROOT``, default
-    ``~/.mlflow/envs``), keyed by the requirements: a CI cache of that folder skips the build.
+@pytest.mark.parametrize("manager", ["uv", "virtualenv"])
+def test_the_candidate_serves_from_its_own_environment_as_the_venv_server_does(
+        env_tier_model, tracking, tmp_path, manager):
+    """``mlflow models serve --env-manager uv`` (MLflow's recommended builder) and
+    ``virtualenv`` (its default, pyenv and pip): MLflow builds the model's environment from its
+    python_env.yaml and requirements (torch===2.13.0 from the registry, no pipi install, no
+    tqdm) and runs the code it ships; the answer equals the .venv server's.
+    virtualenv keeps the environment under MLflow's env root (``MLFLOW_ENV_ROOT``, default
+    ``~/.mlflow/envs``), keyed by the requirements alone: a CI cache of that folder skips the
+    build. MLflow names a uv environment the same way, so the uv case builds in an env root of
+    its own (uv's download cache makes a rebuild take seconds) and never reuses pip's.
     """
-    uri = f"models:/{smoke_study.model('pi')}@candidate"
+    uri = env_tier_model
+    assert uri.startswith("models:/envtier-resnet18-pi@"), uri
     rng = np.random.default_rng(30)
     images = [encode_image(rng.integers(0, 256, (96, 96, 3), dtype=np.uint8)) for _ in range(3)]
     body = json.dumps({"dataframe_records": [{"image": im} for im in images]}).encode()
@@ -355,17 +379,29 @@ def test_the_candidate_serves_from_its_own_virtualenv_as_the_venv_server_does(
         expected = _probs(served, body)
     finally:
         served.stop()
+    own = {}
+    if manager == "uv":   # `uv` from the .venv (on the server's PATH), pyenv's 3.11.7, no download
+        own = {"MLFLOW_ENV_ROOT": str(tmp_path / "envs"), "UV_PYTHON_DOWNLOADS": "never"}
     t0 = time.monotonic()
-    served = _Served(uri, tracking, tmp_path / "own", env_manager="virtualenv", timeout=1800)
+    served = _Served(uri, tracking, tmp_path / "own", own, env_manager=manager, timeout=1800)
     built_s = time.monotonic() - t0
     try:
         got = _probs(served, body)
         log = served.log_path.read_text(errors="replace")
     finally:
         served.stop()
-    print(f"\nmodel environment ready and serving after {built_s:.0f} s "
+    print(f"\nmodel environment ({manager}) ready and serving after {built_s:.0f} s "
           f"({'built' if 'Installing dependencies' in log else 'reused'})")
     assert "--env-manager local" not in log
+    if manager == "uv":
+        assert "using uv" in log and "Installing dependencies" in log, log[-3000:]
+        built = next((tmp_path / "envs").glob("mlflow-*/bin/python"))
+        code = "import sys, torch; print(sys.version.split()[0], torch.__version__)"
+        probe = subprocess.run([str(built), "-c", code], capture_output=True, text=True,
+                               timeout=300, check=False, cwd=tmp_path, env={"PATH": "/usr/bin:/bin"})
+        assert probe.returncode == 0, probe.stderr[-2000:]
+        python, torch_version = probe.stdout.split()
+        assert python == "3.11.7" and torch_version.split("+")[0] == "2.13.0"
     np.testing.assert_allclose(got, expected, atol=1e-6)
     assert (got.argmax(1) == expected.argmax(1)).all()
 

@@ -95,14 +95,14 @@ def test_resume_of_a_live_run_is_refused_then_sigterm_ends_it_killed_with_the_re
     assert proc.returncode == 143, err[-3000:]
     run = client.get_run(rid)
     assert run.info.status == "KILLED"
-    reason = run.data.tags[tracking.TAG_FAILURE]
+    reason = run.data.tags[tracking.tags.TAG_FAILURE]
     assert "SIGTERM" in reason and f"-P resume={rid}" in reason, reason
     assert "Traceback" not in err, err[-3000:]
     last = [ln for ln in err.splitlines() if ln.strip()][-1]
     assert last.startswith(f"train run {rid} KILLED: terminated by SIGTERM"), last
     assert f"pipi train --resume {rid}" in last
     # stopped: its run is no longer held by anyone
-    assert tracking.live_holder(run) is None
+    assert tracking.liveness.live_holder(run) is None
 
 
 @pytest.mark.slow
@@ -133,8 +133,8 @@ def test_signal_to_mlflow_run_ends_its_run_killed(tiny_staged, tmp_path, sig):
     deadline = time.time() + 60
     while (run := client.get_run(rid)).info.status != "KILLED" and time.time() < deadline:
         time.sleep(1)
-    assert run.info.status == "KILLED", (run.data.tags.get(tracking.TAG_FAILURE), err[-3000:])
-    reason = run.data.tags[tracking.TAG_FAILURE]
+    assert run.info.status == "KILLED", (run.data.tags.get(tracking.tags.TAG_FAILURE), err[-3000:])
+    reason = run.data.tags[tracking.tags.TAG_FAILURE]
     assert ("SIGINT" if sig == signal.SIGINT else "SIGTERM") in reason, reason
     assert f"resume={rid}" in reason
 
@@ -157,8 +157,8 @@ def test_sigterm_to_mlflow_run_alone_ends_the_entry_point_and_its_run_killed(tin
         deadline = time.time() + 90
         while (run := client.get_run(rid)).info.status == "RUNNING" and time.time() < deadline:
             time.sleep(1)
-        assert run.info.status == "KILLED", run.data.tags.get(tracking.TAG_FAILURE)
-        assert "SIGTERM" in run.data.tags[tracking.TAG_FAILURE]
+        assert run.info.status == "KILLED", run.data.tags.get(tracking.tags.TAG_FAILURE)
+        assert "SIGTERM" in run.data.tags[tracking.tags.TAG_FAILURE]
         while time.time() < deadline:                  # the entry point has exited too
             try:
                 os.killpg(pgid, 0)
@@ -243,6 +243,6 @@ def test_scancel_of_an_ablate_sweep_ends_the_parent_and_its_children_killed(tiny
     assert proc.returncode == 143, err[-3000:]
     assert "Traceback" not in err, err[-3000:]
     runs = client.search_runs([client.get_experiment_by_name("abl").experiment_id])
-    by_entry = sorted((r.data.tags.get(tracking.TAG_ENTRY_POINT), r.info.status) for r in runs)
+    by_entry = sorted((r.data.tags.get(tracking.tags.TAG_ENTRY_POINT), r.info.status) for r in runs)
     assert by_entry == [("ablate", "KILLED"), ("train", "KILLED"), ("train", "KILLED")], by_entry
-    assert all("SIGTERM" in r.data.tags[tracking.TAG_FAILURE] for r in runs)
+    assert all("SIGTERM" in r.data.tags[tracking.tags.TAG_FAILURE] for r in runs)

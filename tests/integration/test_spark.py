@@ -33,9 +33,9 @@ def spark():
 
 
 def test_spark_udf_scores_a_frame_table_as_the_pyfunc(spark, training_store, tiny_staged):
-    mlflow.set_experiment("spark")
     s = workflow.train(make_config(cell="pi", seed=4, backbone="resnet18", profile="smoke",
-                                   weights="none"), data=str(tiny_staged), progress=False)
+                                   weights="none"), experiment="spark", data=str(tiny_staged),
+                                   progress=False)
     uri = f"models:/{s.registered_name}@candidate"
     frames = pd.read_parquet(tiny_staged / "frames.parquet")
     paths = frames.loc[frames["split"] == "test", "path"].iloc[:12]

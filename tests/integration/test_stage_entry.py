@@ -83,6 +83,6 @@ def test_params_logged_by_mlflow_run_are_not_logged_twice(tracking):
         import mlflow as m
 
         m.log_params({"cells": "''", "epochs": "0"})  # what `mlflow run` logs for defaults
-        tr.log_params({"cells": "", "epochs": 4, "lr": 0.001})
+        run.log_params({"cells": "", "epochs": 4, "lr": 0.001})
         p = m.get_run(run.run_id).data.params
     assert p == {"cells": "''", "epochs": "0", "epochs.resolved": "4", "lr": "0.001"}

@@ -165,7 +165,8 @@ def tour(sqlite_store, tiny_staged, tmp_path_factory) -> Tour:
                     code, out = _in_process("train", {**params, **SMOKE, **data})
                     assert code == 0, out[-3000:]
                     t.outputs.append(out)
-        t.candidate_after_loop = MlflowClient().get_model_version_by_alias(MODEL, "candidate").run_id
+        t.candidate_after_loop = MlflowClient().get_model_version_by_alias(MODEL,
+        "candidate").run_id
         # the sequence cell (its pi base, seed 42, is trained as a dependency), as `mlflow run`
         t.outputs.append(_mlflow_run(_line("train", "cell=b_plus"), {**SMOKE, **data}, env))
         # an outside prediction file, through the tour's import line (kind=predictions)
@@ -185,7 +186,7 @@ def tour(sqlite_store, tiny_staged, tmp_path_factory) -> Tour:
         assert code == 0, out[-3000:]
         runs = mlflow.search_runs(experiment_names=[EXPERIMENT], output_format="list",
                                   order_by=["attributes.start_time ASC"])
-        aggs = [r for r in runs if r.data.tags.get(tracking.TAG_ENTRY_POINT) == "aggregate"]
+        aggs = [r for r in runs if r.data.tags.get(tracking.tags.TAG_ENTRY_POINT) == "aggregate"]
         assert len(aggs) == 2
         t.aggregates = {"mlflow run": aggs[0].info.run_id, "pipi": aggs[1].info.run_id}
         # promote, as the tour writes it
@@ -217,7 +218,7 @@ def _runs(t: Tour):
 def test_both_aggregates_count_every_finished_train_and_import_run(tour):
     c, runs = _runs(tour)
     model_runs = {r.info.run_id for r in runs if r.info.status == "FINISHED"
-                  and r.data.tags.get(tracking.TAG_ENTRY_POINT) in ("train", "import")}
+                  and r.data.tags.get(tracking.tags.TAG_ENTRY_POINT) in ("train", "import")}
     # 8 of the loop, b_plus and its pi base, the import
     assert len(model_runs) == 11, len(model_runs)
     params = {}
@@ -241,9 +242,9 @@ def test_promote_pairs_the_runs_aggregate_used_and_the_alias_served_exists(tour)
     arms = agg["arms"]
     # promote judged @candidate (the loop's last pi run) and recorded its pairs on the version
     mv = c.get_model_version_by_alias(MODEL, "candidate")
-    assert mv.tags[tracking.TAG_PROMOTE_DECISION] in ("promoted", "refused")
-    paired = json.loads(mv.tags[tracking.TAG_PROMOTE_RUNS])
-    seeds = [int(s) for s in mv.tags[tracking.TAG_PROMOTE_SEEDS].split(",")]
+    assert mv.tags[tracking.tags.TAG_PROMOTE_DECISION] in ("promoted", "refused")
+    paired = json.loads(mv.tags[tracking.tags.TAG_PROMOTE_RUNS])
+    seeds = [int(s) for s in mv.tags[tracking.tags.TAG_PROMOTE_SEEDS].split(",")]
     assert sorted(seeds) == [1, 2, 3, 4]
     # exactly the runs aggregate used for those seeds in the pi and a arms
     assert paired["new"] == {str(s): arms["efficientnet_b0/pi"]["seeds"][str(s)] for s in seeds}
@@ -251,7 +252,7 @@ def test_promote_pairs_the_runs_aggregate_used_and_the_alias_served_exists(tour)
                                   for s in seeds}
     # the README: promote moves @champion on evidence, else refuses (exit 1) and @candidate
     # is what to serve
-    assert tour.promote_exit == (0 if mv.tags[tracking.TAG_PROMOTE_DECISION] == "promoted"
+    assert tour.promote_exit == (0 if mv.tags[tracking.tags.TAG_PROMOTE_DECISION] == "promoted"
                                  else 1)
     alias = "champion" if tour.promote_exit == 0 else "candidate"
     serve = next(x for x in _tour_blocks() if x.startswith("pipi serve"))
@@ -271,7 +272,7 @@ def test_a_dependency_moves_no_alias_and_every_version_is_linked(tour):
     assert c.get_model_version_by_alias(MODEL, "candidate").run_id == tour.candidate_after_loop
     for found in c.search_model_versions(max_results=1000):
         mv = c.get_model_version(found.name, found.version)
-        lm = c.get_logged_model(tracking.version_model_id(mv))   # SQL stores keep the source
+        lm = c.get_logged_model(tracking.registry.version_model_id(mv))   # SQL stores keep the source
         linked = json.loads(lm.tags["mlflow.modelVersions"])
         assert {"name": mv.name, "version": int(mv.version)} in linked, (mv.name, linked)
     mlflow.set_tracking_uri(tour.store)
@@ -286,7 +287,7 @@ def test_a_dependency_moves_no_alias_and_every_version_is_linked(tour):
 def test_model_metrics_are_the_best_epoch_and_no_metric_has_two_values(tour):
     c, runs = _runs(tour)
     for r in runs:
-        if r.data.tags.get(tracking.TAG_ENTRY_POINT) != "train":
+        if r.data.tags.get(tracking.tags.TAG_ENTRY_POINT) != "train":
             continue
         for key in r.data.metrics:
             hist = c.get_metric_history(r.info.run_id, key)
@@ -294,10 +295,10 @@ def test_model_metrics_are_the_best_epoch_and_no_metric_has_two_values(tour):
             for m in hist:
                 steps.setdefault(m.step, set()).add(m.value)
             assert all(len(v) == 1 for v in steps.values()), (r.info.run_name, key, steps)
-        best = int(r.data.tags[tracking.TAG_BEST_EPOCH])
+        best = int(r.data.tags[tracking.tags.TAG_BEST_EPOCH])
         val = {m.step: m.value for m in c.get_metric_history(r.info.run_id, "val/macro_auc")}
         for found in c.search_model_versions(f"run_id='{r.info.run_id}'"):
-            lm = c.get_logged_model(tracking.version_model_id(found))
+            lm = c.get_logged_model(tracking.registry.version_model_id(found))
             got = {m.key: m.value for m in lm.metrics if m.step == best}
             assert got["val/macro_auc"] == pytest.approx(val[best]), r.info.run_name
 
@@ -306,7 +307,7 @@ def test_the_tour_s_predict_line_scores_the_exam(tour):
     got = pd.read_parquet(tour.exam)
     assert len(got) == 5 and got["video_id"].nunique() == 1
     _, runs = _runs(tour)
-    (pred,) = [r for r in runs if r.data.tags.get(tracking.TAG_ENTRY_POINT) == "predict"]
+    (pred,) = [r for r in runs if r.data.tags.get(tracking.tags.TAG_ENTRY_POINT) == "predict"]
     assert pred.data.params["model_name"] == MODEL and pred.data.metrics["predict/frames"] == 5
     # launched by `mlflow run`: MLflow's params as given, pipi's resolved ones beside them
     assert pred.data.tags["mlflow.project.entryPoint"] == "predict"

@@ -137,13 +137,13 @@ def test_the_run_carries_what_the_ui_shows(smoke_run, mlflow_server):
     summary, run = smoke_run
     c = MlflowClient(mlflow_server.uri)
     exp = c.get_experiment(run.info.experiment_id)
-    assert exp.tags[tracking.EXPERIMENT_KIND_TAG] == "custom_model_development"
-    assert tracking.SHARED_VIEW_PREFIX + tracking.TRAINING_VIEW in exp.tags
+    assert exp.tags[tracking.ui.EXPERIMENT_KIND_TAG] == "custom_model_development"
+    assert tracking.ui.SHARED_VIEW_PREFIX + tracking.ui.TRAINING_VIEW in exp.tags
     figures = {a.path: a.file_size for a in c.list_artifacts(run.info.run_id, "figures")}
     assert set(figures) == {"figures/roc_per_class.png", "figures/pr_per_class.png",
                             "figures/confusion.png", "figures/prior_examples.png"}
     assert sum(figures.values()) < 600_000, figures  # a few hundred KB per run
-    note = run.data.tags[tracking.NOTE_TAG]
+    note = run.data.tags[tracking.handle.NOTE_TAG]
     assert "**Cell `pi`**" in note and f"{summary.test_macro_auc:.4f}" in note
     assert any(k.startswith("system/cpu_utilization") for k in run.data.metrics)
     assert any(k.startswith("system/system_memory") for k in run.data.metrics)
@@ -161,7 +161,7 @@ def test_the_ui_shows_runs_table_description_figure_and_model_card(smoke_run, ml
     exp_id, run_id = run.info.experiment_id, run.info.run_id
     root = mlflow_server.uri
 
-    runs = _text(open_page(tracking.experiment_url(exp_id), tmp_path, "experiment"))
+    runs = _text(open_page(tracking.ui.experiment_url(exp_id), tmp_path, "experiment"))
     assert "pi-s41-smoke-tiny" in runs          # the runs table, not the GenAI overview
     assert "test/macro_auc" in runs and "backbone" in runs  # pipi's columns
     assert "Traces 0" not in runs
@@ -216,7 +216,7 @@ def test_the_aggregate_run_previews_its_dashboard(smoke_run, mlflow_server, tmp_
     res = run_aggregate(experiment="ui-smoke", cache_dir=tmp_path / "cache")
     url = tracking.artifact_url(res.run_id, "dashboard.html")
     assert f"dashboard in the MLflow UI: {url}" in res.summary
-    note = mlflow.get_run(res.run_id).data.tags[tracking.NOTE_TAG]
+    note = mlflow.get_run(res.run_id).data.tags[tracking.handle.NOTE_TAG]
     assert f"[open the dashboard]({url})" in note
     page = open_page(url, tmp_path, "aggregate")
     assert re.search(r'<iframe[^>]+class="mlflow-html-iframe"', page)  # the HTML preview

@@ -43,9 +43,9 @@ def test_stage_reusing_staged_data_tags_its_run(pipi_home, tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     (run,) = _runs(MlflowClient(uri))
     assert run.info.status == "FINISHED"
-    assert run.data.tags[tracking.TAG_ENTRY_POINT] == "stage"
-    assert run.data.tags[tracking.TAG_REUSED_STAGED] == str(target)
-    assert run.data.tags[tracking.TAG_DATA_DIGEST]
+    assert run.data.tags[tracking.tags.TAG_ENTRY_POINT] == "stage"
+    assert run.data.tags[tracking.tags.TAG_REUSED_STAGED] == str(target)
+    assert run.data.tags[tracking.tags.TAG_DATA_DIGEST]
     assert "reused" in run.data.tags["mlflow.note.content"]
 
 
@@ -57,20 +57,27 @@ def test_mlflow_run_resume_tags_its_run_with_the_resumed_one(tiny_staged, tmp_pa
     import mlflow
 
     mlflow.set_tracking_uri(uri)
-    r = CliRunner().invoke(train_cmd, ["--cell", "a", "--profile", "smoke", "--weights", "none",
-                                       "--data", str(tiny_staged), "--epochs", "1",
-                                       "--experiment", "wrap"], catch_exceptions=False)
-    assert r.exit_code == 0, r.output
+    real = tracking.RunTracker.log_checkpoint
+
+    def interrupt(self, state):
+        real(self, state)
+        raise KeyboardInterrupt  # Ctrl-C after the first epoch's checkpoint
+
+    monkeypatch.setattr(tracking.RunTracker, "log_checkpoint", interrupt)
+    CliRunner().invoke(train_cmd, ["--cell", "a", "--profile", "smoke", "--weights", "none",
+                                   "--data", str(tiny_staged), "--epochs", "2",
+                                   "--experiment", "wrap"])
+    monkeypatch.setattr(tracking.RunTracker, "log_checkpoint", real)
     client = MlflowClient(uri)
     (trained,) = _runs(client)
     rid = trained.info.run_id
-    client.set_terminated(rid, "FAILED")  # as a lost server leaves it
+    assert trained.info.status == "KILLED"
     r = _mlflow_run(uri, tmp_path, "train", f"resume={rid}")
     assert r.returncode == 0, r.stderr[-3000:]
     (wrapper,) = [x for x in _runs(client) if x.info.run_id != rid]
-    assert wrapper.data.tags[tracking.TAG_RESUMED_RUN] == rid
-    assert wrapper.data.tags[tracking.TAG_ENTRY_POINT] == "train"
+    assert wrapper.data.tags[tracking.tags.TAG_RESUMED_RUN] == rid
+    assert wrapper.data.tags[tracking.tags.TAG_ENTRY_POINT] == "train"
     assert rid in wrapper.data.tags["mlflow.note.content"]
     resumed = client.get_run(rid)
     assert resumed.info.status == "FINISHED"
-    assert resumed.data.tags[tracking.TAG_RESUMED_BY] == wrapper.info.run_id
+    assert resumed.data.tags[tracking.tags.TAG_RESUMED_BY] == wrapper.info.run_id

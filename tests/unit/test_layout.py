@@ -488,3 +488,48 @@ def test_a_planted_hand_off_write_is_caught(tmp_path):
         "pipi.workflows.planted writes MODEL_PREFIX_ENV",
         "pipi.workflows.planted writes MLFLOW_TRACKING_URI",
         "pipi.workflows.planted writes PIPI_CODE_VERSION"]
+
+
+# --------------------------------------------------------------------------- the run as a value
+#: MLflow's fluent functions that act on "the active run" unless ``run_id=`` names one.
+FLUENT_ACTIVE = frozenset({
+    "log_param", "log_params", "log_metric", "log_metrics", "log_artifact", "log_artifacts",
+    "log_text", "log_dict", "log_figure", "log_image", "log_table", "log_input", "log_inputs",
+    "set_tag", "set_tags", "delete_tag", "active_run", "last_active_run", "end_run",
+    "get_artifact_uri"})
+#: The adapter rooms that may act on the active run: the run's lifecycle (pipi_run starts and
+#: ends it) and the model from code (MLflow logs it into the active run only; it checks the
+#: active run is the one named). Everything else logs through a run handle (issue 39).
+FLUENT_ROOMS = frozenset({"pipi.tracking.runs", "pipi.tracking.registry"})
+
+
+def active_run_calls(modules: dict[str, Path]) -> list[str]:
+    """``mlflow.<fluent>(...)`` without ``run_id=`` outside :data:`FLUENT_ROOMS`."""
+    out = []
+    for m, path in sorted(modules.items()):
+        if m in FLUENT_ROOMS:
+            continue
+        for node in ast.walk(_tree(path)):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and ast.unparse(node.func.value) == "mlflow"
+                    and node.func.attr in FLUENT_ACTIVE
+                    and not any(k.arg == "run_id" for k in node.keywords)):
+                out.append(f"{m}:{node.lineno} mlflow.{node.func.attr} acts on the active run")
+    return out
+
+
+def test_only_the_run_lifecycle_acts_on_the_active_run():
+    found = active_run_calls(_modules())
+    assert not found, "\n".join(found)
+
+
+def test_a_planted_active_run_call_is_caught(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text("import mlflow\n"
+                       "mlflow.log_metrics({'a': 1.0})\n"
+                       "mlflow.log_metrics({'a': 1.0}, run_id='r')\n"
+                       "mlflow.set_tag('k', 'v')\n"
+                       "mlflow.get_run('r')\n")
+    assert active_run_calls({"pipi.tracking.planted": planted}) == [
+        "pipi.tracking.planted:2 mlflow.log_metrics acts on the active run",
+        "pipi.tracking.planted:4 mlflow.set_tag acts on the active run"]

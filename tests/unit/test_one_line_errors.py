@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-from fakes import make_prediction_dir
+from fakes import make_prediction_dir, experiment
 
 from pipi.classes import CLASSES
 from pipi.errors import ConfigError, DataError, PipiError
@@ -137,11 +137,11 @@ def test_import_refuses_the_probe_cell_as_docs_import_md_lists(tmp_path):
 def test_a_prediction_run_has_no_model_and_says_why(sqlite_tracking):
     from pipi import tracking
 
-    mlflow.set_experiment("imported")
-    with mlflow.start_run(tags={tracking.TAG_SOURCE_KIND: "predictions",
-                                tracking.TAG_SOURCE_FILE: "pi_s42.npz"}) as run:
+    exp = experiment("imported")
+    with mlflow.start_run(experiment_id=exp, tags={tracking.tags.TAG_SOURCE_KIND: "predictions",
+                                tracking.tags.TAG_SOURCE_FILE: "pi_s42.npz"}) as run:
         pass
     with pytest.raises(PipiError) as exc:
-        tracking.run_model_uri(run.info.run_id)
+        tracking.registry.run_model_uri(run.info.run_id)
     msg = str(exc.value)
     assert "imported prediction file (pi_s42.npz)" in msg and "no model" in msg, msg

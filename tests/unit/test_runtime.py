@@ -3,6 +3,11 @@ the device batch stream, and ``ablate -P parallel=N``, on CPU."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -20,6 +25,8 @@ from pipi.runtime import (
 )
 from pipi.training.frames import FrameInputs, build_frame_model, predict_probs
 
+ROOT = Path(__file__).resolve().parents[2]
+
 CPU = torch.device("cpu")
 
 
@@ -36,6 +43,10 @@ def test_options_resolve_on_cpu_and_refuse_bad_values():
             resolve_runtime(device="cuda")
     assert resolve_runtime(device="cpu", precision="bf16", channels_last="true") == \
         Runtime(CPU, "bf16", True, False, True)
+    # predicting on a oneDNN CPU: NHWC by default (a training run's layout is unchanged)
+    assert resolve_runtime(device="cpu", profile="predict").channels_last == \
+        torch.backends.mkldnn.is_available()
+    assert not resolve_runtime(device="cpu", profile="predict", channels_last="false").channels_last
     for bad, match in (({"device": "tpu"}, "device='tpu'"), ({"precision": "fp8"}, "precision"),
                        ({"channels_last": "yes"}, "channels_last"),
                        ({"compile": "true"}, "compile='true'")):
@@ -156,3 +167,36 @@ def test_runtime_of_prefers_the_explicit_device():
 
 
 # --------------------------------------------------------------------------- parallel
+
+
+_HELD = """
+import sys
+from pipi.runtime import keep_freed_memory
+kept = keep_freed_memory()
+import numpy as np
+
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096 >> 20
+
+base = rss()
+block = np.ones(256 << 20, np.uint8)   # 256 MB, every page touched
+del block
+print(kept, rss() - base)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt: Linux")
+@pytest.mark.parametrize("setting", ["", "system"])
+def test_freed_memory_is_kept_for_the_next_batch_unless_asked_not_to(setting):
+    """The allocator setting is per process, so each case is a fresh interpreter: with it,
+    a freed 256 MB block stays in the process for reuse; with PIPI_MALLOC=system, glibc
+    hands it back to the kernel at once, as it does by default."""
+    r = subprocess.run([sys.executable, "-c", _HELD], capture_output=True, text=True,
+                       timeout=60, cwd=ROOT, env={**os.environ, "PIPI_MALLOC": setting})
+    assert r.returncode == 0, r.stderr
+    kept, held_mb = r.stdout.split()
+    if setting == "system":
+        assert kept == "False" and int(held_mb) < 16
+    else:
+        assert kept == "True" and int(held_mb) >= 250

@@ -34,7 +34,8 @@ def evidence(tmp_path_factory):
     runs, dirs = local_runs(tmp, {"a": [41, 42, 43], "pi": [41, 42, 43], "distill": [41, 42],
                                   "b": [41, 42, 43], "e_plus": [41, 42, 43]})
     kept, excluded = analysis.select_runs(runs)
-    return analysis.build_evidence(kept, dirs, excluded=excluded, experiment="exp", experiment_id="1",
+    return analysis.build_evidence(kept, dirs, excluded=excluded, experiment="exp",
+    experiment_id="1",
                               tracking_uri="http://127.0.0.1:5000")
 
 
@@ -119,7 +120,7 @@ def test_single_video_falls_back_to_a_stratified_frame_bootstrap(tmp_path):
 
 # --------------------------------------------------------------------------- selection, refusal
 def _runs_frame(rows):
-    from pipi.tracking import RUN_COLUMNS
+    from pipi.tracking.queries import RUN_COLUMNS
 
     df = pd.DataFrame([{c: "" for c in RUN_COLUMNS} | r for r in rows])
     df["seed"] = df["seed"].astype("Int64")
@@ -239,7 +240,8 @@ def test_tables_report_missing_arms_and_seeds(report):
     assert list(pf.data["cell"]) == ["a", "pi", "distill"]
     assert pf.data.set_index("cell").loc["distill", "n_paired"] == 2
     ec = report.table("eight_cell")
-    assert ec.ok and "no runs" in ec.display.set_index("Cell").loc[analysis.cell_label("d"), "seeds"]
+    assert ec.ok and "no runs" in ec.display.set_index("Cell").loc[analysis.cell_label("d"),
+    "seeds"]
     assert "d (efficientnet_b0): no runs" in ec.notes
     for key in ("channel_train", "channel_infer", "transplant", "robustness", "cross_vendor"):
         t = report.table(key)

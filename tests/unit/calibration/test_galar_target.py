@@ -18,6 +18,7 @@ from pipi.data.staging import load_staged
 from pipi.errors import ConfigError
 from pipi.prior import prior_channels
 from pipi.runs.data import galar_target_data
+from pipi.tracking.handle import MemoryRun
 from pipi.training.frames import build_frame_model
 from pipi.workflows.calibrate import train_study_name
 
@@ -113,11 +114,13 @@ def test_the_epoch_loop_and_the_run_tracker_hand_the_model_to_the_hook(monkeypat
                predict_val=lambda: probs, val_frames=val, classes=[0, 1], tracker=tracker)
     assert [s for s, _ in tracker.seen] == [0, 1] and all(m is model for _, m in tracker.seen)
     # RunTracker's side: the hook gets (epoch, metrics, model) after the metrics are logged
-    monkeypatch.setattr(runs, "log_metrics", lambda metrics, step=None: None)
     got = []
-    rt = runs.RunTracker(tmp_path, epoch_hook=lambda e, m, mdl: got.append((e, dict(m), mdl)))
-    rt.log_metrics({"val/macro_auc": 0.5}, step=2, model=model)
-    rt.log_metrics({"test/macro_auc": 0.5})          # no step: not an epoch
+    with MemoryRun() as run:
+        rt = runs.RunTracker(run, tmp_path,
+                             epoch_hook=lambda e, m, mdl: got.append((e, dict(m), mdl)))
+        rt.log_metrics({"val/macro_auc": 0.5}, step=2, model=model)
+        rt.log_metrics({"test/macro_auc": 0.5})          # no step: not an epoch
+        assert run.history == {"val/macro_auc": [(2, 0.5)], "test/macro_auc": [(0, 0.5)]}
     assert got == [(2, {"val/macro_auc": 0.5}, model)]
 
 

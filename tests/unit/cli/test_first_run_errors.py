@@ -18,6 +18,8 @@ BAD_OPTIONS = [
     ("train", ["--backbone", "vgg16"], ("backbone", "'vgg16'")),
     ("train", ["--seed", "x"], ("seed", "'x'")),
     ("train", ["--profile", "huge"], ("profile", "'huge'")),
+    ("train", ["--cell", "b_plus", "--onnx", "true"], ("onnx=true", "b_plus", "sequence cell")),
+    ("train", ["--onnx", "maybe"], ("onnx", "'maybe'")),
     ("ablate", ["--seeds", "4x"], ("seeds", "'4x'")),
     ("ablate", ["--study", "nope"], ("study", "nope")),
     ("ablate", ["--backbones", "vgg16"], ("backbones", "vgg16")),

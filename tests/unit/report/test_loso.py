@@ -156,7 +156,8 @@ def test_the_loso_table_equals_sklearn_numpy_the_replayed_bootstrap_and_scipy(fu
     ia, ip, ipa, ipp = _side(ev, im)
     ha, hp, hpa, hpp = _side(hev, np.ones(hev.labels.size, bool))
     np.testing.assert_array_equal(ev.labels[im], hev.labels)
-    for col, want in (("in_source_ref_macro_auc", ia.mean()), ("in_source_new_macro_auc", ip.mean()),
+    for col, want in (("in_source_ref_macro_auc", ia.mean()), ("in_source_new_macro_auc",
+    ip.mean()),
                       ("held_out_ref_macro_auc", ha.mean()), ("held_out_new_macro_auc", hp.mean()),
                       ("in_source_delta", (ip - ia).mean()), ("held_out_delta", (hp - ha).mean()),
                       ("in_source_delta_sd", np.std(ip - ia, ddof=1)),
@@ -257,8 +258,9 @@ def test_a_store_of_held_out_runs_only_aggregates_them_with_a_note(tmp_path, sql
         for s in SEEDS:
             row, folder = _run(tmp_path, cell, s, True)
             rid = c.create_run(eid, tags={
-                tracking.TAG_ENTRY_POINT: "train", tracking.TAG_DATA_DIGEST: "d" * 64,
-                tracking.TAG_CELL: cell, tracking.TAG_BACKBONE: B0, tracking.TAG_SEED: str(s),
+                tracking.tags.TAG_ENTRY_POINT: "train", tracking.tags.TAG_DATA_DIGEST: "d" * 64,
+                tracking.tags.TAG_CELL: cell, tracking.tags.TAG_BACKBONE: B0,
+                tracking.tags.TAG_SEED: str(s),
                 "pipi.test_classes": row["test_classes"]}).info.run_id
             for k, v in json.loads(row["params"]).items():
                 c.log_param(rid, k, v)

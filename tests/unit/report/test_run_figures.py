@@ -25,7 +25,8 @@ from pipi.report.descriptions import (
     version_description,
 )
 from pipi.report.run_figures import evaluation_figures, prediction_figures, prior_examples
-from pipi.tracking import MAX_FIGURE_BYTES, system_metrics_enabled
+from pipi.tracking import system_metrics_enabled
+from pipi.tracking.handle import MAX_FIGURE_BYTES
 
 
 def _predictions(n=300, seed=0, systems=False) -> pd.DataFrame:

@@ -24,9 +24,9 @@ def test_tags_name_the_source_and_the_calibrate_run_of_the_document():
 def test_a_run_id_given_wins_and_a_hand_written_document_names_no_run():
     other = "f" * 32
     doc = {"format": "pipi.prior_params", "version": 1, "alpha": 2, "lambda_eff_fraction": 0.2}
-    assert prior_tags(doc, "pp.json") == {tracking.TAG_PRIOR_PARAMS: "pp.json"}
+    assert prior_tags(doc, "pp.json") == {tracking.tags.TAG_PRIOR_PARAMS: "pp.json"}
     assert prior_tags({**doc, "calibrate_run_id": RUN}, f"run {other}", run_id=other) == {
-        tracking.TAG_PRIOR_PARAMS: f"run {other}", tracking.TAG_PRIOR_PARAMS_RUN: other}
+        tracking.tags.TAG_PRIOR_PARAMS: f"run {other}", tracking.tags.TAG_PRIOR_PARAMS_RUN: other}
 
 
 def test_a_file_resolves_to_its_prior_and_tags(tmp_path):
@@ -36,10 +36,10 @@ def test_a_file_resolves_to_its_prior_and_tags(tmp_path):
                     '"lambda_eff_fraction": 1, "note": "from the lab notebook"}')
     prior = resolve_prior(str(path))
     assert (prior.params.alpha, prior.params.lambda_eff_fraction) == (7.0, 1.0)
-    assert dict(prior.tags) == {tracking.TAG_PRIOR_PARAMS: str(path)}
+    assert dict(prior.tags) == {tracking.tags.TAG_PRIOR_PARAMS: str(path)}
     path.write_text(json.dumps(prior_params_document(PriorParams(7.0, 1.0), image_size=64,
                                                      calibrate_run_id=RUN)))
-    assert resolve_prior(str(path)).tags[tracking.TAG_PRIOR_PARAMS_RUN] == RUN
+    assert resolve_prior(str(path)).tags[tracking.tags.TAG_PRIOR_PARAMS_RUN] == RUN
 
 
 def test_galar_records_the_same_tags_as_train(tmp_path):
@@ -48,8 +48,8 @@ def test_galar_records_the_same_tags_as_train(tmp_path):
                                                      calibrate_run_id=RUN)))
     prior = resolve_prior(str(path))
     ev = galar.galar_evaluation("auto", prior)
-    assert ev.tags[tracking.TAG_PRIOR_PARAMS] == str(path)
-    assert ev.tags[tracking.TAG_PRIOR_PARAMS_RUN] == RUN
+    assert ev.tags[tracking.tags.TAG_PRIOR_PARAMS] == str(path)
+    assert ev.tags[tracking.tags.TAG_PRIOR_PARAMS_RUN] == RUN
     assert ev.options["alpha"] == 3.0 and ev.tags[galar.TAG_FOLD] == "evaluation"
 
 
@@ -78,14 +78,14 @@ def test_a_calibrate_run_id_is_read_from_its_logged_document_and_nothing_stays_b
     runs = {}
     for entry in ("calibrate", "train"):
         with mlflow.start_run(experiment_id=exp) as run:
-            mlflow.set_tag(tracking.TAG_ENTRY_POINT, entry)
+            mlflow.set_tag(tracking.tags.TAG_ENTRY_POINT, entry)
             mlflow.log_dict(doc, "prior_params.json")
         runs[entry] = run.info.run_id
     try:
         got = resolve_prior(runs["calibrate"])
         assert (got.params.alpha, got.params.lambda_eff_fraction) == pytest.approx((4.0, 0.3))
-        assert got.tags == {tracking.TAG_PRIOR_PARAMS: f"run {runs['calibrate']}",
-                            tracking.TAG_PRIOR_PARAMS_RUN: runs["calibrate"]}
+        assert got.tags == {tracking.tags.TAG_PRIOR_PARAMS: f"run {runs['calibrate']}",
+                            tracking.tags.TAG_PRIOR_PARAMS_RUN: runs["calibrate"]}
         assert not any(tmp.iterdir())
         with pytest.raises(ConfigError, match="is not a calibrate run"):
             resolve_prior(runs["train"])

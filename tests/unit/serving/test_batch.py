@@ -163,3 +163,71 @@ def test_a_one_hot_label_table_labels_single_class_frames_and_counts_the_rest(tm
     assert (met.n_multi, met.n_unknown, met.unknown) == (1, 1, ("Polyp",))
     with pytest.raises(DataError, match="none of its classes is one of the model's"):
         batch.table_frames(tmp_path / "rel" / "labels.csv", ("cat", "dog"))
+
+
+def test_compile_scores_through_torch_compile_with_the_eager_answers(tmp_path, monkeypatch):
+    """`predict --compile true` (a GPU's auto): the forward pass goes through
+    ``torch.compile(module)``, traced here by Dynamo with its eager backend (inductor's C++
+    build is a GPU's business), and gives the eager answers, the short last batch included."""
+    for i in range(6):
+        _jpeg(tmp_path / "exam" / f"f{i}.jpg", seed=60 + i)
+    fl = folder_frames(tmp_path / "exam")
+    cols = ["prob_00", "prob_01", "prob_02"]
+    compiled, real = [], torch.compile
+
+    def spy(module, **kw):
+        compiled.append(module)
+        return real(module, backend="eager", **kw)
+
+    monkeypatch.setattr(torch, "compile", spy)
+    model = _Conv()
+    eager = pd.read_parquet(score_frames(model, fl, tmp_path / "a.parquet", model_key="m",
+                                         batch_size=4).out)[cols].to_numpy()
+    assert compiled == []
+    torch._dynamo.reset()
+    got = pd.read_parquet(score_frames(model, fl, tmp_path / "b.parquet", model_key="m",
+                                       batch_size=4, compile=True).out)[cols].to_numpy()
+    assert compiled == [model]
+    assert eager.std(0).max() > 1e-2                      # the answers depend on the frame
+    np.testing.assert_allclose(got, eager, atol=1e-6)
+
+
+def test_replicas_write_the_file_one_process_writes_and_resume_its_parts(tmp_path, monkeypatch):
+    """`predict --replicas 2` (a CPU's auto on 2-4 cores): two forked processes score the
+    batches, in whatever order they finish; the file is the one process's, row for row, and a
+    run broken before the end continues from its parts with replicas."""
+    monkeypatch.setattr(batch, "CHUNK", 4)          # inherited by the forked replicas
+    for v in range(2):
+        for i in range(5):
+            _jpeg(tmp_path / "exam" / f"v{v}" / f"{i}.jpg", 20 * v + i)
+    fl = folder_frames(tmp_path / "exam")
+    one = pd.read_parquet(score_frames(_Conv(), fl, tmp_path / "one.parquet", model_key="m",
+                                       batch_size=3).out)
+    two = score_frames(_Conv(), fl, tmp_path / "two.parquet", model_key="m", batch_size=3,
+                       replicas=2, channels_last=True)
+    got = pd.read_parquet(two.out)
+    assert one[["prob_00", "prob_01", "prob_02"]].std().max() > 1e-2   # frames told apart
+    pd.testing.assert_frame_equal(got, one, atol=1e-6)
+    assert not (tmp_path / "two.parquet.parts").exists()
+    out = tmp_path / "broken.parquet"
+    with pytest.raises(RuntimeError, match="broken"):
+        score_frames(_Mean(fail_after=2), fl, out, model_key="m", batch_size=2)
+    again = score_frames(_Mean(), fl, out, model_key="m", batch_size=2, replicas=2)
+    assert again.resumed_frames == 4
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(out),
+        pd.read_parquet(score_frames(_Mean(), fl, tmp_path / "m.parquet", model_key="m",
+                                     batch_size=2).out))
+
+
+def test_a_bad_frame_in_a_replica_is_one_error_naming_it_and_no_file(tmp_path):
+    for i in range(4):
+        _jpeg(tmp_path / "exam" / f"{i}.jpg", seed=i)
+    (tmp_path / "exam" / "3.jpg").write_bytes(b"not a jpeg at all")
+    fl = folder_frames(tmp_path / "exam")
+    out = tmp_path / "out.parquet"
+    with pytest.raises(DataError, match=r"3\.jpg: not a JPEG or PNG"):
+        score_frames(_Mean(), fl, out, model_key="m", batch_size=1, replicas=2)
+    assert not out.exists()
+    with pytest.raises(ConfigError, match="replicas score on a CPU"):
+        score_frames(_Mean(), fl, out, model_key="m", replicas=2, device=torch.device("meta"))

@@ -32,7 +32,9 @@ def frames(tiny_staged, tmp_path_factory):
     return torch.from_numpy(np.asarray(imgs[:48])).float() / 255.0   # N x 3 x 32 x 32
 
 
-def test_a_pi_model_exports_with_its_prior_and_answers_as_torch(frames, tmp_path):
+def _pi_module(frames):
+    """(config, module) of a fresh 32-px ``pi`` ResNet-18 whose BN statistics come from the
+    real frames (so that its answers depend on the frame), in eval mode."""
     cfg = make_config(cell="pi", backbone="resnet18", profile="smoke", weights="none",
                       image_size=32)
     net = build_frame_model(cfg)
@@ -41,7 +43,11 @@ def test_a_pi_model_exports_with_its_prior_and_answers_as_torch(frames, tmp_path
     with torch.no_grad():
         for i in range(0, 48, 16):
             net(inputs(frames[i:i + 16], train=False)[0])
-    module = FrameModule(net.eval(), inputs, cfg)
+    return cfg, FrameModule(net.eval(), inputs, cfg)
+
+
+def test_a_pi_model_exports_with_its_prior_and_answers_as_torch(frames, tmp_path):
+    cfg, module = _pi_module(frames)
     res = export_onnx(module, tmp_path / "pi.onnx", metadata={"model": "test v1"},
                       check=frames[:8])
     assert res.max_abs_diff < 1e-5
@@ -61,3 +67,21 @@ def test_a_pi_model_exports_with_its_prior_and_answers_as_torch(frames, tmp_path
     with pytest.raises(ConfigError, match="N x 3 x 32 x 32"):
         export_onnx(module, tmp_path / "x.onnx", check=torch.rand(2, 3, 48, 48))
     assert not (tmp_path / "x.onnx").exists()
+
+
+def test_frames_in_nhwc_reach_the_network_in_nhwc_with_the_same_answers(frames):
+    """`pipi predict` hands the module NHWC batches (channels_last on a oneDNN CPU): the
+    network gets them in NHWC after the prior is computed (the transform's output is NCHW,
+    which a channels_last network reorders layer by layer), and answers as for NCHW."""
+    _, module = _pi_module(frames)
+    seen = []
+    module.network.register_forward_pre_hook(
+        lambda _m, args: seen.append(args[0].is_contiguous(memory_format=torch.channels_last)))
+    x = frames[:24]
+    with torch.no_grad():
+        want = module(x).numpy()
+        module.to(memory_format=torch.channels_last)
+        got = module(x.contiguous(memory_format=torch.channels_last)).numpy()
+    assert seen == [False, True]
+    assert want.std(0).max() > 1e-3            # the model tells these frames apart
+    np.testing.assert_allclose(got, want, atol=1e-5)

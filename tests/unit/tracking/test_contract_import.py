@@ -39,7 +39,7 @@ def test_import_tags_name_the_data_the_arm_and_the_file(monkeypatch):
         "pipi.source": "external", "pipi.source_kind": "checkpoint",
         "pipi.source_sha256": "f" * 64, "pipi.source_file": "pi_s7.pth",
         "pipi.source_label": "released", "pipi.import.matched": "42"}
-    assert tracking.import_key(kind="checkpoint", sha256="f" * 64, params=PARAMS,
+    assert tracking.contract.import_key(kind="checkpoint", sha256="f" * 64, params=PARAMS,
                                data_digest="d" * 64, label="released") == key
 
 
@@ -50,9 +50,9 @@ def test_the_config_hash_follows_file_and_code_the_recipe_hash_neither(monkeypat
     monkeypatch.setenv(tracking.CODE_VERSION_ENV, "code-2")
     other_code = _tags()
     for b in (other_file, other_code):
-        assert b[tracking.TAG_CONFIG_HASH] != a[tracking.TAG_CONFIG_HASH]
-        assert b[tracking.TAG_RECIPE_HASH] == a[tracking.TAG_RECIPE_HASH]
-    assert _tags(label="other")[tracking.TAG_RECIPE_HASH] != other_code[tracking.TAG_RECIPE_HASH]
+        assert b[tracking.tags.TAG_CONFIG_HASH] != a[tracking.tags.TAG_CONFIG_HASH]
+        assert b[tracking.tags.TAG_RECIPE_HASH] == a[tracking.tags.TAG_RECIPE_HASH]
+    assert _tags(label="other")[tracking.tags.TAG_RECIPE_HASH] != other_code[tracking.tags.TAG_RECIPE_HASH]
 
 
 def test_an_imported_version_says_where_it_came_from():

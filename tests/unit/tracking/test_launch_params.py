@@ -2,7 +2,7 @@
 
 The `mlflow run` side is MLflow's own computation of the params it logs for an MLproject
 entry point; the `pipi train` side is the click command both launchers run, through
-:func:`pipi.tracking.launch_params` and :func:`pipi.tracking.log_params` into a real run.
+:func:`pipi.tracking.launch_params` and a run handle's ``log_params`` into a real run.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from pathlib import Path
 
 import mlflow
 import pytest
+from fakes import experiment
 from mlflow.projects._project_spec import load_project
 
 from pipi import tracking
@@ -57,8 +58,9 @@ def test_booleans_are_lower_case_and_resolved_values_go_beside_the_request(tmp_p
             with mlflow.start_run(experiment_id=exp) as run:
                 if first is not None:  # `mlflow run` logged these before pipi started
                     mlflow.log_params(first)
-                tracking.log_params(_pipi_train_params({}))
-                tracking.log_params(resolved)
+                handle = tracking.run_of(run.info.run_id)
+                handle.log_params(_pipi_train_params({}))
+                handle.log_params(resolved)
             logged.append(mlflow.get_run(run.info.run_id).data.params)
         assert logged[0] == logged[1]
         p = logged[0]
@@ -84,18 +86,18 @@ def test_a_run_reads_its_params_as_requested_whichever_launcher_logged_them(stor
     mlflow.set_tracking_uri(store_uri)
     logged = _mlflow_run_params({"cell": "pi", "data": "/tmp/my data/staged"})
     assert logged["train_sources"] == "''" and logged["data"] == "'/tmp/my data/staged'"
-    mlflow.set_experiment("mixed")
-    with mlflow.start_run() as run:
+    exp = experiment("mixed")
+    with mlflow.start_run(experiment_id=exp) as run:
         mlflow.log_params(logged)
-    with mlflow.start_run():
+    with mlflow.start_run(experiment_id=exp):
         mlflow.log_params({**logged, "train_sources": "KID,AIIMS", "test_sources": "SEE-AI"})
     rec = tracking.get_run(run.info.run_id)
     assert rec.params["train_sources"] == "" and rec.params["data"] == "/tmp/my data/staged"
     assert rec.params["cell"] == "pi"
     everywhere, heldout = split_heldout_runs(load_runs("mixed"))
     assert everywhere["run_id"].tolist() == [run.info.run_id] and len(heldout) == 1
-    assert tracking.unquote_param("'it'\"'\"'s'") == "it's"
-    assert tracking.unquote_param("'") == "'" and tracking.unquote_param("a b") == "a b"
+    assert tracking.records.unquote_param("'it'\"'\"'s'") == "it's"
+    assert tracking.records.unquote_param("'") == "'" and tracking.records.unquote_param("a b") == "a b"
 
 
 def test_a_project_run_pipi_did_no_work_in_says_what_it_was(store_uri, monkeypatch):
@@ -106,7 +108,7 @@ def test_a_project_run_pipi_did_no_work_in_says_what_it_was(store_uri, monkeypat
     c = mlflow.MlflowClient()
     rid = c.create_run(c.create_experiment("noop")).info.run_id
     monkeypatch.setenv("MLFLOW_RUN_ID", rid)
-    assert tracking.tag_project_run({tracking.TAG_ENTRY_POINT: "stage"}, note="nothing staged",
+    assert tracking.tag_project_run({tracking.tags.TAG_ENTRY_POINT: "stage"}, note="nothing staged",
                                     name="stage synthetic-demo (reused, no-op)") == rid
     run = c.get_run(rid)
     assert run.info.run_name == "stage synthetic-demo (reused, no-op)"

@@ -18,9 +18,9 @@ def test_the_command_remembers_the_launched_run_until_it_attaches(monkeypatch):
         assert launched == "a" * 32
         monkeypatch.delenv("MLFLOW_RUN_ID")                 # what MLflow's end_run does
         assert tracking.launched_run_id() == "a" * 32
-        tracking.attach_launched_run("b" * 32)              # another run: still waiting
+        tracking.parent.attach_launched_run("b" * 32)              # another run: still waiting
         assert tracking.launched_run_id() == "a" * 32
-        tracking.attach_launched_run("a" * 32)
+        tracking.parent.attach_launched_run("a" * 32)
         assert tracking.launched_run_id() is None
     assert tracking.launched_run_id() is None               # the block over: the environment
     with tracking.remembering_launched_run() as launched:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import mlflow
 import pytest
+from fakes import experiment
 import torch
 from mlflow.tracking import MlflowClient
 
@@ -28,8 +29,10 @@ def cfg(monkeypatch):
 def _log(cfg, tmp_path, description="evidence of the run"):
     tmp_path.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
-    return log_frame_model(cfg, build_frame_model(cfg), tmp_path, test_auc=0.75, register=True,
-                           tags={tracking.TAG_RECIPE: "mlflow run . -e train -P cell=a"},
+    run = tracking.run_of(mlflow.active_run().info.run_id)   # the test's own run
+    return log_frame_model(run, cfg, build_frame_model(cfg), tmp_path, test_auc=0.75,
+                           register=True,
+                           tags={tracking.tags.TAG_RECIPE: "mlflow run . -e train -P cell=a"},
                            description=description)
 
 
@@ -53,19 +56,19 @@ def test_a_signal_right_after_the_create_call_leaves_a_complete_version(
     monkeypatch.setattr(MlflowClient, "create_model_version", then_signal(real))
     if created is not None:
         monkeypatch.setattr(MlflowClient, "_create_model_version", then_signal(created))
-    mlflow.set_experiment("registration")
-    with mlflow.start_run() as run, pytest.raises(KeyboardInterrupt):
+    exp = experiment("registration")
+    with mlflow.start_run(experiment_id=exp) as run, pytest.raises(KeyboardInterrupt):
         _log(cfg, tmp_path)
     (mv,) = _versions(run.info.run_id)
-    assert tracking.missing_version_tags(mv) == [], mv.tags
+    assert tracking.registry.missing_version_tags(mv) == [], mv.tags
     assert mv.tags["cell"] == "a" and mv.tags["seed"] == str(cfg.seed)
     assert mv.tags["run_id"] == run.info.run_id
     assert mv.description == "evidence of the run"
 
 
 def test_a_resume_keeps_the_runs_version(sqlite_tracking, cfg, tmp_path):
-    mlflow.set_experiment("registration")
-    with mlflow.start_run() as run:
+    exp = experiment("registration")
+    with mlflow.start_run(experiment_id=exp) as run:
         first = _log(cfg, tmp_path / "1")
     # the run resumed after its registration (e.g. killed while setting the alias)
     with mlflow.start_run(run_id=run.info.run_id):
@@ -77,8 +80,8 @@ def test_a_resume_keeps_the_runs_version(sqlite_tracking, cfg, tmp_path):
 
 def test_a_half_tagged_version_is_completed_not_duplicated(sqlite_tracking, cfg, tmp_path):
     c = MlflowClient()
-    mlflow.set_experiment("registration")
-    with mlflow.start_run() as run:
+    exp = experiment("registration")
+    with mlflow.start_run(experiment_id=exp) as run:
         pass
     rid = run.info.run_id
     partial = {"run_id": rid, "test_macro_auc": "0.7", "recipe": "r", "recipe_hash": "",
@@ -90,15 +93,15 @@ def test_a_half_tagged_version_is_completed_not_duplicated(sqlite_tracking, cfg,
         out = _log(cfg, tmp_path)
     assert out["registered_version"] == str(mv.version)
     (got,) = _versions(rid)
-    assert tracking.missing_version_tags(got) == []
+    assert tracking.registry.missing_version_tags(got) == []
 
 
 def test_promote_refuses_a_version_without_the_full_tag_set(sqlite_tracking, tmp_path):
     from pipi.workflows.promote import promote
 
     c = MlflowClient()
-    mlflow.set_experiment("registration")
-    with mlflow.start_run() as run:
+    exp = experiment("registration")
+    with mlflow.start_run(experiment_id=exp) as run:
         pass
     if not c.search_registered_models(f"name='{NAME}'"):
         c.create_registered_model(NAME)
@@ -111,23 +114,24 @@ def test_promote_refuses_a_version_without_the_full_tag_set(sqlite_tracking, tmp
     assert "\n" not in msg and f"version {mv.version}" in msg, msg
     for tag in ("git_commit", "cell", "backbone", "seed"):
         assert tag in msg, msg
-    assert tracking.alias_version(NAME, "champion") is None
+    assert tracking.registry.alias_version(NAME, "champion") is None
 
 
 def test_a_dependency_registers_but_moves_no_alias(sqlite_tracking, cfg, tmp_path):
     """Issue 38: a run trained because another needed it (a sequence cell's base) registers,
     tagged with the run that needed it, and leaves ``@candidate`` where the user put it."""
-    mlflow.set_experiment("registration")
-    with mlflow.start_run():
+    exp = experiment("registration")
+    with mlflow.start_run(experiment_id=exp):
         mine = _log(cfg, tmp_path / "mine")
-    with mlflow.start_run() as needing:
+    with mlflow.start_run(experiment_id=exp) as needing:
         pass
     (tmp_path / "dep").mkdir()
-    with mlflow.start_run():
-        dep = log_frame_model(cfg, build_frame_model(cfg), tmp_path / "dep", test_auc=0.5,
+    with mlflow.start_run(experiment_id=exp) as dep_run:
+        dep = log_frame_model(tracking.run_of(dep_run.info.run_id), cfg,
+                              build_frame_model(cfg), tmp_path / "dep", test_auc=0.5,
                               register=True, description="a base",
-                              tags={tracking.TAG_RECIPE: "r",
-                                    tracking.TAG_NEEDED_BY: needing.info.run_id})
+                              tags={tracking.tags.TAG_RECIPE: "r",
+                                    tracking.tags.TAG_NEEDED_BY: needing.info.run_id})
     c = MlflowClient()
     assert str(c.get_model_version_by_alias(NAME, "candidate").version) == str(
         mine["registered_version"])
@@ -145,14 +149,16 @@ def test_a_version_is_linked_to_its_logged_model_as_register_model_links_it(
 
     from mlflow.utils.mlflow_tags import MLFLOW_MODEL_VERSIONS
 
-    mlflow.set_experiment("registration")
-    with mlflow.start_run() as run:
+    exp = experiment("registration")
+    with mlflow.start_run(experiment_id=exp) as run:
         out = _log(cfg, tmp_path / "1")
     with mlflow.start_run(run_id=run.info.run_id):
         _log(cfg, tmp_path / "2")
     mine = json.loads(mlflow.get_logged_model(out["model_id"]).tags[MLFLOW_MODEL_VERSIONS])
-    with mlflow.start_run():
-        ref = mlflow.pyfunc.log_model(name="ref", python_model=_Echo(), input_example=[[1.0]])
+    with mlflow.start_run(experiment_id=exp):
+        # requirements given: MLflow infers none in a subprocess (8 s of this tier)
+        ref = mlflow.pyfunc.log_model(name="ref", python_model=_Echo(), input_example=[[1.0]],
+                                      pip_requirements=["mlflow"])
     mv = mlflow.register_model(f"models:/{ref.model_id}", "pipi-reference-model")
     theirs = json.loads(mlflow.get_logged_model(ref.model_id).tags[MLFLOW_MODEL_VERSIONS])
     assert theirs == [{"name": "pipi-reference-model", "version": mv.version}]
@@ -170,7 +176,7 @@ def test_a_version_read_back_from_a_sql_registry_names_its_logged_model_by_its_s
     version whose ``model_id`` read back None)."""
     from types import SimpleNamespace
 
-    from pipi.tracking import version_model_id
+    from pipi.tracking.registry import version_model_id
 
     assert version_model_id(SimpleNamespace(model_id="m-1", source="x")) == "m-1"
     assert version_model_id(SimpleNamespace(model_id=None, source="models:/m-abc")) == "m-abc"
@@ -196,11 +202,11 @@ def test_a_models_uri_names_its_version_and_run_by_number_or_alias(store_uri, mo
         c.create_model_version("m", source=f"runs:/{rid}/model", run_id=rid)
         c.set_registered_model_alias("m", "candidate", "1")
         for uri in ("models:/m/1", "models:/m@candidate"):
-            mv = tracking.model_uri_version(uri)
+            mv = tracking.registry.model_uri_version(uri)
             assert (mv.name, str(mv.version), mv.run_id) == ("m", "1", rid)
-            assert tracking.model_uri_run_id(uri) == rid
-        assert tracking.model_uri_version(f"runs:/{rid}/model") is None
+            assert tracking.registry.model_uri_run_id(uri) == rid
+        assert tracking.registry.model_uri_version(f"runs:/{rid}/model") is None
         with pytest.raises(Exception, match="alias @champion"):
-            tracking.model_uri_version("models:/m@champion")
+            tracking.registry.model_uri_version("models:/m@champion")
     finally:
         mlflow.set_tracking_uri(None)

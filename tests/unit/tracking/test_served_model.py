@@ -24,6 +24,7 @@ from pipi.serving.code import copy_closure, module_closure, third_party
 from pipi.serving.frame_model import build_frame_model
 from pipi.serving.model_input import encode_png
 from pipi.tracking.datasets import log_split_datasets
+from pipi.tracking.runs import run_of
 from pipi.tracking.logged_model import (
     SERVED_MODEL,
     log_frame_model,
@@ -135,8 +136,10 @@ def test_a_logged_model_is_code_not_a_pickle_and_explains_itself(tmp_path, sqlit
     frames = pd.DataFrame({"split": ["train", "train", "val", "test"], "frame": [1, 2, 3, 4]})
     with warnings.catch_warnings(record=True) as caught, mlflow.start_run() as run:
         warnings.simplefilter("always")
-        refs = log_split_datasets(frames, source=str(tmp_path), name="tiny", digest="d" * 64)
-        out = log_frame_model(cfg, model, work, test_auc=0.5, register=False,
+        handle = run_of(run.info.run_id)
+        refs = log_split_datasets(handle, frames, source=str(tmp_path), name="tiny",
+                                  digest="d" * 64)
+        out = log_frame_model(handle, cfg, model, work, test_auc=0.5, register=False,
                               tags={TAG_RECIPE: "pipi train --cell pi"},
                               test_metrics={"test/macro_auc": 0.625}, test_dataset=refs["test"])
     assert not [w for w in caught if "CloudPickle" in str(w.message)]

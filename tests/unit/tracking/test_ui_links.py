@@ -33,7 +33,7 @@ def test_links_use_the_server_address_and_open_the_training_view(uri, server, ro
     uri(server)
     run = tracking.run_url("r1", "7")
     art = tracking.artifact_url("r1", "dashboard.html", "7")
-    exp = tracking.experiment_url("7")
+    exp = tracking.ui.experiment_url("7")
     assert run.startswith(f"{root}/#/experiments/7/runs/r1")
     assert art.startswith(f"{root}/#/experiments/7/runs/r1/artifacts/dashboard.html")
     assert exp.startswith(f"{root}/#/experiments/7/runs")

@@ -49,7 +49,8 @@ def test_the_status_the_server_answered_is_read_from_the_exception_chain():
 def test_the_small_budget_holds_for_the_call_only(monkeypatch):
     monkeypatch.setenv(RETRIES, "7")
     seen = []
-    assert guarded_upload(lambda: seen.append(os.environ[RETRIES]) or "ok", what="x") == "ok"
+    assert guarded_upload(lambda: seen.append(os.environ[RETRIES]) or "ok", what="x",
+                          run_id="r") == "ok"
     assert seen == [UPLOAD_BUDGET[RETRIES]] and os.environ[RETRIES] == "7"
 
 
@@ -63,7 +64,7 @@ def test_a_server_that_did_not_answer_gets_mlflows_full_budget(monkeypatch):
             raise _mlflow_wrapped(requests.exceptions.ConnectionError("Connection refused"))
         return "stored"
 
-    assert guarded_upload(upload, what="checkpoints/last.pt") == "stored"
+    assert guarded_upload(upload, what="checkpoints/last.pt", run_id="r") == "stored"
     assert budgets == [UPLOAD_BUDGET[RETRIES], None]  # the second try: MLflow's own budget
 
 
@@ -75,11 +76,11 @@ def test_a_full_local_store_says_so_in_one_line(tmp_path):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/mlruns/1/abc/artifacts")
 
     with pytest.raises(ArtifactStoreError) as info:
-        guarded_upload(upload, what="checkpoints/last.pt", path=ckpt)
+        guarded_upload(upload, what="checkpoints/last.pt", path=ckpt, run_id="r")
     msg = str(info.value)
     assert msg.startswith("the artifact store is full: checkpoints/last.pt (2.0 MB) was not")
     assert "No space left on device: /mlruns/1/abc/artifacts" in msg and "\n" not in msg
     # another local error is the caller's to report, not the store being full
     with pytest.raises(PermissionError):
         guarded_upload(lambda: (_ for _ in ()).throw(PermissionError(errno.EACCES, "denied")),
-                       what="x")
+                       what="x", run_id="r")

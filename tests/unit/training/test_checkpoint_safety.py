@@ -10,6 +10,7 @@ import mlflow
 import numpy as np
 import pandas as pd
 import pytest
+from fakes import experiment
 import torch
 from mlflow.tracking import MlflowClient
 
@@ -87,8 +88,8 @@ class Payload:
 
 
 def _failed_run_with_checkpoint(tmp_path: Path, obj) -> str:
-    mlflow.set_experiment("resume-safety")
-    with mlflow.start_run() as run:
+    exp = experiment("resume-safety")
+    with mlflow.start_run(experiment_id=exp) as run:
         ck = tmp_path / "ck" / "last.pt"
         ck.parent.mkdir()
         if isinstance(obj, bytes):

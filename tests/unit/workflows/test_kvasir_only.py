@@ -10,6 +10,7 @@ import mlflow
 import numpy as np
 import pandas as pd
 import pytest
+from fakes import experiment
 
 from pipi import tracking
 from pipi.analysis import ArmEvidence, Evidence
@@ -31,9 +32,10 @@ def _one_line(exc) -> str:
 
 
 def _model_run(params: dict) -> str:
-    mlflow.set_experiment("kvasir-only")
-    with mlflow.start_run(tags={tracking.TAG_CELL: "pi", tracking.TAG_BACKBONE: "efficientnet_b0",
-                                tracking.TAG_ENTRY_POINT: "train"}) as run:
+    exp = experiment("kvasir-only")
+    with mlflow.start_run(experiment_id=exp, tags={tracking.tags.TAG_CELL: "pi",
+    tracking.tags.TAG_BACKBONE: "efficientnet_b0",
+                                tracking.tags.TAG_ENTRY_POINT: "train"}) as run:
         mlflow.log_params(params)
     return run.info.run_id
 

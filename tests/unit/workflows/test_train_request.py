@@ -72,8 +72,8 @@ def test_train_cli_resolves_everything_once(counted, tiny_staged, tmp_path):
     # the calibrated prior, lambda_eff at the resolved image size (32 px, not the file's 64)
     assert req.cfg.prior.alpha == 3.0
     assert req.cfg.prior.lambda_eff == pytest.approx(0.3 * diagonal(32))
-    assert req.tags == {tracking.TAG_PRIOR_PARAMS: str(pp),
-                        tracking.TAG_PRIOR_PARAMS_RUN: CALIBRATE_RUN}
+    assert req.tags == {tracking.tags.TAG_PRIOR_PARAMS: str(pp),
+                        tracking.tags.TAG_PRIOR_PARAMS_RUN: CALIBRATE_RUN}
     assert req.runtime.device.type in ("cpu", "cuda") and req.resume is None
 
 
@@ -129,10 +129,10 @@ def test_a_resume_reads_the_resumed_run_once(sqlite_tracking, tiny_staged, tmp_p
     manifest = json.loads((tiny_staged / "manifest.json").read_text())
     c = mlflow.MlflowClient()
     exp = c.create_experiment("resume-once")
-    rid = c.create_run(exp, tags={tracking.TAG_DATA_DIGEST: manifest["data_digest"],
-                                  tracking.TAG_RECIPE: "pipi train --cell b (as started)",
-                                  tracking.TAG_BASE_RUN: "b" * 32,
-                                  tracking.TAG_RESUMED_BY: "e" * 32}).info.run_id
+    rid = c.create_run(exp, tags={tracking.tags.TAG_DATA_DIGEST: manifest["data_digest"],
+                                  tracking.tags.TAG_RECIPE: "pipi train --cell b (as started)",
+                                  tracking.tags.TAG_BASE_RUN: "b" * 32,
+                                  tracking.tags.TAG_RESUMED_BY: "e" * 32}).info.run_id
     c.log_param(rid, "data_dir", str(tiny_staged))
     c.log_param(rid, "model_prefix", "qa")   # as `mlflow run -P model_prefix=qa` logs it
     monkeypatch.setenv("PIPI_MODEL_PREFIX", "pipi")
@@ -162,8 +162,8 @@ def test_a_resume_reads_the_resumed_run_once(sqlite_tracking, tiny_staged, tmp_p
         workflow.run(req, register=False, progress=False)
     assert calls["get_run"] == 1                    # run() reads it no more
     assert started["run_id"] == rid
-    assert started["tags"][tracking.TAG_RECIPE] == "pipi train --cell b (as started)"
-    assert started["tags"][tracking.TAG_RESUMED_BY] == f"{'e' * 32},{'w' * 32}"
+    assert started["tags"][tracking.tags.TAG_RECIPE] == "pipi train --cell b (as started)"
+    assert started["tags"][tracking.tags.TAG_RESUMED_BY] == f"{'e' * 32},{'w' * 32}"
 
 
 def test_a_sequence_run_searches_its_base_run_once(sqlite_tracking, tiny_staged, monkeypatch):
@@ -207,7 +207,7 @@ def test_a_resume_leaves_no_downloaded_checkpoint_behind(sqlite_tracking, tiny_s
     manifest = json.loads((tiny_staged / "manifest.json").read_text())
     c = mlflow.MlflowClient()
     rid = c.create_run(c.create_experiment("resume-tmp"),
-                       tags={tracking.TAG_DATA_DIGEST: manifest["data_digest"]}).info.run_id
+                       tags={tracking.tags.TAG_DATA_DIGEST: manifest["data_digest"]}).info.run_id
     c.log_param(rid, "data_dir", str(tiny_staged))
     ck = tmp_path / "last.pt"
     torch.save({"config": cfg.to_dict(), "filler": torch.zeros(1000)}, ck)
