@@ -271,6 +271,7 @@ def pytest_terminal_summary(terminalreporter):
 SHARED_GROUPS = {"smoke_study": "smoke-study", "auth_lab": "auth-lab", "team_lab": "team-lab"}
 
 #: integration groups by measured duration, longest first (``make test`` prints the slowest)
-LONG_GROUPS = ("smoke-study", "test_readme", "test_mechanisms", "test_faults",
+LONG_GROUPS = ("test_serve-virtualenv",   # make test-envs' longest (141 s), first there
+               "smoke-study", "test_readme", "test_mechanisms", "test_faults",
                "test_calibrate_train", "test_galar", "test_signals", "auth-lab",
                "test_sequence_cells", "test_ablate", "test_runtime_runs", "test_train")
