@@ -18,7 +18,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 VENV = Path(sys.prefix)
 
-pytestmark = [pytest.mark.slow, pytest.mark.envbuild]
+# one xdist group with test_serve's uv case (59 + 59 s), the virtualenv serve case (166 s)
+# on the other worker: xdist gives the first worker a second group when there are three
+pytestmark = [pytest.mark.slow, pytest.mark.envbuild, pytest.mark.xdist_group("envs-uv")]
 
 
 def _fresh_clone(dst: Path) -> Path:

@@ -356,9 +356,10 @@ def env_tier_model(mlflow_server, tiny_staged) -> str:
 
 @pytest.mark.envbuild
 @pytest.mark.parametrize("manager", [
-    "uv",
-    # the tier's longest build (141 s from empty caches) on a worker of its own: beside
-    # the uv case (in this module's group) it left the other worker idle for 144 s
+    # make test-envs on two workers: the tier's longest build (virtualenv, 141 s from empty
+    # caches) on one, this uv case and test_mlflow_env's uv build (group envs-uv) on the
+    # other; in this module's group both cases left the other worker idle for 144 s
+    pytest.param("uv", marks=pytest.mark.xdist_group("envs-uv")),
     pytest.param("virtualenv", marks=pytest.mark.xdist_group("test_serve-virtualenv"))])
 def test_the_candidate_serves_from_its_own_environment_as_the_venv_server_does(
         env_tier_model, tracking, tmp_path, manager):
